@@ -1,0 +1,249 @@
+"""Build and cache the lab's upstream binaries from pinned Go modules.
+
+The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module); kwok's
+pin lives here. The cache directory name is derived from all pins plus a digest of the
+module files, so changing a pin builds into a fresh directory and never mixes versions.
+A build is staged in a sibling `.partial` directory and renamed into place only when every
+binary is present; a manifest with sizes and digests lets a later run detect a half-built
+or damaged cache and rebuild it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError
+from .paths import GO_MODULE_DIR, cache_root
+from .preflight import check_disk, check_go
+
+KWOK_MODULE = "sigs.k8s.io/kwok"
+KWOK_VERSION = "v0.8.0"
+
+# A cold build needs the module cache, the Go build cache and the binaries themselves.
+COLD_BUILD_DISK_BYTES = 10 * 1024**3
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One binary the lab needs and the Go package that produces it."""
+
+    name: str
+    package: str
+    kubernetes_version_stamp: bool = False
+
+
+KUBE_TARGETS = (
+    Target("etcd", "go.etcd.io/etcd/server/v3"),
+    Target("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", True),
+    Target("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", True),
+    Target("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", True),
+    Target("kubectl", "k8s.io/kubernetes/cmd/kubectl", True),
+)
+KWOK_TARGETS = (
+    Target("kwok", f"{KWOK_MODULE}/cmd/kwok"),
+    Target("kwokctl", f"{KWOK_MODULE}/cmd/kwokctl"),
+)
+ALL_BINARIES = tuple(t.name for t in KUBE_TARGETS + KWOK_TARGETS)
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Versions the lab is built from, read from the wrapper module."""
+
+    kubernetes: str
+    etcd: str
+    kwok: str
+    go_minimum: str
+
+    @property
+    def cache_key(self) -> str:
+        digest = hashlib.sha256()
+        for name in ("go.mod", "go.sum"):
+            digest.update((GO_MODULE_DIR / name).read_bytes())
+        digest.update(self.kwok.encode())
+        return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}_{digest.hexdigest()[:10]}"
+
+
+def read_pins(go_mod: Path = GO_MODULE_DIR / "go.mod") -> Pins:
+    """Parse the pinned versions out of the wrapper module's go.mod."""
+    text = go_mod.read_text()
+
+    def required(module: str) -> str:
+        match = re.search(rf"^\s*{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+        if not match:
+            raise LabError(f"{go_mod} does not require {module}; the lab cannot tell which version to build")
+        return match.group(1)
+
+    go_directive = re.search(r"^go\s+(\S+)", text, re.MULTILINE)
+    if not go_directive:
+        raise LabError(f"{go_mod} has no 'go' directive")
+    return Pins(
+        kubernetes=required("k8s.io/kubernetes"),
+        etcd=required("go.etcd.io/etcd/server/v3"),
+        kwok=KWOK_VERSION,
+        go_minimum=go_directive.group(1),
+    )
+
+
+def kubernetes_ldflags(version: str) -> str:
+    """Stamp the version the way upstream's release build does; kwokctl parses `--version`."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamps = {
+        "gitVersion": version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+    }
+    flags = []
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X '{package}.{key}={value}'" for key, value in stamps.items()]
+    return "-s -w " + " ".join(flags)
+
+
+class BinaryCache:
+    """A directory of verified binaries for one set of pins."""
+
+    def __init__(self, pins: Pins | None = None, root: Path | None = None):
+        self.pins = pins or read_pins()
+        self.root = root or cache_root()
+        self.dir = self.root / self.pins.cache_key
+        self.bin_dir = self.dir / "bin"
+
+    def path(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def problem(self) -> str | None:
+        """Why the cache cannot be used as is, or None when it is complete and intact."""
+        manifest_path = self.dir / MANIFEST
+        if not self.dir.exists():
+            return "not built yet"
+        if not manifest_path.exists():
+            return f"half-built cache at {self.dir} (no {MANIFEST}; an earlier build was interrupted)"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError:
+            return f"half-built cache at {self.dir} ({MANIFEST} is unreadable)"
+        for name in ALL_BINARIES:
+            entry = manifest.get("binaries", {}).get(name)
+            path = self.path(name)
+            if entry is None or not path.exists():
+                return f"half-built cache at {self.dir} ({name} is missing)"
+            if path.stat().st_size != entry["size"] or _sha256(path) != entry["sha256"]:
+                return f"damaged cache at {self.dir} ({name} does not match its recorded digest)"
+            if not os.access(path, os.X_OK):
+                return f"damaged cache at {self.dir} ({name} is not executable)"
+        return None
+
+    def ensure(self, log=print) -> None:
+        """Build whatever is missing; a complete cache returns at once."""
+        problem = self.problem()
+        if problem is None:
+            return
+        log(f"lab binaries: {problem}; building into {self.dir}")
+        check_go(self.pins.go_minimum)
+        self.root.mkdir(parents=True, exist_ok=True)
+        check_disk(self.root, COLD_BUILD_DISK_BYTES, "a cold build of the lab binaries")
+        self.build(log)
+
+    def build(self, log=print) -> None:
+        staging = self.dir.with_name(self.dir.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        (staging / "bin").mkdir(parents=True)
+        started = time.monotonic()
+        env = _go_env()
+        for target in KUBE_TARGETS:
+            flags = ["-ldflags", kubernetes_ldflags(self.pins.kubernetes)] if target.kubernetes_version_stamp else []
+            _go_build(target, staging / "bin" / target.name, GO_MODULE_DIR, flags, env, log, started)
+        for target in KWOK_TARGETS:
+            _go_install(target, self.pins.kwok, staging / "bin", env, log, started)
+        manifest = {
+            "pins": self.pins.__dict__,
+            "binaries": {
+                name: {"size": (staging / "bin" / name).stat().st_size, "sha256": _sha256(staging / "bin" / name)}
+                for name in ALL_BINARIES
+            },
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        staging.rename(self.dir)
+        log(f"lab binaries: built {len(ALL_BINARIES)} binaries in {_elapsed(started)} into {self.bin_dir}")
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
+    return env
+
+
+def _go_build(target: Target, output: Path, module_dir: Path, flags, env, log, started: float) -> None:
+    total = _count_packages(target.package, module_dir, env)
+    command = ["go", "build", "-v", *flags, "-o", str(output), target.package]
+    _run_with_progress(command, module_dir, env, target.name, total, log, started)
+
+
+def _go_install(target: Target, version: str, bin_dir: Path, env, log, started: float) -> None:
+    env = dict(env, GOBIN=str(bin_dir), GOFLAGS="-buildvcs=false")
+    command = ["go", "install", "-v", f"{target.package}@{version}"]
+    _run_with_progress(command, bin_dir, env, target.name, None, log, started)
+
+
+def _count_packages(package: str, module_dir: Path, env) -> int | None:
+    result = subprocess.run(
+        ["go", "list", "-deps", package], cwd=module_dir, env=env, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise LabError(f"'go list -deps {package}' failed in {module_dir}:\n{result.stderr.strip()}")
+    return len(result.stdout.splitlines())
+
+
+def _run_with_progress(command, cwd: Path, env, name: str, total: int | None, log, started: float) -> None:
+    """Run a go command, turning its `-v` package lines into a progress line every few seconds."""
+    log(f"lab binaries: building {name} ({' '.join(command[:3])} …)")
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    compiled, tail, last_report = 0, [], time.monotonic()
+    assert process.stdout is not None
+    for line in process.stdout:
+        tail = ([*tail, line.rstrip()])[-40:]
+        if not line.startswith("go: downloading"):
+            compiled += 1
+        if time.monotonic() - last_report >= 10:
+            last_report = time.monotonic()
+            share = f"{compiled}/{total} packages compiled" if total else f"{compiled} packages compiled"
+            log(f"lab binaries: {name}: {share}, {_elapsed(started)} elapsed")
+    if process.wait() != 0:
+        raise LabError(f"building {name} failed ({' '.join(command)}):\n" + "\n".join(tail))
+    log(f"lab binaries: {name} done, {_elapsed(started)} elapsed")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _elapsed(started: float) -> str:
+    seconds = int(time.monotonic() - started)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def main() -> None:
+    try:
+        BinaryCache().ensure()
+    except LabError as error:
+        sys.exit(f"error: {error}")

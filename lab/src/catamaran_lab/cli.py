@@ -1,0 +1,83 @@
+"""`catamaran-lab build|up|down|status|env`: the lab's command line (wrapped by make lab-*)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from . import config as lab_config
+from .binaries import BinaryCache
+from .errors import LabError
+from .lab import Lab
+
+
+def _log(message: str) -> None:
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="catamaran-lab", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", help="build the pinned binaries into the cache (no-op when cached)")
+    up = commands.add_parser("up", help="start the lab clusters (reuses a healthy identical lab)")
+    up.add_argument("--clusters", type=int, help="how many clusters (default: as many as lab/lab.yaml declares)")
+    up.add_argument(
+        "--overlapping-pod-cidrs",
+        action="store_true",
+        default=os.environ.get("CATAMARAN_LAB_OVERLAP") == "1",
+        help="give every cluster the same pod range (default: distinct ranges)",
+    )
+    commands.add_parser("down", help="stop every lab process and remove the lab's state")
+    commands.add_parser("status", help="list clusters, kubeconfigs, health and memory")
+    args = parser.parse_args(argv)
+
+    lab = Lab(log=_log)
+    try:
+        if args.command == "build":
+            started = time.monotonic()
+            BinaryCache().ensure(_log)
+            _log(f"lab binaries: ready in {lab.cache.bin_dir} ({time.monotonic() - started:.1f}s)")
+        elif args.command == "up":
+            base_port = os.environ.get("CATAMARAN_LAB_BASE_PORT")
+            wanted = lab_config.load(
+                clusters=args.clusters or _env_int("CATAMARAN_LAB_CLUSTERS"),
+                overlapping_pod_cidrs=args.overlapping_pod_cidrs,
+                base_port=int(base_port) if base_port else None,
+            )
+            lab.up(wanted)
+            _print_status(lab)
+        elif args.command == "down":
+            lab.down()
+        elif args.command == "status" and not _print_status(lab):
+            sys.exit(1)
+    except LabError as error:
+        sys.exit(f"error: {error}")
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def _print_status(lab: Lab) -> bool:
+    statuses = lab.status()
+    if not statuses:
+        _log(f"lab: not running (no state in {lab.root})")
+        return False
+    _log(f"{'CLUSTER':<12} {'READY':<6} {'NODES':<6} {'RSS MiB':>8} {'PEAK MiB':>9}  SERVER / KUBECONFIG")
+    for status in statuses:
+        _log(
+            f"{status.name:<12} {'yes' if status.ready else 'no':<6} {status.ready_nodes:<6} "
+            f"{status.rss_mib:>8.0f} {status.peak_rss_mib:>9.0f}  {status.server}  {status.kubeconfig}"
+        )
+        if not status.ready:
+            _log(f"  {status.detail}")
+    _log(f"all contexts: {lab.merged_kubeconfig}   binaries: {lab.root / 'bin'}")
+    return all(status.ready for status in statuses)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""kwokctl configuration for one lab cluster (pure: returns YAML documents)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import MANAGED_NODE_LABEL, ClusterSpec
+
+CONFIG_GROUP = "config.kwok.x-k8s.io/v1alpha1"
+KWOK_GROUP = "kwok.x-k8s.io/v1alpha1"
+
+# Node heartbeats are judged faster than upstream's 40 s so fault tests finish sooner,
+# still well above kwok's and the virtual kubelet's ~10 s renewals.
+NODE_MONITOR_GRACE_MS = 30_000
+NODE_MONITOR_PERIOD_MS = 2_000
+
+
+def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_dir: Path) -> list[dict]:
+    """Everything kwokctl needs to start the cluster without downloading anything."""
+    ports = cluster.ports
+    return [
+        {
+            "apiVersion": CONFIG_GROUP,
+            "kind": "KwokctlConfiguration",
+            "options": {
+                "runtime": "binary",
+                "bindAddress": "127.0.0.1",
+                "kubeApiserverPort": ports["kube-apiserver"],
+                "etcdPort": ports["etcd"],
+                "etcdPeerPort": ports["etcd-peer"],
+                "kubeControllerManagerPort": ports["kube-controller-manager"],
+                "kubeSchedulerPort": ports["kube-scheduler"],
+                "kwokControllerPort": ports["kwok-controller"],
+                "securePort": True,
+                "kubeAuthorization": True,
+                "kubeAdmission": True,
+                "kubeApiserverBinary": str(binaries["kube-apiserver"]),
+                "kubeControllerManagerBinary": str(binaries["kube-controller-manager"]),
+                "kubeSchedulerBinary": str(binaries["kube-scheduler"]),
+                "kubectlBinary": str(binaries["kubectl"]),
+                "etcdBinary": str(binaries["etcd"]),
+                "kwokControllerBinary": str(binaries["kwok"]),
+                "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
+                "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
+                "nodeLeaseDurationSeconds": 40,
+            },
+            "componentsPatches": [
+                {
+                    # kwokctl's binary runtime hard-codes --manage-all-nodes=true; that would also
+                    # drive Catamaran's virtual nodes and fake every offloading test.
+                    "name": "kwok-controller",
+                    "extraArgs": [
+                        {"key": "manage-all-nodes", "value": "false", "override": True},
+                        {"key": "manage-nodes-with-label-selector", "value": f"{MANAGED_NODE_LABEL}=true"},
+                        {"key": "node-ip", "value": "127.0.0.1", "override": True},
+                    ],
+                }
+            ],
+        },
+        {
+            "apiVersion": KWOK_GROUP,
+            "kind": "ClusterLogs",
+            "metadata": {"name": "lab-logs"},
+            "spec": {"logs": [{"containers": [], "logsFile": str(cluster_dir / "container.log"), "follow": True}]},
+        },
+        {
+            "apiVersion": KWOK_GROUP,
+            "kind": "ClusterExec",
+            "metadata": {"name": "lab-exec"},
+            "spec": {"execs": [{"containers": [], "local": {"workDir": str(cluster_dir / "exec")}}]},
+        },
+    ]
+
+
+def container_log_content(cluster: ClusterSpec) -> str:
+    """What `kubectl logs` prints for any pod of this cluster."""
+    return f"catamaran-lab {cluster.name}: container started\ncatamaran-lab {cluster.name}: serving\n"
+
+
+def container_log_file(cluster: ClusterSpec) -> str:
+    """The same lines in the CRI log format kwok's kubelet server parses (time, stream, tag, message)."""
+    lines = container_log_content(cluster).splitlines()
+    return "".join(f"2026-01-01T00:00:{second:02d}.000000000Z stdout F {line}\n" for second, line in enumerate(lines))

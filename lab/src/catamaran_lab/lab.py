@@ -1,0 +1,345 @@
+"""Start, stop and inspect the lab's clusters (kwokctl binary runtime on loopback)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import config as lab_config
+from .binaries import ALL_BINARIES, BinaryCache
+from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig
+from .errors import LabError
+from .kwok import container_log_file, kwokctl_documents
+from .paths import state_dir
+from .preflight import check_disk, check_ports_free
+
+STATE_FILE = "lab.json"
+KWOK_WORKDIR = "kwok"
+START_TIMEOUT_S = 240
+RUNTIME_DISK_BYTES = 1024**3
+
+
+@dataclass
+class ClusterStatus:
+    name: str
+    server: str
+    kubeconfig: Path
+    ready: bool
+    detail: str
+    ready_nodes: int
+    rss_mib: float
+    peak_rss_mib: float
+
+
+class Lab:
+    """The lab rooted at one state directory (`.lab/` by default)."""
+
+    def __init__(self, root: Path | None = None, cache: BinaryCache | None = None, log=print):
+        self.root = root or state_dir()
+        self.cache = cache or BinaryCache()
+        self.log = log
+
+    # -- layout -------------------------------------------------------------------------
+
+    def cluster_dir(self, name: str) -> Path:
+        return self.root / name
+
+    def kubeconfig(self, name: str) -> Path:
+        return self.cluster_dir(name) / "kubeconfig"
+
+    @property
+    def merged_kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.root / KWOK_WORKDIR
+
+    def recorded_config(self) -> LabConfig | None:
+        path = self.root / STATE_FILE
+        if not path.exists():
+            return None
+        return LabConfig.from_dict(json.loads(path.read_text()))
+
+    # -- commands -----------------------------------------------------------------------
+
+    def up(self, wanted: LabConfig) -> LabConfig:
+        """Bring the lab to `wanted`; an identical healthy lab is reused as is."""
+        self.cache.ensure(self.log)
+        current = self.recorded_config()
+        if current == wanted and all(status.ready for status in self.status(current)):
+            self.log(f"lab: {len(wanted.clusters)} clusters already up")
+            return current
+        if current is not None or self.root.exists():
+            self.log("lab: tearing down the previous lab first")
+            self.down()
+        self.root.mkdir(parents=True, exist_ok=True)
+        check_disk(self.root, RUNTIME_DISK_BYTES, "the lab's etcd data and logs")
+        check_ports_free(wanted.all_ports())
+        self._link_binaries()
+        started = time.monotonic()
+        try:
+            with ThreadPoolExecutor(max_workers=len(wanted.clusters)) as pool:
+                timings = dict(
+                    zip(
+                        [c.name for c in wanted.clusters],
+                        pool.map(self._start_cluster, wanted.clusters),
+                        strict=True,
+                    )
+                )
+        except BaseException:
+            self.log("lab: start failed; removing what was started")
+            self.down(quiet=True)
+            raise
+        (self.root / STATE_FILE).write_text(json.dumps(wanted.to_dict(), indent=2))
+        self._write_merged_kubeconfig(wanted)
+        for name, seconds in timings.items():
+            self.log(f"lab: {name} ready in {seconds:.1f}s, kubeconfig {self.kubeconfig(name)}")
+        self.log(f"lab: {len(wanted.clusters)} clusters up in {time.monotonic() - started:.1f}s")
+        return wanted
+
+    def down(self, quiet: bool = False) -> None:
+        """Remove every process, port and file the lab made, including a crashed run's leftovers."""
+        workdir = self.kwok_workdir / "clusters"
+        kwokctl = self.cache.path("kwokctl")
+        if workdir.exists() and kwokctl.exists():
+            for cluster in sorted(p.name for p in workdir.iterdir() if p.is_dir()):
+                subprocess.run(
+                    [str(kwokctl), "--name", cluster, "delete", "cluster"],
+                    env=self._kwok_env(),
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
+        killed = _kill_processes_under(self.root)
+        recorded = self.recorded_config()
+        shutil.rmtree(self.root, ignore_errors=True)
+        if recorded is not None:
+            _wait_ports_released(recorded.all_ports())
+        if not quiet:
+            extra = f" ({killed} leftover processes killed)" if killed else ""
+            self.log(f"lab: down, {self.root} removed{extra}")
+
+    def status(self, lab: LabConfig | None = None) -> list[ClusterStatus]:
+        lab = lab or self.recorded_config()
+        if lab is None:
+            return []
+        return [self._cluster_status(cluster) for cluster in lab.clusters]
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def kubectl(self, cluster: str, *args: str, timeout: float = 60, check: bool = True, **kwargs):
+        command = [str(self.cache.path("kubectl")), "--kubeconfig", str(self.kubeconfig(cluster)), *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
+        if check and result.returncode != 0:
+            raise LabError(f"{cluster}: kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def _kwok_env(self) -> dict[str, str]:
+        # KWOK_WORKDIR keeps kwokctl's clusters, pids and logs inside the lab's state directory.
+        return dict(os.environ, KWOK_WORKDIR=str(self.kwok_workdir))
+
+    def _link_binaries(self) -> None:
+        bin_dir = self.root / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for name in ALL_BINARIES:
+            link = bin_dir / name
+            link.unlink(missing_ok=True)
+            link.symlink_to(self.cache.path(name))
+
+    def _start_cluster(self, cluster: ClusterSpec) -> float:
+        started = time.monotonic()
+        cluster_dir = self.cluster_dir(cluster.name)
+        (cluster_dir / "exec").mkdir(parents=True, exist_ok=True)
+        (cluster_dir / "container.log").write_text(container_log_file(cluster))
+        binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
+        config_path = cluster_dir / "kwokctl.yaml"
+        config_path.write_text(yaml.safe_dump_all(kwokctl_documents(cluster, binaries, cluster_dir)))
+        self.log(f"lab: starting {cluster.name} (kube-apiserver {cluster.server})")
+        result = subprocess.run(
+            [
+                str(self.cache.path("kwokctl")),
+                "--name",
+                cluster.name,
+                "create",
+                "cluster",
+                "--config",
+                str(config_path),
+                "--wait",
+                f"{START_TIMEOUT_S}s",
+            ],
+            env=self._kwok_env(),
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S + 60,
+            check=False,
+        )
+        if result.returncode != 0:
+            logs = self.kwok_workdir / "clusters" / cluster.name / "logs"
+            raise LabError(
+                f"{cluster.name}: kwokctl create cluster failed (component logs in {logs}):\n"
+                + "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
+            )
+        self._write_kubeconfig(cluster)
+        manifests = {"apiVersion": "v1", "kind": "List", "items": [node.manifest() for node in cluster.nodes]}
+        self.kubectl(cluster.name, "apply", "-f", "-", input=json.dumps(manifests))
+        self.kubectl(
+            cluster.name,
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "-l",
+            f"{MANAGED_NODE_LABEL}=true",
+            "--timeout=120s",
+            timeout=150,
+        )
+        return time.monotonic() - started
+
+    def _write_kubeconfig(self, cluster: ClusterSpec) -> None:
+        """kwokctl's kubeconfig, renamed so the context is the cluster id and certificates are inline."""
+        result = subprocess.run(
+            [str(self.cache.path("kwokctl")), "--name", cluster.name, "get", "kubeconfig"],
+            env=self._kwok_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        source = yaml.safe_load(result.stdout)
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": cluster.name, "cluster": _inline(source["clusters"][0]["cluster"])}],
+            "users": [{"name": f"{cluster.name}-admin", "user": _inline(source["users"][0]["user"])}],
+            "contexts": [{"name": cluster.name, "context": {"cluster": cluster.name, "user": f"{cluster.name}-admin"}}],
+            "current-context": cluster.name,
+        }
+        kubeconfig["clusters"][0]["cluster"]["server"] = cluster.server
+        path = self.kubeconfig(cluster.name)
+        path.write_text(yaml.safe_dump(kubeconfig))
+        path.chmod(0o600)
+
+    def _write_merged_kubeconfig(self, lab: LabConfig) -> None:
+        merged = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": []}
+        for cluster in lab.clusters:
+            one = yaml.safe_load(self.kubeconfig(cluster.name).read_text())
+            for key in ("clusters", "users", "contexts"):
+                merged[key] += one[key]
+        merged["current-context"] = lab.clusters[0].name
+        self.merged_kubeconfig.write_text(yaml.safe_dump(merged))
+        self.merged_kubeconfig.chmod(0o600)
+
+    def _cluster_status(self, cluster: ClusterSpec) -> ClusterStatus:
+        kubeconfig = self.kubeconfig(cluster.name)
+        ready, detail, ready_nodes = False, "not started", 0
+        if kubeconfig.exists():
+            try:
+                readyz = self.kubectl(cluster.name, "get", "--raw", "/readyz", timeout=10, check=False)
+                ready = readyz.returncode == 0 and readyz.stdout.strip() == "ok"
+                detail = "ready" if ready else (readyz.stderr.strip() or readyz.stdout.strip())[:200]
+                if ready:
+                    nodes = self.kubectl(cluster.name, "get", "nodes", "-l", f"{MANAGED_NODE_LABEL}=true", "-o", "json")
+                    ready_nodes = sum(_node_ready(node) for node in json.loads(nodes.stdout)["items"])
+                    ready = ready_nodes == len(cluster.nodes)
+                    if not ready:
+                        detail = f"{ready_nodes}/{len(cluster.nodes)} nodes Ready"
+            except (subprocess.TimeoutExpired, LabError) as error:
+                detail = str(error)[:200]
+        rss, peak = _memory_of(self.kwok_workdir / "clusters" / cluster.name / "pids")
+        return ClusterStatus(cluster.name, cluster.server, kubeconfig, ready, detail, ready_nodes, rss, peak)
+
+
+def _inline(entry: dict) -> dict:
+    """Replace `*-file` references by their `*-data` so the kubeconfig stands alone."""
+    result = {}
+    for key, value in entry.items():
+        if key in ("certificate-authority", "client-certificate", "client-key"):
+            result[f"{key}-data"] = base64.b64encode(Path(value).read_bytes()).decode()
+        else:
+            result[key] = value
+    return result
+
+
+def _node_ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+
+def _memory_of(pid_dir: Path) -> tuple[float, float]:
+    """Current and peak resident memory (MiB) of a cluster's processes, from /proc."""
+    rss = peak = 0
+    for pid_file in pid_dir.glob("*.pid") if pid_dir.exists() else []:
+        try:
+            status = Path(f"/proc/{pid_file.read_text().strip()}/status").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        rss += int(fields.get("VmRSS", "0 kB").split()[0])
+        peak += int(fields.get("VmHWM", "0 kB").split()[0])
+    return rss / 1024, peak / 1024
+
+
+def _processes_under(root: Path) -> list[int]:
+    """Processes whose command line or working directory points into the lab's state directory."""
+    marker = str(root)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if marker in cmdline or cwd == marker or cwd.startswith(marker + "/"):
+            found.append(int(entry))
+    return found
+
+
+def _kill_processes_under(root: Path) -> int:
+    pids = _processes_under(root)
+    found = len(pids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+            time.sleep(0.2)
+        pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and not _is_zombie(pid)]
+        if not pids:
+            break
+    return found
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return False
+
+
+def _wait_ports_released(ports: dict[int, str], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check_ports_free(ports)
+            return
+        except LabError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def load_config(**overrides) -> LabConfig:
+    return lab_config.load(**overrides)

@@ -1,0 +1,90 @@
+"""Checks that turn a missing prerequisite into one clear message before anything starts."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+from .errors import LabError
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def check_go(minimum: str) -> str:
+    """Return the Go version on PATH, or explain what is missing."""
+    go = shutil.which("go")
+    if go is None:
+        raise LabError(
+            f"Go is not on PATH; the lab builds Kubernetes from Go modules and needs Go >= {minimum}. "
+            "Install Go and make sure 'go version' works."
+        )
+    result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False)
+    found = result.stdout.strip().removeprefix("go")
+    if result.returncode != 0 or not found:
+        raise LabError(f"'{go} env GOVERSION' failed: {result.stderr.strip()}")
+    if _version_tuple(found) < _version_tuple(minimum):
+        raise LabError(
+            f"Go {found} found at {go}, but the lab's pinned Kubernetes needs Go >= {minimum} "
+            "(the 'go' line of lab/gomod/go.mod). Install a newer Go; GOTOOLCHAIN=local is used, "
+            "so no toolchain is downloaded for you."
+        )
+    return found
+
+
+def check_disk(path: Path, needed: int, purpose: str) -> None:
+    free = shutil.disk_usage(path).free
+    if free < needed:
+        raise LabError(
+            f"not enough disk for {purpose}: {free / 1024**3:.1f} GiB free on {path}, "
+            f"{needed / 1024**3:.0f} GiB needed. Free some space, or point CATAMARAN_LAB_CACHE, "
+            "GOCACHE and GOMODCACHE at a larger disk."
+        )
+
+
+def port_holder(port: int) -> str:
+    """Best effort: which process listens on a TCP port, read from /proc without extra tools."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(fields[9])
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                    return f"pid {pid} ({command[:120]})"
+        except OSError:
+            continue
+    return "an unknown process"
+
+
+def check_ports_free(ports: dict[int, str], host: str = "127.0.0.1") -> None:
+    """Fail with every busy port named, its intended use and its current holder."""
+    busy = []
+    for port, purpose in sorted(ports.items()):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                busy.append(f"  {host}:{port} ({purpose}) is held by {port_holder(port)}")
+    if busy:
+        raise LabError(
+            "ports the lab needs are in use:\n"
+            + "\n".join(busy)
+            + "\nStop that process (a leftover lab is removed by 'make lab-down'), "
+            "or move the lab with CATAMARAN_LAB_BASE_PORT=<port>."
+        )

@@ -1,0 +1,67 @@
+"""The lab, started once per session for tests that need real kube-apiservers.
+
+A lab that cannot start fails the session with the reason; nothing here ever skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+
+import pytest
+
+from catamaran_lab import config as lab_config
+from catamaran_lab.errors import LabError
+from catamaran_lab.lab import Lab
+
+
+@pytest.fixture(scope="session")
+def lab(pytestconfig) -> Lab:
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    # Show the lab's progress live: a cold start takes minutes and must not look like a hang.
+    with capture.global_and_fixture_disabled():
+        lab = Lab(log=lambda message: print(message, flush=True))
+        try:
+            lab.up(lab_config.load())
+        except LabError as error:
+            pytest.fail(f"the lab could not start, so no integration test can run:\n{error}", pytrace=False)
+    return lab
+
+
+@pytest.fixture(scope="session")
+def lab_config_in_use(lab):
+    return lab.recorded_config()
+
+
+@pytest.fixture(params=[c.name for c in lab_config.load().clusters])
+def cluster(request, lab_config_in_use):
+    return lab_config_in_use.cluster(request.param)
+
+
+@pytest.fixture
+def namespace(lab, cluster):
+    name = f"smoke-{uuid.uuid4().hex[:8]}"
+    lab.kubectl(cluster.name, "create", "namespace", name)
+    # Pods are admitted only once the namespace's default ServiceAccount exists.
+    wait_for(lambda: lab.kubectl(cluster.name, "-n", name, "get", "sa", "default", check=False).returncode == 0)
+    yield name
+    lab.kubectl(cluster.name, "delete", "namespace", name, "--wait=false", check=False)
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
+    """Poll a test predicate until it returns a truthy value; the value is returned."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(LabError):
+            last = predicate()
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {last!r})")
+
+
+def get_json(lab: Lab, cluster: str, *args: str) -> dict:
+    return json.loads(lab.kubectl(cluster, "get", *args, "-o", "json").stdout)

@@ -1,0 +1,214 @@
+"""Pure logic of the lab: its shape, kwokctl configuration, pins, cache checks and preflight messages."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from catamaran_lab import binaries, config, kwok, preflight
+from catamaran_lab.errors import LabError
+
+
+@pytest.fixture
+def lab_file(tmp_path):
+    def write(text: str) -> Path:
+        path = tmp_path / "lab.yaml"
+        path.write_text(text)
+        return path
+
+    return write
+
+
+def test_default_lab_has_three_distinct_clusters():
+    lab = config.load()
+    assert [c.name for c in lab.clusters] == ["cluster-1", "cluster-2", "cluster-3"]
+    assert len({c.region for c in lab.clusters}) == 3
+    ranges = [ipaddress.ip_network(c.pod_cidr) for c in lab.clusters]
+    assert not any(a.overlaps(b) for i, a in enumerate(ranges) for b in ranges[i + 1 :])
+    ports = [port for c in lab.clusters for port in c.ports.values()]
+    assert len(ports) == len(set(ports)) == 3 * len(config.PORT_OFFSETS)
+
+
+def test_overlapping_pod_ranges_are_identical_across_clusters():
+    lab = config.load(overlapping_pod_cidrs=True)
+    assert len({c.pod_cidr for c in lab.clusters}) == 1
+
+
+def test_each_node_gets_its_own_slice_of_the_cluster_range():
+    for cluster in config.load(clusters=2).clusters:
+        node_ranges = [ipaddress.ip_network(n.pod_cidr) for n in cluster.nodes]
+        assert len(set(node_ranges)) == len(node_ranges)
+        assert all(r.subnet_of(ipaddress.ip_network(cluster.pod_cidr)) for r in node_ranges)
+
+
+def test_nodes_carry_the_kwok_selector_and_topology_labels():
+    cluster = config.load().cluster("cluster-2")
+    for node in cluster.nodes:
+        labels = node.manifest()["metadata"]["labels"]
+        assert labels[config.MANAGED_NODE_LABEL] == "true"
+        assert labels[config.REGION_LABEL] == cluster.region
+        assert labels[config.PROVIDER_LABEL] == cluster.provider
+
+
+def test_extra_resources_go_to_the_first_nodes_only(lab_file):
+    path = lab_file(
+        "defaults: {nodes: 3, allocatable: {cpu: '4'}}\n"
+        "clusters:\n  - {name: gpu-lab, extraResources: [{nvidia.com/gpu: '1'}]}\n"
+    )
+    nodes = config.load(path).clusters[0].nodes
+    assert nodes[0].manifest()["status"]["allocatable"] == {"cpu": "4", "nvidia.com/gpu": "1"}
+    assert "nvidia.com/gpu" not in nodes[1].allocatable
+
+
+def test_more_clusters_than_declared_are_generated():
+    lab = config.load(clusters=5)
+    assert lab.clusters[4].name == "cluster-5"
+    assert lab.clusters[4].region == "region-e"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("clusters: [{name: Bad_Name}]", "not a DNS-1123 label"),
+        ("clusters: [{name: a}, {name: a}]", "must be unique"),
+        ("clusters: [{name: a, nodes: 1, extraResources: [{x: '1'}, {x: '1'}]}]", "only 1 nodes"),
+        ("basePort: 80\nclusters: [{name: a}]", "out of range"),
+        ("clusters: [{name: a, nodes: 0}]", "between 1 and 200"),
+    ],
+)
+def test_invalid_lab_files_are_rejected_with_the_reason(lab_file, text, message):
+    with pytest.raises(LabError, match=message):
+        config.load(lab_file(text))
+
+
+def test_cluster_count_is_bounded():
+    with pytest.raises(LabError, match="1 to 9 clusters"):
+        config.load(clusters=0)
+
+
+def test_config_round_trips_through_the_state_file():
+    lab = config.load(overlapping_pod_cidrs=True)
+    assert config.LabConfig.from_dict(json.loads(json.dumps(lab.to_dict()))) == lab
+
+
+def test_kwokctl_is_told_every_binary_and_never_to_manage_all_nodes(tmp_path):
+    cluster = config.load().clusters[0]
+    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
+    documents = kwok.kwokctl_documents(cluster, paths, tmp_path)
+    options = documents[0]["options"]
+    for option in ("kubeApiserver", "kubeControllerManager", "kubeScheduler", "kubectl", "etcd", "kwokController"):
+        assert Path(options[f"{option}Binary"]).parent == tmp_path
+    assert options["kubeApiserverPort"] == cluster.ports["kube-apiserver"]
+    assert options["bindAddress"] == "127.0.0.1"
+    args = {a["key"]: a for a in documents[0]["componentsPatches"][0]["extraArgs"]}
+    assert args["manage-all-nodes"] == {"key": "manage-all-nodes", "value": "false", "override": True}
+    assert args["manage-nodes-with-label-selector"]["value"] == f"{config.MANAGED_NODE_LABEL}=true"
+    kinds = [d["kind"] for d in documents]
+    assert {"ClusterLogs", "ClusterExec"} <= set(kinds)
+
+
+def test_pins_come_from_the_wrapper_module():
+    pins = binaries.read_pins()
+    assert pins.kubernetes.startswith("v1.")
+    assert pins.etcd.startswith("v3.")
+    assert pins.kubernetes in pins.cache_key
+    assert pins.kwok in pins.cache_key
+
+
+def test_pins_without_kubernetes_are_an_error(tmp_path):
+    go_mod = tmp_path / "go.mod"
+    go_mod.write_text("module x\n\ngo 1.26.0\n")
+    with pytest.raises(LabError, match=r"does not require k8s\.io/kubernetes"):
+        binaries.read_pins(go_mod)
+
+
+def test_version_stamp_matches_upstream_release_builds():
+    flags = binaries.kubernetes_ldflags("v1.36.3")
+    assert "-X 'k8s.io/component-base/version.gitVersion=v1.36.3'" in flags
+    assert "-X 'k8s.io/component-base/version.gitMinor=36'" in flags
+
+
+def _fake_complete_cache(root: Path) -> binaries.BinaryCache:
+    cache = binaries.BinaryCache(root=root)
+    cache.bin_dir.mkdir(parents=True)
+    entries = {}
+    for name in binaries.ALL_BINARIES:
+        path = cache.path(name)
+        path.write_bytes(name.encode() * 10)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        entries[name] = {"size": path.stat().st_size, "sha256": binaries._sha256(path)}
+    (cache.dir / binaries.MANIFEST).write_text(json.dumps({"binaries": entries}))
+    return cache
+
+
+def test_complete_cache_is_used_as_is(tmp_path):
+    assert _fake_complete_cache(tmp_path).problem() is None
+
+
+def test_missing_cache_needs_a_build(tmp_path):
+    assert binaries.BinaryCache(root=tmp_path).problem() == "not built yet"
+
+
+def test_interrupted_build_is_detected(tmp_path):
+    cache = _fake_complete_cache(tmp_path)
+    (cache.dir / binaries.MANIFEST).unlink()
+    assert "half-built" in cache.problem()
+
+
+def test_truncated_binary_is_detected(tmp_path):
+    cache = _fake_complete_cache(tmp_path)
+    cache.path("kube-apiserver").write_bytes(b"x")
+    assert "kube-apiserver does not match" in cache.problem()
+
+
+def test_missing_binary_is_detected(tmp_path):
+    cache = _fake_complete_cache(tmp_path)
+    cache.path("kwokctl").unlink()
+    assert "kwokctl is missing" in cache.problem()
+
+
+def _fake_go(tmp_path: Path, version: str, monkeypatch) -> None:
+    go = tmp_path / "go"
+    go.write_text(f"#!/bin/sh\necho go{version}\n")
+    go.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+def test_old_go_is_named_with_the_needed_version(tmp_path, monkeypatch):
+    _fake_go(tmp_path, "1.24.2", monkeypatch)
+    with pytest.raises(LabError, match=r"Go 1\.24\.2 found .* needs Go >= 1\.26\.0"):
+        preflight.check_go("1.26.0")
+
+
+def test_new_enough_go_passes(tmp_path, monkeypatch):
+    _fake_go(tmp_path, "1.26.8", monkeypatch)
+    assert preflight.check_go("1.26.0") == "1.26.8"
+
+
+def test_missing_go_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LabError, match="Go is not on PATH"):
+        preflight.check_go("1.26.0")
+
+
+def test_short_disk_is_reported(tmp_path):
+    with pytest.raises(LabError, match="not enough disk for the test"):
+        preflight.check_disk(tmp_path, 1 << 60, "the test")
+
+
+def test_busy_port_names_its_holder():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(LabError) as raised:
+            preflight.check_ports_free({port: "cluster-9 kube-apiserver"})
+    message = str(raised.value)
+    assert f"127.0.0.1:{port} (cluster-9 kube-apiserver)" in message
+    assert f"pid {os.getpid()}" in message
