@@ -212,3 +212,20 @@ def test_busy_port_names_its_holder():
     message = str(raised.value)
     assert f"127.0.0.1:{port} (cluster-9 kube-apiserver)" in message
     assert f"pid {os.getpid()}" in message
+
+
+def test_environment_overrides_apply_to_every_caller(monkeypatch):
+    monkeypatch.setenv("CATAMARAN_LAB_BASE_PORT", "30000")
+    monkeypatch.setenv("CATAMARAN_LAB_CLUSTERS", "2")
+    monkeypatch.setenv("CATAMARAN_LAB_OVERLAP", "1")
+    lab = config.load()
+    assert lab.base_port == 30000
+    assert lab.clusters[0].ports["kube-apiserver"] == 30010
+    assert len(lab.clusters) == 2
+    assert lab.overlapping_pod_cidrs
+
+
+def test_malformed_environment_override_is_named(monkeypatch):
+    monkeypatch.setenv("CATAMARAN_LAB_BASE_PORT", "lots")
+    with pytest.raises(LabError, match="CATAMARAN_LAB_BASE_PORT='lots' is not a whole number"):
+        config.load()

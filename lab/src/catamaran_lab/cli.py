@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -26,9 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     up.add_argument("--clusters", type=int, help="how many clusters (default: as many as lab/lab.yaml declares)")
     up.add_argument(
         "--overlapping-pod-cidrs",
-        action="store_true",
-        default=os.environ.get("CATAMARAN_LAB_OVERLAP") == "1",
-        help="give every cluster the same pod range (default: distinct ranges)",
+        action="store_const",
+        const=True,
+        help="give every cluster the same pod range (default: distinct; CATAMARAN_LAB_OVERLAP=1)",
     )
     commands.add_parser("down", help="stop every lab process and remove the lab's state")
     commands.add_parser("status", help="list clusters, kubeconfigs, health and memory")
@@ -41,12 +40,7 @@ def main(argv: list[str] | None = None) -> None:
             BinaryCache().ensure(_log)
             _log(f"lab binaries: ready in {lab.cache.bin_dir} ({time.monotonic() - started:.1f}s)")
         elif args.command == "up":
-            base_port = os.environ.get("CATAMARAN_LAB_BASE_PORT")
-            wanted = lab_config.load(
-                clusters=args.clusters or _env_int("CATAMARAN_LAB_CLUSTERS"),
-                overlapping_pod_cidrs=args.overlapping_pod_cidrs,
-                base_port=int(base_port) if base_port else None,
-            )
+            wanted = lab_config.load(clusters=args.clusters, overlapping_pod_cidrs=args.overlapping_pod_cidrs)
             lab.up(wanted)
             _print_status(lab)
         elif args.command == "down":
@@ -55,11 +49,6 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
     except LabError as error:
         sys.exit(f"error: {error}")
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value else None
 
 
 def _print_status(lab: Lab) -> bool:

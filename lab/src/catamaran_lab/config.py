@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,10 +106,14 @@ def cluster_pod_cidr(number: int, overlapping: bool) -> ipaddress.IPv4Network:
 def load(
     path: Path = DEFAULT_CONFIG,
     clusters: int | None = None,
-    overlapping_pod_cidrs: bool = False,
+    overlapping_pod_cidrs: bool | None = None,
     base_port: int | None = None,
 ) -> LabConfig:
-    """Read the lab file and apply command-line overrides, validating as we go."""
+    """Read the lab file and apply overrides (arguments first, then CATAMARAN_LAB_* variables)."""
+    clusters = clusters if clusters is not None else _env_int("CATAMARAN_LAB_CLUSTERS")
+    base_port = base_port if base_port is not None else _env_int("CATAMARAN_LAB_BASE_PORT")
+    if overlapping_pod_cidrs is None:
+        overlapping_pod_cidrs = os.environ.get("CATAMARAN_LAB_OVERLAP") == "1"
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
@@ -142,6 +147,16 @@ def load(
     if len(set(names)) != len(names):
         raise LabError(f"cluster names in {path} must be unique: {names}")
     return LabConfig(base_port=base, overlapping_pod_cidrs=overlapping_pod_cidrs, clusters=tuple(specs))
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise LabError(f"{name}={value!r} is not a whole number") from None
 
 
 def _cluster(

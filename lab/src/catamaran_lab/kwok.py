@@ -54,7 +54,11 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                         {"key": "manage-nodes-with-label-selector", "value": f"{MANAGED_NODE_LABEL}=true"},
                         {"key": "node-ip", "value": "127.0.0.1", "override": True},
                     ],
-                }
+                },
+                # One instance each: without leader election they survive an API server outage
+                # (fault tests stop it) instead of exiting when their lease cannot be renewed.
+                {"name": "kube-controller-manager", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
+                {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
             ],
         },
         {

@@ -137,6 +137,43 @@ class Lab:
             return []
         return [self._cluster_status(cluster) for cluster in lab.clusters]
 
+    def stop_component(self, cluster: str, component: str) -> None:
+        """Stop one control-plane process (fault tests); `start_component` brings it back as it was."""
+        pid_file = self.kwok_workdir / "clusters" / cluster / "pids" / f"{component}.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except (OSError, ValueError) as error:
+            raise LabError(f"{cluster}: {component} is not running ({error})") from error
+        saved = {"argv": [arg.decode() for arg in cmdline], "cwd": cwd}
+        (self.cluster_dir(cluster) / f"{component}.stopped.json").write_text(json.dumps(saved))
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+    def start_component(self, cluster: str, component: str) -> None:
+        saved_path = self.cluster_dir(cluster) / f"{component}.stopped.json"
+        if not saved_path.exists():
+            raise LabError(f"{cluster}: {component} was not stopped by the lab")
+        saved = json.loads(saved_path.read_text())
+        log_path = self.kwok_workdir / "clusters" / cluster / "logs" / f"{component}.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                saved["argv"],
+                cwd=saved["cwd"],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        pid_file = self.kwok_workdir / "clusters" / cluster / "pids" / f"{component}.pid"
+        pid_file.write_text(str(process.pid))
+        saved_path.unlink()
+
     # -- helpers ------------------------------------------------------------------------
 
     def kubectl(self, cluster: str, *args: str, timeout: float = 60, check: bool = True, **kwargs):
