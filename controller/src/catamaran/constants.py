@@ -1,0 +1,49 @@
+"""Names shared by every part of Catamaran (DESIGN.md section 2). Change them here only."""
+
+SYSTEM_NAMESPACE = "catamaran-system"
+TENANT_NAMESPACE_PREFIX = "catamaran-tenant-"
+TENANT_SERVICE_ACCOUNT = "catamaran-consumer"
+VIRTUAL_NODE_PREFIX = "catamaran-"
+
+CORE_GROUP = "core.catamaran.io"
+OFFLOADING_GROUP = "offloading.catamaran.io"
+VERSION = "v1alpha1"
+
+LABEL_TYPE = "catamaran.io/type"
+TYPE_VIRTUAL_NODE = "virtual-node"
+LABEL_REMOTE_CLUSTER_ID = "catamaran.io/remote-cluster-id"
+LABEL_ORIGIN_CLUSTER_ID = "catamaran.io/origin-cluster-id"
+LABEL_DESTINATION_CLUSTER_ID = "catamaran.io/destination-cluster-id"
+LABEL_MANAGED_BY = "catamaran.io/managed-by"
+LABEL_TENANT = "catamaran.io/tenant"
+
+MANAGED_BY_SHADOWPOD = "shadowpod"
+MANAGED_BY_CATAMARAN = "catamaran"
+
+ANNOTATION_LOCAL_POD_UID = "catamaran.io/local-pod-uid"
+ANNOTATION_TWIN_OF = "catamaran.io/twin-of"
+
+VIRTUAL_NODE_TAINT_KEY = "virtual-node.catamaran.io/not-allowed"
+VIRTUAL_NODE_TAINT = {"key": VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_DURATION_SECONDS = 40
+NODE_LEASE_RENEW_SECONDS = 10
+
+TWIN_FINALIZER = "catamaran.io/twin-namespace"
+RESOURCE_OFFER_NAME = "resources"
+TENANT_WORKLOAD_CLUSTER_ROLE = "catamaran-tenant-workloads"
+TENANT_CLUSTER_ROLE = "catamaran-tenant"
+
+
+def tenant_namespace(consumer_cluster_id: str) -> str:
+    return f"{TENANT_NAMESPACE_PREFIX}{consumer_cluster_id}"
+
+
+def virtual_node_name(provider_cluster_id: str) -> str:
+    return f"{VIRTUAL_NODE_PREFIX}{provider_cluster_id}"
+
+
+def default_twin_namespace(local_namespace: str, consumer_cluster_id: str) -> str:
+    """The DefaultName mapping strategy: unique per consumer on a shared provider."""
+    return f"{local_namespace}-{consumer_cluster_id}"

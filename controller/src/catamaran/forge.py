@@ -1,0 +1,209 @@
+"""Turn a consumer's pod into the ShadowPod a provider runs, and the remote status back. Pure."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from collections.abc import Callable
+
+from .constants import (
+    ANNOTATION_LOCAL_POD_UID,
+    LABEL_DESTINATION_CLUSTER_ID,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    MANAGED_BY_CATAMARAN,
+    OFFLOADING_GROUP,
+    VERSION,
+    VIRTUAL_NODE_TAINT_KEY,
+)
+
+ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
+SERVICE_ACCOUNT_VOLUME_PREFIX = "kube-api-access-"
+# Fields that only make sense on the consumer: placement on its nodes, its priority classes,
+# its service accounts (their tokens are not valid on the provider) and host namespaces.
+LOCAL_ONLY_SPEC_FIELDS = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "topologySpreadConstraints",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+    "preemptionPolicy",
+    "serviceAccountName",
+    "serviceAccount",
+    "readinessGates",
+    "ephemeralContainers",
+    "resourceClaims",
+    "schedulingGates",
+)
+DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
+
+
+def forge_pod_spec(spec: dict) -> dict:
+    forged = copy.deepcopy(spec)
+    for field in LOCAL_ONLY_SPEC_FIELDS:
+        forged.pop(field, None)
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        forged[field] = False
+    if forged.get("dnsPolicy") == "ClusterFirstWithHostNet":
+        forged["dnsPolicy"] = "ClusterFirst"
+    forged["automountServiceAccountToken"] = False
+    forged["tolerations"] = [t for t in forged.get("tolerations") or [] if t.get("key") != VIRTUAL_NODE_TAINT_KEY]
+    token_volumes = {
+        v["name"] for v in forged.get("volumes") or [] if v["name"].startswith(SERVICE_ACCOUNT_VOLUME_PREFIX)
+    }
+    forged["volumes"] = [v for v in forged.get("volumes") or [] if v["name"] not in token_volumes]
+    for kind in ("initContainers", "containers"):
+        for container in forged.get(kind) or []:
+            mounts = [m for m in container.get("volumeMounts") or [] if m["name"] not in token_volumes]
+            if mounts:
+                container["volumeMounts"] = mounts
+            else:
+                container.pop("volumeMounts", None)
+    for empty in ("volumes", "tolerations"):
+        if not forged[empty]:
+            forged.pop(empty)
+    return forged
+
+
+def shadowpod_for(pod: dict, *, twin_namespace: str, consumer_id: str, provider_id: str) -> dict:
+    """The ShadowPod for a local pod: same name, in the twin namespace, spec forged for the provider."""
+    meta = pod["metadata"]
+    identity = {
+        LABEL_ORIGIN_CLUSTER_ID: consumer_id,
+        LABEL_DESTINATION_CLUSTER_ID: provider_id,
+        LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
+    }
+    annotations = {
+        key: value for key, value in (meta.get("annotations") or {}).items() if key not in DROPPED_ANNOTATIONS
+    }
+    labels = {**(meta.get("labels") or {}), **identity}
+    return {
+        "apiVersion": f"{OFFLOADING_GROUP}/{VERSION}",
+        "kind": "ShadowPod",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": twin_namespace,
+            "labels": labels,
+            "annotations": {ANNOTATION_LOCAL_POD_UID: meta["uid"], ANNOTATION_LOCAL_NAMESPACE: meta["namespace"]},
+        },
+        "spec": {
+            "pod": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": forge_pod_spec(pod["spec"]),
+            }
+        },
+    }
+
+
+class IPTranslator:
+    """Maps provider pod IPs into the consumer's remap range, keeping the offset inside the range."""
+
+    def __init__(self, provider_cidrs: list[str], remap_cidr: str | None):
+        self.sources = [ipaddress.ip_network(c, strict=False) for c in provider_cidrs]
+        self.target = ipaddress.ip_network(remap_cidr, strict=False) if remap_cidr else None
+        if self.target is not None:
+            for source in self.sources:
+                if source.num_addresses > self.target.num_addresses:
+                    raise ValueError(f"remap range {remap_cidr} is smaller than the provider's pod range {source}")
+
+    def __call__(self, ip: str) -> str:
+        if self.target is None or not ip:
+            return ip
+        address = ipaddress.ip_address(ip)
+        for source in self.sources:
+            if address in source:
+                offset = int(address) - int(source.network_address)
+                return str(self.target.network_address + offset)
+        return ip
+
+
+def _condition(kind: str, status: str, reason: str = "", message: str = "", when: str | None = None) -> dict:
+    condition = {"type": kind, "status": status}
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    if when:
+        condition["lastTransitionTime"] = when
+    return condition
+
+
+def local_pod_status(
+    local_status: dict,
+    shadow_status: dict | None,
+    *,
+    node_ip: str,
+    translate: Callable[[str], str],
+    provider_reachable: bool,
+    now: str,
+    containers: list[tuple[str, str]] = (),
+) -> dict:
+    """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet)."""
+    shadow_status = shadow_status or {}
+    remote = shadow_status.get("pod") or {}
+    local_conditions = {c["type"]: c for c in local_status.get("conditions") or []}
+    status: dict = {"phase": remote.get("phase") or shadow_status.get("phase") or "Pending", "hostIP": node_ip}
+    status["hostIPs"] = [{"ip": node_ip}]
+    conditions = [local_conditions["PodScheduled"]] if "PodScheduled" in local_conditions else []
+    conditions += [c for c in remote.get("conditions") or [] if c["type"] != "PodScheduled"]
+    failure = next(
+        (c for c in shadow_status.get("conditions") or [] if c["type"] == "PodCreated" and c["status"] == "False"),
+        None,
+    )
+    previous_failure = local_conditions.get(REMOTE_CONDITION)
+    if failure is not None:
+        conditions.append(
+            _condition(
+                REMOTE_CONDITION,
+                "False",
+                failure.get("reason", "Failed"),
+                failure.get("message", ""),
+                (previous_failure or {}).get("lastTransitionTime") or now,
+            )
+        )
+    if not provider_reachable:
+        unreachable = [c for c in conditions if c["type"] not in ("Ready", "ContainersReady")]
+        message = "the provider cluster's API server is unreachable"
+        for kind in ("ContainersReady", "Ready"):
+            previous = local_conditions.get(kind) or {}
+            since = previous.get("lastTransitionTime") if previous.get("status") == "False" else now
+            unreachable.append(_condition(kind, "False", "ProviderUnreachable", message, since or now))
+        conditions = unreachable
+    status["conditions"] = conditions
+    if remote.get("startTime"):
+        status["startTime"] = remote["startTime"]
+    if remote.get("podIP"):
+        status["podIP"] = translate(remote["podIP"])
+        status["podIPs"] = [{"ip": translate(entry["ip"])} for entry in remote.get("podIPs") or []] or [
+            {"ip": status["podIP"]}
+        ]
+    recreations = int(shadow_status.get("recreations") or 0)
+    for kind in ("initContainerStatuses", "containerStatuses"):
+        entries = copy.deepcopy(remote.get(kind) or [])
+        for entry in entries:
+            entry["restartCount"] = int(entry.get("restartCount") or 0) + recreations
+            if not provider_reachable:
+                entry["ready"] = False
+        if entries:
+            status[kind] = entries
+    if failure is not None and not remote.get("containerStatuses"):
+        status["containerStatuses"] = [
+            {
+                "name": container_name,
+                "ready": False,
+                "restartCount": 0,
+                "image": image,
+                "imageID": "",
+                "state": {
+                    "waiting": {"reason": failure.get("reason", "Failed"), "message": failure.get("message", "")}
+                },
+            }
+            for container_name, image in containers
+        ]
+    for field in ("reason", "message"):
+        if remote.get(field):
+            status[field] = remote[field]
+    return status

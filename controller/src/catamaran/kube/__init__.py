@@ -1,0 +1,1 @@
+"""Bottom layer: cluster clients, list+watch informers, work queues and events."""

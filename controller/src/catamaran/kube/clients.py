@@ -1,0 +1,57 @@
+"""Build lightkube AsyncClients from kubeconfig files, kubeconfig Secrets or the pod's service account."""
+
+from __future__ import annotations
+
+import os
+
+import httpx2
+import yaml
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ConfigError
+
+
+class CredentialError(Exception):
+    """A kubeconfig or credential that cannot be used; the message names what is wrong."""
+
+
+def kubeconfig_from_file(path: str | None, context: str | None = None) -> KubeConfig:
+    try:
+        if path:
+            config = KubeConfig.from_file(path)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return KubeConfig.from_service_account()
+        else:
+            config = KubeConfig.from_env()
+        if context and context not in config.contexts:
+            raise CredentialError(f"kubeconfig {path or '$KUBECONFIG'} has no context {context!r}")
+        return config
+    except (ConfigError, OSError, yaml.YAMLError) as error:
+        raise CredentialError(f"cannot load kubeconfig {path or '$KUBECONFIG'}: {error}") from error
+
+
+def kubeconfig_from_text(text: str, origin: str) -> KubeConfig:
+    """A kubeconfig held in a Secret; `origin` names the Secret in error messages, never its content."""
+    try:
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict) or not data.get("clusters"):
+            raise CredentialError(f"{origin} does not hold a kubeconfig (no clusters)")
+        return KubeConfig.from_dict(data)
+    except (ConfigError, yaml.YAMLError, KeyError, TypeError) as error:
+        raise CredentialError(f"{origin} holds an unusable kubeconfig: {type(error).__name__}") from None
+
+
+def async_client(config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15) -> AsyncClient:
+    return AsyncClient(
+        config=config.get(context),
+        field_manager=field_manager,
+        timeout=httpx2.Timeout(timeout),
+        trust_env=False,
+    )
+
+
+async def get_raw(client: AsyncClient, path: str, request_timeout: float) -> tuple[int, str]:
+    """GET a non-resource path such as /readyz with the client's own credentials and TLS settings."""
+    # lightkube has no public call for non-resource paths; its httpx client carries auth and TLS.
+    http = client._client._client
+    response = await http.get(path, timeout=request_timeout)
+    return response.status_code, response.text

@@ -1,0 +1,103 @@
+"""A deduplicating work queue with per-key backoff, drained by a fixed number of workers.
+
+A key is never processed by two workers at once; a key added while it is being processed
+runs once more afterwards. Failures are retried with exponential backoff per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import metrics
+from ..logs import fields
+
+log = logging.getLogger(__name__)
+
+Reconcile = Callable[[Any], Awaitable[float | None]]
+
+
+class WorkQueue:
+    def __init__(self, name: str, reconcile: Reconcile, workers: int = 4, max_backoff: float = 60):
+        self.name = name
+        self.reconcile = reconcile
+        self.workers = workers
+        self.max_backoff = max_backoff
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._queued: set = set()
+        self._active: set = set()
+        self._dirty: set = set()
+        self._failures: dict[Any, int] = {}
+        self._timers: dict[Any, asyncio.TimerHandle] = {}
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def add(self, key, delay: float = 0) -> None:
+        if delay > 0:
+            existing = self._timers.get(key)
+            due = asyncio.get_running_loop().time() + delay
+            if existing is not None and existing.when() <= due:
+                return
+            if existing is not None:
+                existing.cancel()
+            self._timers[key] = asyncio.get_running_loop().call_at(due, self._fire, key)
+            return
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+            metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
+
+    def _fire(self, key) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.workers):
+                group.create_task(self._worker())
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
+            self._active.add(key)
+            started = time.perf_counter()
+            requeue_after = None
+            try:
+                requeue_after = await self.reconcile(key)
+                self._failures.pop(key, None)
+                metrics.RECONCILES.labels(self.name, "success").inc()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                requeue_after = min(0.25 * 2**failures, self.max_backoff)
+                metrics.RECONCILES.labels(self.name, "error").inc()
+                log.warning(
+                    "reconcile failed; retrying",
+                    extra=fields(controller=self.name, key=str(key), error=_describe(error), retry_in=requeue_after),
+                )
+            finally:
+                metrics.RECONCILE_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+                self._active.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self.add(key)
+            elif requeue_after:
+                self.add(key, requeue_after)
+
+
+def _describe(error: Exception) -> str:
+    status = getattr(error, "status", None)
+    if status is not None and getattr(status, "message", None):
+        return f"{type(error).__name__} {status.code}: {status.message}"[:400]
+    return f"{type(error).__name__}: {error}"[:400]

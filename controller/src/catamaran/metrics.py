@@ -1,0 +1,20 @@
+"""Prometheus metrics shared by every reconciler and watch loop."""
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILES = Counter("catamaran_reconciles_total", "Reconciliations run", ["controller", "result"])
+RECONCILE_SECONDS = Histogram(
+    "catamaran_reconcile_duration_seconds",
+    "Time spent in one reconciliation",
+    ["controller"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+QUEUE_DEPTH = Gauge("catamaran_queue_depth", "Keys waiting in a work queue", ["controller"])
+WATCH_EVENTS = Counter("catamaran_watch_events_total", "Watch events received", ["informer", "type"])
+WATCH_RESTARTS = Counter("catamaran_watch_restarts_total", "Watches restarted by a relist", ["informer", "reason"])
+CACHED_OBJECTS = Gauge("catamaran_cached_objects", "Objects held by an informer cache", ["informer"])
+
+
+def serve(port: int, address: str = "127.0.0.1") -> None:
+    if port:
+        start_http_server(port, addr=address)

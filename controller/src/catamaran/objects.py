@@ -1,0 +1,76 @@
+"""Small helpers over plain API objects (dicts). Pure."""
+
+from __future__ import annotations
+
+import datetime
+
+
+def as_dict(obj) -> dict:
+    """lightkube models and generic resources alike, as the API's JSON form."""
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def reference(obj: dict) -> dict:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": meta["name"],
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+    }
+
+
+def set_condition(conditions: list[dict], kind: str, status: str, reason: str, message: str = "") -> list[dict]:
+    """Conditions with `kind` set; its transition time moves only when the status changes."""
+    result = [c for c in conditions if c["type"] != kind]
+    previous = next((c for c in conditions if c["type"] == kind), None)
+    since = previous["lastTransitionTime"] if previous and previous["status"] == status else now_iso()
+    result.append({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": since})
+    return sorted(result, key=lambda c: c["type"])
+
+
+def condition(obj_status: dict | None, kind: str) -> dict | None:
+    return next((c for c in (obj_status or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def same_conditions(a: list[dict], b: list[dict]) -> bool:
+    def strip(conditions):
+        return sorted((c["type"], c["status"], c.get("reason", ""), c.get("message", "")) for c in conditions)
+
+    return strip(a or []) == strip(b or [])
+
+
+def merge_patch(old: dict, new: dict) -> dict:
+    """The JSON merge patch that turns `old` into `new` (removed keys become null)."""
+    patch = {}
+    for key, value in new.items():
+        previous = old.get(key)
+        if isinstance(value, dict) and isinstance(previous, dict):
+            nested = merge_patch(previous, value)
+            if nested:
+                patch[key] = nested
+        elif value != previous:
+            patch[key] = value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+def status_patch(current: dict, wanted: dict) -> dict:
+    """A merge patch setting exactly the `wanted` top-level status fields, leaving the others alone."""
+    patch = {}
+    for key, value in wanted.items():
+        previous = current.get(key)
+        if isinstance(value, dict) and isinstance(previous, dict):
+            nested = merge_patch(previous, value)
+            if nested:
+                patch[key] = nested
+        elif value != previous:
+            patch[key] = value
+    return patch

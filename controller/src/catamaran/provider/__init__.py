@@ -1,0 +1,1 @@
+"""Provider-side reconcilers of the manager: ShadowPods, resource offers and twin namespaces."""

@@ -1,0 +1,179 @@
+"""ShadowPod enforcement: keep a Pod of the same name running, even with the consumer away."""
+
+from __future__ import annotations
+
+import logging
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from ..constants import LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN
+from ..kube.events import EventRecorder
+from ..kube.informer import Informer
+from ..kube.resources import ShadowPod
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict, condition, reference, same_conditions, set_condition, status_patch
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def classify_create_error(error: ApiError) -> tuple[str, str]:
+    """A reason a person can act on, from the API server's refusal."""
+    status = error.status
+    message = status.message or str(error)
+    lowered = message.lower()
+    if "exceeded quota" in lowered or "forbidden: exceeded" in lowered:
+        return "QuotaExceeded", message
+    if status.code == 404 or ("namespace" in lowered and "not found" in lowered):
+        return "NamespaceMissing", message
+    if "is being terminated" in lowered:
+        return "NamespaceTerminating", message
+    if status.code in (400, 403, 422) or "admission webhook" in lowered or "denied" in lowered:
+        return "AdmissionRejected", message
+    return "CreateFailed", message
+
+
+def pod_from_shadow(shadow: dict) -> dict:
+    meta = shadow["metadata"]
+    template = shadow["spec"]["pod"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": (template.get("metadata") or {}).get("labels") or {},
+            "annotations": (template.get("metadata") or {}).get("annotations") or {},
+            "ownerReferences": [
+                {
+                    "apiVersion": shadow["apiVersion"],
+                    "kind": "ShadowPod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }
+
+
+def _evicted(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Failed" and status.get("reason") == "Evicted"
+
+
+class ShadowPodController:
+    name = "shadowpods"
+
+    def __init__(self, client: AsyncClient, events: EventRecorder, workers: int = 8):
+        self.client = client
+        self.events = events
+        self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict)
+        self.pods = Informer(
+            client, Pod, name="shadowpod-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=as_dict
+        )
+        self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
+        self.shadows.on_change(lambda event, key, new, old: self.queue.add(key))
+        self.pods.on_change(lambda event, key, new, old: self.queue.add(key))
+
+    def tasks(self):
+        return [self.shadows.run(), self.pods.run(), self._run_queue()]
+
+    async def _run_queue(self):
+        await self.shadows.synced.wait()
+        await self.pods.synced.wait()
+        await self.queue.run()
+
+    async def reconcile(self, key) -> float | None:
+        namespace, name = key
+        shadow = self.shadows.get(namespace, name)
+        if shadow is None or shadow["metadata"].get("deletionTimestamp"):
+            return None  # garbage collection removes the Pod through its owner reference
+        pod = self.pods.get(namespace, name)
+        status = shadow.get("status") or {}
+        if pod is None:
+            if status.get("phase") in TERMINAL_PHASES:
+                return None
+            return await self._create_pod(shadow)
+        owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is None or owner.get("uid") != shadow["metadata"]["uid"]:
+            await self._patch_status(
+                shadow,
+                {
+                    "conditions": set_condition(
+                        status.get("conditions") or [],
+                        "PodCreated",
+                        "False",
+                        "Conflict",
+                        f"pod {namespace}/{name} exists and is not owned by this ShadowPod",
+                    )
+                },
+            )
+            return 30
+        if pod["metadata"].get("deletionTimestamp"):
+            return None  # recreated when the DELETED event arrives
+        if _evicted(pod) and status.get("phase") not in TERMINAL_PHASES:
+            log.info("recreating evicted pod", extra=fields(pod=f"{namespace}/{name}"))
+            await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
+            return None
+        pod_status = pod.get("status") or {}
+        wanted = {"phase": pod_status.get("phase", "Pending"), "podUID": pod["metadata"]["uid"], "pod": pod_status}
+        await self._patch_status(shadow, wanted)
+        return None
+
+    async def _create_pod(self, shadow: dict) -> float | None:
+        meta = shadow["metadata"]
+        status = shadow.get("status") or {}
+        try:
+            created = await self.client.create(Pod.from_dict(pod_from_shadow(shadow)))
+        except ApiError as error:
+            if error.status.code == 409:
+                return 1  # an old incarnation is still terminating
+            reason, message = classify_create_error(error)
+            previous = condition(status, "PodCreated")
+            conditions = set_condition(status.get("conditions") or [], "PodCreated", "False", reason, message)
+            if not same_conditions(
+                [previous] if previous else [], [c for c in conditions if c["type"] == "PodCreated"]
+            ):
+                await self._patch_status(shadow, {"conditions": conditions, "phase": status.get("phase") or "Pending"})
+                await self.events.record(reference(shadow), "Warning", reason, message)
+            log.warning("cannot create pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", reason=reason))
+            return 15
+        recreations = int(status.get("recreations") or 0) + (1 if status.get("podUID") else 0)
+        if status.get("podUID"):
+            await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
+        await self._patch_status(
+            shadow,
+            {
+                "podUID": created.metadata.uid,
+                "recreations": recreations,
+                "phase": "Pending",
+                "pod": {},
+                "conditions": set_condition(status.get("conditions") or [], "PodCreated", "True", "Created"),
+            },
+        )
+        return None
+
+    async def _patch_status(self, shadow: dict, wanted: dict) -> None:
+        patch = status_patch(shadow.get("status") or {}, wanted)
+        if not patch:
+            return
+        meta = shadow["metadata"]
+        try:
+            await self.client.patch(
+                ShadowPod.Status,
+                meta["name"],
+                {"status": patch},
+                namespace=meta["namespace"],
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise

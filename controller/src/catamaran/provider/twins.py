@@ -1,0 +1,178 @@
+"""Twin namespaces, created by the provider's manager on behalf of its tenants.
+
+A tenant asks with a TwinNamespace in its tenant namespace; the manager creates the namespace,
+labels it with origin and destination, and binds the tenant's workload role there. A namespace
+that Catamaran did not create is reported as a conflict and never adopted or altered.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
+from lightkube.types import PatchType
+
+from ..constants import (
+    ANNOTATION_TWIN_OF,
+    LABEL_DESTINATION_CLUSTER_ID,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    MANAGED_BY_CATAMARAN,
+    TENANT_WORKLOAD_CLUSTER_ROLE,
+    TWIN_FINALIZER,
+)
+from ..kube.events import EventRecorder
+from ..kube.informer import Informer
+from ..kube.resources import TwinNamespace
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict, reference
+from ..tenancy import tenant_role_binding
+
+log = logging.getLogger(__name__)
+
+
+def owned_by(namespace: dict | None, twin_of: str) -> bool:
+    meta = (namespace or {}).get("metadata") or {}
+    return (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN and (
+        meta.get("annotations") or {}
+    ).get(ANNOTATION_TWIN_OF) == twin_of
+
+
+class TwinNamespaceController:
+    name = "twinnamespaces"
+
+    def __init__(self, client: AsyncClient, cluster_id: str, tenants: Informer, events: EventRecorder):
+        self.client = client
+        self.cluster_id = cluster_id
+        self.events = events
+        self.tenants = tenants  # tenant namespace -> consumer cluster id
+        self.twins = Informer(client, TwinNamespace, name="twinnamespaces", transform=as_dict)
+        self.namespaces = Informer(
+            client,
+            Namespace,
+            name="twin-namespaces",
+            labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+            transform=as_dict,
+        )
+        self.queue = WorkQueue(self.name, self.reconcile, workers=4)
+        self.twins.on_change(lambda event, key, new, old: self.queue.add(key))
+        self.namespaces.on_change(self._namespace_changed)
+
+    def _namespace_changed(self, event, key, new, old) -> None:
+        twin_of = ((new or old)["metadata"].get("annotations") or {}).get(ANNOTATION_TWIN_OF)
+        if twin_of and "/" in twin_of:
+            self.queue.add(tuple(twin_of.split("/", 1)))
+
+    def tasks(self):
+        return [self.twins.run(), self.namespaces.run(), self._run()]
+
+    async def _run(self):
+        for informer in (self.twins, self.namespaces, self.tenants):
+            await informer.synced.wait()
+        await self.queue.run()
+
+    async def reconcile(self, key) -> float | None:
+        tenant_ns, name = key
+        twin = self.twins.get(tenant_ns, name)
+        if twin is None:
+            return None
+        twin_of = f"{tenant_ns}/{name}"
+        meta = twin["metadata"]
+        if meta.get("deletionTimestamp"):
+            return await self._remove(twin, twin_of)
+        consumer = self.tenants.get(None, tenant_ns)
+        if consumer is None:
+            await self._status(twin, "Failed", f"{tenant_ns} is not a Catamaran tenant namespace")
+            return None
+        if TWIN_FINALIZER not in (meta.get("finalizers") or []):
+            await self.client.patch(
+                TwinNamespace,
+                name,
+                {"metadata": {"finalizers": [*(meta.get("finalizers") or []), TWIN_FINALIZER]}},
+                namespace=tenant_ns,
+                patch_type=PatchType.MERGE,
+            )
+        existing = await self._get_namespace(name)
+        if existing is not None and not owned_by(existing, twin_of):
+            message = f"namespace {name} already exists and is not managed by Catamaran for {twin_of}; not adopted"
+            if (twin.get("status") or {}).get("phase") != "Conflict":
+                await self.events.record(reference(twin), "Warning", "NamespaceConflict", message)
+            await self._status(twin, "Conflict", message)
+            return None
+        if existing is None:
+            await self.client.create(
+                Namespace.from_dict(
+                    {
+                        "metadata": {
+                            "name": name,
+                            "labels": {
+                                LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
+                                LABEL_ORIGIN_CLUSTER_ID: consumer,
+                                LABEL_DESTINATION_CLUSTER_ID: self.cluster_id,
+                            },
+                            "annotations": {ANNOTATION_TWIN_OF: twin_of},
+                        }
+                    }
+                )
+            )
+            log.info("twin namespace created", extra=fields(namespace=name, tenant=consumer))
+        elif existing["metadata"].get("deletionTimestamp"):
+            await self._status(twin, "Pending", f"namespace {name} is still terminating")
+            return 2
+        await self.client.apply(
+            RoleBinding.from_dict(tenant_role_binding(name, tenant_ns, TENANT_WORKLOAD_CLUSTER_ROLE)),
+            field_manager="catamaran-manager",
+            force=True,
+        )
+        await self._status(twin, "Ready", f"namespace {name} is ready for {consumer}")
+        return None
+
+    async def _remove(self, twin: dict, twin_of: str) -> float | None:
+        name = twin["metadata"]["name"]
+        await self._status(twin, "Terminating", f"removing namespace {name}")
+        existing = await self._get_namespace(name)
+        if existing is not None and owned_by(existing, twin_of):
+            if not existing["metadata"].get("deletionTimestamp"):
+                await self.client.delete(Namespace, name)
+            return 2
+        finalizers = [f for f in twin["metadata"].get("finalizers") or [] if f != TWIN_FINALIZER]
+        await self.client.patch(
+            TwinNamespace,
+            name,
+            {"metadata": {"finalizers": finalizers or None}},
+            namespace=twin["metadata"]["namespace"],
+            patch_type=PatchType.MERGE,
+        )
+        return None
+
+    async def _get_namespace(self, name: str) -> dict | None:
+        cached = self.namespaces.get(None, name)
+        if cached is not None:
+            return cached
+        try:
+            return as_dict(await self.client.get(Namespace, name))
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+
+    async def _status(self, twin: dict, phase: str, message: str) -> None:
+        status = twin.get("status") or {}
+        if status.get("phase") == phase and status.get("message") == message:
+            return
+        meta = twin["metadata"]
+        try:
+            await self.client.patch(
+                TwinNamespace.Status,
+                meta["name"],
+                {"status": {"phase": phase, "message": message, "observedGeneration": meta.get("generation")}},
+                namespace=meta["namespace"],
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise

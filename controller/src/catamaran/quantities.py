@@ -1,0 +1,121 @@
+"""Kubernetes resource quantities, pod requests, and the virtual node's share of a provider. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+
+_SUFFIXES = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
+
+# Resources that may be fractional: cpu is expressed in millicores. Everything else counts whole units
+# (bytes, pods, devices), so a share of it is rounded down to an integer.
+MILLI_RESOURCES = frozenset({"cpu"})
+
+
+def parse(quantity: str | int | float) -> Fraction:
+    text = str(quantity).strip()
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
+    number, exponent, suffix = match.groups()
+    value = Fraction(number)
+    if exponent:
+        return value * Fraction(10) ** int(exponent[1:])
+    return value * _SUFFIXES[suffix or ""]
+
+
+def format_quantity(resource: str, value: Fraction) -> str:
+    if resource in MILLI_RESOURCES:
+        millis = int(value * 1000)
+        return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+    return str(int(value))
+
+
+def round_down(resource: str, value: Fraction) -> Fraction:
+    if resource in MILLI_RESOURCES:
+        return Fraction(int(value * 1000), 1000)
+    return Fraction(int(value))
+
+
+def add(total: dict[str, Fraction], amounts: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, Fraction(0)) + amount
+    return total
+
+
+def _requests(container: Mapping) -> dict[str, Fraction]:
+    resources = container.get("resources") or {}
+    # The API server copies limits into missing requests, but a raw spec may not have been defaulted yet.
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {name: parse(value) for name, value in merged.items()}
+
+
+def pod_requests(spec: Mapping) -> dict[str, Fraction]:
+    """Effective requests of a pod, as the scheduler counts them (init containers, sidecars, overhead)."""
+    running: dict[str, Fraction] = {}
+    for container in spec.get("containers") or []:
+        add(running, _requests(container))
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for container in spec.get("initContainers") or []:
+        requests = _requests(container)
+        if container.get("restartPolicy") == "Always":
+            add(sidecars, requests)
+            continue
+        during = add(dict(sidecars), requests)
+        for resource, amount in during.items():
+            init_peak[resource] = max(init_peak.get(resource, Fraction(0)), amount)
+    total = add(dict(running), sidecars)
+    for resource, amount in init_peak.items():
+        total[resource] = max(total.get(resource, Fraction(0)), amount)
+    overhead = {name: parse(value) for name, value in (spec.get("overhead") or {}).items()}
+    return add(total, overhead)
+
+
+def free_resources(
+    allocatable: Iterable[Mapping[str, str]], requests: Iterable[Mapping[str, Fraction]]
+) -> dict[str, Fraction]:
+    """Sum of node allocatable minus the given pod requests, never below zero."""
+    free: dict[str, Fraction] = {}
+    for node in allocatable:
+        add(free, {name: parse(value) for name, value in node.items()})
+    for pod in requests:
+        for resource, amount in pod.items():
+            if resource in free:
+                free[resource] -= amount
+    return {resource: max(amount, Fraction(0)) for resource, amount in free.items()}
+
+
+def share(free: Mapping[str, str], percentage: int) -> tuple[dict[str, str], list[str]]:
+    """The virtual node's capacity: `percentage` of `free`, rounded down per resource.
+
+    Returns the capacity and the resources the provider has but that rounded down to zero.
+    """
+    capacity: dict[str, str] = {}
+    vanished: list[str] = []
+    for resource, text in sorted(free.items()):
+        available = parse(text)
+        amount = round_down(resource, available * percentage / 100)
+        capacity[resource] = format_quantity(resource, amount)
+        if amount == 0 and available > 0:
+            vanished.append(resource)
+    return capacity, vanished

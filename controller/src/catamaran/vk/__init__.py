@@ -1,0 +1,1 @@
+"""The virtual kubelet: one process per ForeignCluster, holding only that provider's credential."""

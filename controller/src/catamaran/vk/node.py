@@ -1,0 +1,277 @@
+"""The virtual node: its object, capacity, conditions, Lease, and the provider health check."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from dataclasses import dataclass, field
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from .. import quantities
+from ..constants import (
+    LABEL_REMOTE_CLUSTER_ID,
+    LABEL_TYPE,
+    NODE_LEASE_DURATION_SECONDS,
+    NODE_LEASE_NAMESPACE,
+    NODE_LEASE_RENEW_SECONDS,
+    TYPE_VIRTUAL_NODE,
+    VIRTUAL_NODE_TAINT,
+    virtual_node_name,
+)
+from ..kube.clients import get_raw
+from ..kube.events import EventRecorder
+from ..logs import fields
+from ..objects import now_iso, set_condition
+
+log = logging.getLogger(__name__)
+
+ROUNDED_TO_ZERO = "catamaran.io/ResourcesRoundedToZero"
+PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+KUBELET_VERSION = "catamaran-v0.1.0"
+
+
+@dataclass
+class HealthSettings:
+    period: float = 10
+    timeout: float = 5
+    failure_threshold: int = 3
+
+
+@dataclass
+class NodeSettings:
+    provider_id: str
+    consumer_id: str
+    node_ip: str
+    sharing_percentage: int = 90
+    suggested_labels: dict = field(default_factory=dict)
+    kubelet_port: int = 0
+
+
+def node_labels(settings: NodeSettings) -> dict:
+    name = virtual_node_name(settings.provider_id)
+    return {
+        **settings.suggested_labels,
+        LABEL_TYPE: TYPE_VIRTUAL_NODE,
+        LABEL_REMOTE_CLUSTER_ID: settings.provider_id,
+        "kubernetes.io/role": "agent",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
+
+
+def node_status(
+    settings: NodeSettings, offer: dict | None, healthy: bool, unhealthy_reason: str, previous: list[dict]
+) -> tuple[dict, list[str]]:
+    """Node status from the provider's offer and health; also the resources that rounded to zero."""
+    offer = offer or {}
+    capacity, vanished = quantities.share(offer.get("free") or {}, settings.sharing_percentage)
+    capacity.setdefault("pods", "0")
+    conditions = previous
+    if not healthy:
+        ready = ("False", "ProviderUnreachable", unhealthy_reason)
+    elif not offer:
+        ready = ("False", "NoResourceOffer", "the provider has not published its resources yet")
+    else:
+        ready = ("True", "ProviderReady", f"provider {settings.provider_id} is reachable and offers resources")
+    conditions = set_condition(conditions, "Ready", *ready)
+    pressure = set(offer.get("pressure") or [])
+    for kind in PRESSURE_CONDITIONS:
+        conditions = set_condition(
+            conditions,
+            kind,
+            "True" if kind in pressure else "False",
+            f"Provider{kind}" if kind in pressure else f"NoProvider{kind}",
+            f"every schedulable node of the provider reports {kind}" if kind in pressure else "",
+        )
+    if vanished:
+        message = ", ".join(
+            f"{r}: provider has {(offer.get('free') or {})[r]}, {settings.sharing_percentage}% rounds down to 0"
+            for r in vanished
+        )
+        conditions = set_condition(conditions, ROUNDED_TO_ZERO, "True", "IntegerResourceRoundedDown", message)
+    else:
+        conditions = set_condition(conditions, ROUNDED_TO_ZERO, "False", "NothingRoundedToZero")
+    now = now_iso()
+    for condition in conditions:
+        condition["lastHeartbeatTime"] = now
+    status = {
+        "capacity": capacity,
+        "allocatable": capacity,
+        "conditions": conditions,
+        "addresses": [
+            {"type": "InternalIP", "address": settings.node_ip},
+            {"type": "Hostname", "address": virtual_node_name(settings.provider_id)},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "kubeletVersion": KUBELET_VERSION,
+            "kubeProxyVersion": "",
+            "containerRuntimeVersion": "catamaran://shadowpod",
+            "kernelVersion": "",
+            "osImage": f"Catamaran virtual node for {settings.provider_id}",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+        },
+    }
+    return status, vanished
+
+
+class VirtualNode:
+    """Owns the Node object, its Lease and the provider health check."""
+
+    def __init__(
+        self,
+        local: AsyncClient,
+        provider: AsyncClient,
+        settings: NodeSettings,
+        health: HealthSettings,
+        events: EventRecorder,
+    ):
+        self.local = local
+        self.provider = provider
+        self.settings = settings
+        self.health = health
+        self.events = events
+        self.name = virtual_node_name(settings.provider_id)
+        self.offer: dict | None = None
+        self.healthy = True
+        self.unhealthy_reason = ""
+        self.failures = 0
+        self.health_listeners: list = []
+        self._changed = asyncio.Event()
+        self._reported_zero: set[str] = set()
+        self._node_uid: str | None = None
+        self._node_exists = asyncio.Event()
+
+    def update_offer(self, offer: dict | None) -> None:
+        self.offer = offer
+        self._changed.set()
+
+    def update_settings(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        self._changed.set()
+
+    def tasks(self):
+        return [self._health_loop(), self._lease_loop(), self._status_loop()]
+
+    async def _health_loop(self) -> None:
+        while True:
+            ok, reason = await self._probe()
+            if ok:
+                if not self.healthy:
+                    log.info("provider reachable again", extra=fields(node=self.name))
+                self.failures = 0
+                self._set_health(True, "")
+            else:
+                self.failures += 1
+                log.warning(
+                    "provider health check failed", extra=fields(node=self.name, failures=self.failures, reason=reason)
+                )
+                if self.failures >= self.health.failure_threshold:
+                    self._set_health(False, f"{self.failures} consecutive health checks failed: {reason}")
+            await asyncio.sleep(self.health.period)
+
+    async def _probe(self) -> tuple[bool, str]:
+        try:
+            code, body = await asyncio.wait_for(
+                get_raw(self.provider, "/readyz", self.health.timeout), self.health.timeout + 1
+            )
+        except Exception as error:  # timeouts and connection errors are the point of the check
+            return False, f"{type(error).__name__}: {error}"[:200]
+        if code == 200:
+            return True, ""
+        return False, f"/readyz answered {code}: {body.strip()[:120]}"
+
+    def _set_health(self, healthy: bool, reason: str) -> None:
+        changed = healthy != self.healthy
+        self.healthy, self.unhealthy_reason = healthy, reason
+        if changed:
+            self._changed.set()
+            for listener in self.health_listeners:
+                listener(healthy)
+
+    async def _status_loop(self) -> None:
+        while True:
+            try:
+                await self._sync_node()
+            except Exception as error:
+                log.warning("cannot update virtual node", extra=fields(node=self.name, error=str(error)[:300]))
+                await asyncio.sleep(2)
+                self._changed.set()
+            # Conditions' heartbeats are refreshed once a minute; the Lease proves liveness.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 60)
+            self._changed.clear()
+
+    async def _sync_node(self) -> None:
+        try:
+            node = await self.local.get(Node, self.name)
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            node = await self.local.create(
+                Node.from_dict(
+                    {
+                        "metadata": {"name": self.name, "labels": node_labels(self.settings)},
+                        "spec": {"taints": [VIRTUAL_NODE_TAINT]},
+                    }
+                )
+            )
+            log.info("virtual node created", extra=fields(node=self.name))
+        self._node_uid = node.metadata.uid
+        self._node_exists.set()
+        wanted_labels = node_labels(self.settings)
+        current_labels = node.metadata.labels or {}
+        if any(current_labels.get(k) != v for k, v in wanted_labels.items()):
+            await self.local.patch(Node, self.name, {"metadata": {"labels": wanted_labels}}, patch_type=PatchType.MERGE)
+        previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
+        status, vanished = node_status(self.settings, self.offer, self.healthy, self.unhealthy_reason, previous)
+        await self.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
+        if set(vanished) - self._reported_zero:
+            await self.events.record(
+                {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"},
+                "Warning",
+                "ResourceRoundedToZero",
+                next(c["message"] for c in status["conditions"] if c["type"] == ROUNDED_TO_ZERO),
+            )
+        self._reported_zero = set(vanished)
+
+    async def _lease_loop(self) -> None:
+        await self._node_exists.wait()  # the Lease is owned by the Node, so the Node comes first
+        while True:
+            try:
+                await self._renew_lease()
+            except Exception as error:
+                log.warning("cannot renew node lease", extra=fields(node=self.name, error=str(error)[:300]))
+            await asyncio.sleep(NODE_LEASE_RENEW_SECONDS)
+
+    async def _renew_lease(self) -> None:
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": NODE_LEASE_DURATION_SECONDS, "renewTime": now}
+        try:
+            await self.local.patch(
+                Lease, self.name, {"spec": spec}, namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            owner = {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid}
+            await self.local.create(
+                Lease.from_dict(
+                    {
+                        "metadata": {"name": self.name, "namespace": NODE_LEASE_NAMESPACE, "ownerReferences": [owner]},
+                        "spec": spec,
+                    }
+                )
+            )

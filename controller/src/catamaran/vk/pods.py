@@ -1,0 +1,312 @@
+"""Pods bound to the virtual node become ShadowPods in the provider's twin namespaces.
+
+Local pods are watched with a server-side field selector on the node name; each twin namespace
+gets one ShadowPod watch (the tenant credential may only list inside its own namespaces). The
+remote names equal the local ones, so a restarted process rebuilds its state from the two
+clusters and neither duplicates nor loses a pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import CascadeType, PatchType
+
+from ..constants import (
+    ANNOTATION_LOCAL_POD_UID,
+    LABEL_DESTINATION_CLUSTER_ID,
+    LABEL_ORIGIN_CLUSTER_ID,
+    OFFLOADING_GROUP,
+    VERSION,
+    default_twin_namespace,
+    tenant_namespace,
+)
+from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
+from ..kube.events import EventRecorder
+from ..kube.informer import Informer
+from ..kube.resources import ShadowPod, TwinNamespace
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict, now_iso, reference, status_patch
+from .node import VirtualNode
+
+log = logging.getLogger(__name__)
+
+REMOTE_FAILURE_EVENTS = {
+    "QuotaExceeded": "RemoteQuotaExceeded",
+    "AdmissionRejected": "RemoteAdmissionRejected",
+    "NamespaceMissing": "RemoteNamespaceMissing",
+}
+
+
+def compact_local_pod(pod) -> dict:
+    """What the reconciler needs of a local pod; the full object is not kept."""
+    data = as_dict(pod)
+    meta = data["metadata"]
+    return {
+        "metadata": {
+            key: meta.get(key)
+            for key in (
+                "name",
+                "namespace",
+                "uid",
+                "labels",
+                "annotations",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            )
+        },
+        "spec": data["spec"],
+        "status": data.get("status") or {},
+    }
+
+
+def comparable_status(status: dict) -> dict:
+    """The fields the virtual kubelet owns, without heartbeat-like noise."""
+    return {
+        "phase": status.get("phase"),
+        "podIP": status.get("podIP"),
+        "hostIP": status.get("hostIP"),
+        "startTime": status.get("startTime"),
+        "reason": status.get("reason"),
+        "conditions": sorted(
+            (c["type"], c["status"], c.get("reason") or "", c.get("message") or "")
+            for c in status.get("conditions") or []
+        ),
+        "containers": [
+            (c["name"], c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()))
+            for c in status.get("containerStatuses") or []
+        ],
+    }
+
+
+class PodController:
+    name = "pods"
+
+    def __init__(
+        self,
+        local: AsyncClient,
+        provider: AsyncClient,
+        node: VirtualNode,
+        events: EventRecorder,
+        *,
+        consumer_id: str,
+        provider_id: str,
+        remap_cidr: str | None,
+        workers: int = 16,
+    ):
+        self.local = local
+        self.provider = provider
+        self.node = node
+        self.events = events
+        self.consumer_id = consumer_id
+        self.provider_id = provider_id
+        self.tenant_ns = tenant_namespace(consumer_id)
+        self.remap_cidr = remap_cidr
+        self.translate = IPTranslator([], None)
+        self.local_pods = Informer(
+            local, Pod, name="local-pods", fields={"spec.nodeName": node.name}, transform=compact_local_pod
+        )
+        self.twins = Informer(
+            provider, TwinNamespace, name="twin-requests", namespace=self.tenant_ns, transform=as_dict
+        )
+        self.shadow_informers: dict[str, Informer] = {}
+        self._shadow_tasks: dict[str, asyncio.Task] = {}
+        self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
+        self.local_pods.on_change(lambda event, key, new, old: self.queue.add(key))
+        self.twins.on_change(self._twin_changed)
+        node.health_listeners.append(lambda healthy: self._requeue_all())
+
+    def update_pod_cidrs(self, provider_cidrs: list[str]) -> None:
+        translator = IPTranslator(provider_cidrs, self.remap_cidr)
+        if (translator.sources, translator.target) != (self.translate.sources, self.translate.target):
+            self.translate = translator
+            self._requeue_all()
+
+    def twin_for(self, local_namespace: str) -> str:
+        return default_twin_namespace(local_namespace, self.consumer_id)
+
+    def tasks(self):
+        return [self.local_pods.run(), self.twins.run(), self._run()]
+
+    async def _run(self):
+        await self.local_pods.synced.wait()
+        await self.twins.synced.wait()
+        await self.queue.run()
+
+    def _requeue_all(self) -> None:
+        for key in list(self.local_pods.cache):
+            self.queue.add(key)
+
+    def _twin_changed(self, event, key, new, old) -> None:
+        twin = new or old
+        name = twin["metadata"]["name"]
+        if new is not None and (new.get("status") or {}).get("phase") == "Ready":
+            self._watch_twin(name)
+        origin = twin["spec"].get("originNamespace")
+        for namespace, pod_name in list(self.local_pods.cache):
+            if namespace == origin:
+                self.queue.add((namespace, pod_name))
+
+    def _watch_twin(self, twin: str) -> None:
+        if twin in self.shadow_informers:
+            return
+        informer = Informer(self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=as_dict)
+        informer.on_change(self._shadow_changed)
+        self.shadow_informers[twin] = informer
+        self._shadow_tasks[twin] = asyncio.get_running_loop().create_task(informer.run())
+
+    def _shadow_changed(self, event, key, new, old) -> None:
+        shadow = new or old
+        local_namespace = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
+        if local_namespace:
+            self.queue.add((local_namespace, shadow["metadata"]["name"]))
+
+    # -- reconciliation -----------------------------------------------------------------
+
+    async def reconcile(self, key) -> float | None:
+        namespace, name = key
+        pod = self.local_pods.get(namespace, name)
+        twin = self.twin_for(namespace)
+        shadows = self.shadow_informers.get(twin)
+        if shadows is not None and not shadows.synced.is_set():
+            return 0.5
+        shadow = shadows.get(twin, name) if shadows else None
+
+        if pod is None:
+            if shadow is not None and not shadow["metadata"].get("deletionTimestamp"):
+                log.info("deleting orphaned ShadowPod", extra=fields(pod=f"{namespace}/{name}"))
+                await self._delete_shadow(twin, name, grace=None)
+            return None
+
+        if pod["metadata"].get("deletionTimestamp"):
+            return await self._terminate(pod, twin, shadow)
+
+        if shadows is None:
+            return await self._ensure_twin(namespace, twin)
+
+        if (
+            shadow is not None
+            and (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_POD_UID) != pod["metadata"]["uid"]
+        ):
+            # A previous pod of the same name (StatefulSet, restart of this process) left it behind.
+            if not shadow["metadata"].get("deletionTimestamp"):
+                await self._delete_shadow(twin, name, grace=0)
+            return 1
+
+        if shadow is None and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            await self._create_shadow(pod, twin)
+        await self._update_local_status(pod, shadow)
+        return None
+
+    async def _ensure_twin(self, namespace: str, twin: str) -> float:
+        request = self.twins.get(self.tenant_ns, twin)
+        if request is None:
+            body = TwinNamespace(
+                apiVersion=f"{OFFLOADING_GROUP}/{VERSION}",
+                kind="TwinNamespace",
+                metadata={
+                    "name": twin,
+                    "namespace": self.tenant_ns,
+                    "labels": {
+                        LABEL_ORIGIN_CLUSTER_ID: self.consumer_id,
+                        LABEL_DESTINATION_CLUSTER_ID: self.provider_id,
+                    },
+                },
+                spec={"originNamespace": namespace},
+            )
+            try:
+                await self.provider.create(body)
+                log.info("requested twin namespace", extra=fields(namespace=namespace, twin=twin))
+            except ApiError as error:
+                if error.status.code != 409:
+                    raise
+            return 5
+        phase = (request.get("status") or {}).get("phase")
+        if phase in ("Conflict", "Failed"):
+            log.warning(
+                "twin namespace unusable",
+                extra=fields(twin=twin, phase=phase, message=request["status"].get("message")),
+            )
+        return 5  # the TwinNamespace watch requeues as soon as it turns Ready
+
+    async def _create_shadow(self, pod: dict, twin: str) -> None:
+        body = shadowpod_for(pod, twin_namespace=twin, consumer_id=self.consumer_id, provider_id=self.provider_id)
+        try:
+            await self.provider.create(ShadowPod(**body))
+        except ApiError as error:
+            if error.status.code == 409:
+                return
+            reason = "RemoteAdmissionRejected" if error.status.code in (400, 403, 422) else "RemoteCreateFailed"
+            await self.events.record(
+                reference({"apiVersion": "v1", "kind": "Pod", **pod}),
+                "Warning",
+                reason,
+                error.status.message or str(error),
+            )
+            raise
+
+    async def _terminate(self, pod: dict, twin: str, shadow: dict | None) -> float | None:
+        meta = pod["metadata"]
+        if shadow is not None:
+            if not shadow["metadata"].get("deletionTimestamp"):
+                await self._delete_shadow(twin, meta["name"], grace=meta.get("deletionGracePeriodSeconds"))
+            return None  # the ShadowPod's DELETED event brings us back
+        if twin in self.shadow_informers or (self.twins.get(self.tenant_ns, twin) is None):
+            try:
+                await self.local.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
+                log.info("released local pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}"))
+            except ApiError as error:
+                if error.status.code != 404:
+                    raise
+            return None
+        return 1
+
+    async def _delete_shadow(self, twin: str, name: str, grace: int | None) -> None:
+        try:
+            await self.provider.delete(
+                ShadowPod, name, namespace=twin, grace_period=grace, cascade=CascadeType.FOREGROUND
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+
+    async def _update_local_status(self, pod: dict, shadow: dict | None) -> None:
+        meta = pod["metadata"]
+        shadow_status = (shadow or {}).get("status")
+        wanted = local_pod_status(
+            pod["status"],
+            shadow_status,
+            node_ip=self.node.settings.node_ip,
+            translate=self.translate,
+            provider_reachable=self.node.healthy,
+            now=now_iso(),
+            containers=[(c["name"], c.get("image", "")) for c in pod["spec"].get("containers") or []],
+        )
+        if comparable_status(wanted) == comparable_status(pod["status"]):
+            return
+        failure = next((c for c in wanted["conditions"] if c["type"] == REMOTE_CONDITION), None)
+        previous = next((c for c in pod["status"].get("conditions") or [] if c["type"] == REMOTE_CONDITION), None)
+        if failure is not None and (previous or {}).get("reason") != failure["reason"]:
+            await self.events.record(
+                reference({"apiVersion": "v1", "kind": "Pod", **pod}),
+                "Warning",
+                REMOTE_FAILURE_EVENTS.get(failure["reason"], f"Remote{failure['reason']}"),
+                f"provider {self.provider_id} refused the pod: {failure.get('message', '')}",
+            )
+        patch = status_patch(pod["status"], wanted)
+        try:
+            await self.local.patch(
+                Pod.Status,
+                meta["name"],
+                {"status": patch},
+                namespace=meta["namespace"],
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise

@@ -1,0 +1,148 @@
+"""Peer lab clusters and run Catamaran's processes against them, for integration tests.
+
+The Ansible collection does the peering for users; tests build the same objects from the
+controller's own manifest functions, so both paths share one source of truth.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from catamaran import tenancy
+from catamaran.constants import SYSTEM_NAMESPACE, TENANT_SERVICE_ACCOUNT, tenant_namespace
+from catamaran_lab.errors import LabError
+from catamaran_lab.lab import Lab
+from catamaran_lab.paths import REPO_ROOT
+
+CRD_DIR = REPO_ROOT / "controller" / "crds"
+
+
+def as_list(items: list[dict]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def install_crds(lab: Lab, cluster: str) -> None:
+    lab.kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
+    lab.kubectl(cluster, "wait", "--for=condition=Established", "-f", str(CRD_DIR), "--timeout=60s")
+
+
+def peer(lab: Lab, consumer: str, provider: str, **foreign_spec) -> None:
+    """Tenant namespace and credential on the provider; Secret and ForeignCluster on the consumer."""
+    lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.provider_cluster_roles()))
+    lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.tenant_manifests(consumer)))
+    namespace = tenant_namespace(consumer)
+    token = _wait_for_token(lab, provider, namespace)
+    provider_config = yaml.safe_load(lab.kubeconfig(provider).read_text())
+    cluster = provider_config["clusters"][0]["cluster"]
+    kubeconfig = tenancy.tenant_kubeconfig(
+        cluster["server"], cluster["certificate-authority-data"], token, provider, consumer
+    )
+    secret_name = f"{provider}-credentials"
+    lab.kubectl(consumer, "create", "namespace", SYSTEM_NAMESPACE, check=False)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": secret_name, "namespace": SYSTEM_NAMESPACE},
+        "data": {"kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()},
+    }
+    foreign = {
+        "apiVersion": "core.catamaran.io/v1alpha1",
+        "kind": "ForeignCluster",
+        "metadata": {"name": provider, "namespace": SYSTEM_NAMESPACE},
+        "spec": {"clusterID": provider, "credentialsSecretRef": {"name": secret_name}, **foreign_spec},
+    }
+    lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list([secret, foreign]))
+
+
+def _wait_for_token(lab: Lab, provider: str, namespace: str) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        result = lab.kubectl(
+            provider,
+            "-n",
+            namespace,
+            "get",
+            "secret",
+            f"{TENANT_SERVICE_ACCOUNT}-token",
+            "-o",
+            "jsonpath={.data.token}",
+            check=False,
+        )
+        if result.returncode == 0 and result.stdout:
+            return base64.b64decode(result.stdout).decode()
+        time.sleep(0.3)
+    raise LabError(f"{provider}: the token of {namespace}/{TENANT_SERVICE_ACCOUNT} was never issued")
+
+
+class ControllerProcess:
+    """`python -m catamaran ...` as a child process, with its log in .lab/logs/."""
+
+    def __init__(self, lab: Lab, name: str, args: list[str]):
+        self.lab = lab
+        self.name = name
+        self.args = args
+        self.log_path: Path = lab.root / "logs" / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "catamaran", *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        time.sleep(0.5)
+        if self.process.poll() is not None:
+            raise LabError(f"{self.name} exited at once with {self.process.returncode}; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def manager(lab: Lab, cluster: str) -> ControllerProcess:
+    return ControllerProcess(
+        lab, f"manager-{cluster}", ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster, "manager"]
+    )
+
+
+def virtual_kubelet(lab: Lab, consumer: str, provider: str) -> ControllerProcess:
+    return ControllerProcess(
+        lab,
+        f"vk-{consumer}-{provider}",
+        [
+            "--kubeconfig",
+            str(lab.kubeconfig(consumer)),
+            "--cluster-id",
+            consumer,
+            "virtual-kubelet",
+            "--foreign-cluster",
+            provider,
+        ],
+    )

@@ -1,0 +1,307 @@
+"""Pure logic of the controller: quantities, the virtual node's share, spec forging, status mapping."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from lightkube.core.exceptions import ApiError
+
+from catamaran import forge, objects, quantities
+from catamaran.constants import VIRTUAL_NODE_TAINT_KEY
+from catamaran.provider.offers import NodeSummary, PodSummary, covering_networks, offer_status
+from catamaran.provider.shadowpods import classify_create_error, pod_from_shadow
+from catamaran.vk.node import ROUNDED_TO_ZERO, NodeSettings, node_status
+from catamaran.vk.pods import comparable_status
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("100m", Fraction(1, 10)),
+        ("1", Fraction(1)),
+        ("1.5", Fraction(3, 2)),
+        ("1Gi", Fraction(2**30)),
+        ("500Ki", Fraction(500 * 1024)),
+        ("1e3", Fraction(1000)),
+        ("2k", Fraction(2000)),
+        ("250n", Fraction(250, 10**9)),
+    ],
+)
+def test_quantities_parse_exactly(text, value):
+    assert quantities.parse(text) == value
+
+
+def test_garbage_quantity_is_rejected():
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        quantities.parse("lots")
+
+
+def test_share_rounds_down_and_names_what_vanished():
+    capacity, vanished = quantities.share({"cpu": "3", "memory": "1001", "nvidia.com/gpu": "1", "pods": "10"}, 90)
+    assert capacity == {"cpu": "2700m", "memory": "900", "nvidia.com/gpu": "0", "pods": "9"}
+    assert vanished == ["nvidia.com/gpu"]
+
+
+def test_share_of_whole_cpus_prints_whole_cpus():
+    assert quantities.share({"cpu": "10"}, 50)[0] == {"cpu": "5"}
+
+
+def test_pod_requests_count_init_containers_sidecars_and_overhead():
+    spec = {
+        "containers": [{"resources": {"requests": {"cpu": "100m"}}}, {"resources": {"limits": {"cpu": "200m"}}}],
+        "initContainers": [
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "50m"}}},
+            {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+        ],
+        "overhead": {"cpu": "10m"},
+    }
+    requests = quantities.pod_requests(spec)
+    assert requests["cpu"] == Fraction(1) + Fraction(50, 1000) + Fraction(10, 1000)
+    assert requests["memory"] == Fraction(2**30)
+
+
+def test_free_resources_never_go_negative():
+    free = quantities.free_resources([{"cpu": "1"}], [{"cpu": Fraction(3)}])
+    assert free == {"cpu": Fraction(0)}
+
+
+def summary(node, tenant=None, cpu="1"):
+    return PodSummary(node=node, tenant=tenant, requests={"cpu": quantities.parse(cpu)})
+
+
+def test_offer_ignores_the_tenants_own_pods_and_unschedulable_nodes():
+    nodes = {
+        (None, "a"): NodeSummary(True, {"cpu": "4", "pods": "10"}, ("10.1.1.0/24",), frozenset()),
+        (None, "b"): NodeSummary(False, {"cpu": "100"}, ("10.1.2.0/24",), frozenset()),
+    }
+    pods = {
+        ("x", "mine"): summary("a", tenant="consumer", cpu="2"),
+        ("x", "other"): summary("a", tenant=None, cpu="1"),
+        ("x", "elsewhere"): summary("b", tenant=None, cpu="50"),
+    }
+    status = offer_status(nodes, pods, "consumer")
+    assert status["free"] == {"cpu": "3", "pods": "10"}
+    assert status["nodes"] == 1
+    assert status["podCIDRs"] == ["10.1.0.0/22"]
+
+
+def test_covering_network_keeps_every_node_range():
+    assert covering_networks({"10.102.1.0/24", "10.102.3.0/24"}) == ["10.102.0.0/22"]
+
+
+def test_pressure_is_reported_only_when_every_node_has_it():
+    nodes = {
+        (None, "a"): NodeSummary(True, {"cpu": "1"}, (), frozenset({"MemoryPressure", "DiskPressure"})),
+        (None, "b"): NodeSummary(True, {"cpu": "1"}, (), frozenset({"MemoryPressure"})),
+    }
+    assert offer_status(nodes, {}, "t")["pressure"] == ["MemoryPressure"]
+
+
+def test_node_status_reports_rounding_to_zero_and_health():
+    settings = NodeSettings(provider_id="p", consumer_id="c", node_ip="10.0.0.9", sharing_percentage=90)
+    offer = {"free": {"cpu": "2", "nvidia.com/gpu": "1"}, "pressure": ["DiskPressure"]}
+    status, vanished = node_status(settings, offer, True, "", [])
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert vanished == ["nvidia.com/gpu"]
+    assert conditions["Ready"]["status"] == "True"
+    assert conditions["DiskPressure"]["status"] == "True"
+    assert conditions[ROUNDED_TO_ZERO]["status"] == "True"
+    assert status["allocatable"] == {"cpu": "1800m", "nvidia.com/gpu": "0", "pods": "0"}
+    unhealthy, _ = node_status(settings, offer, False, "3 consecutive health checks failed", status["conditions"])
+    ready = next(c for c in unhealthy["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ProviderUnreachable")
+
+
+def local_pod(**spec_extra) -> dict:
+    return {
+        "metadata": {
+            "name": "web-1",
+            "namespace": "shop",
+            "uid": "u-1",
+            "labels": {"app": "web"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"},
+        },
+        "spec": {
+            "nodeName": "catamaran-p",
+            "nodeSelector": {"catamaran.io/type": "virtual-node"},
+            "affinity": {"nodeAffinity": {}},
+            "serviceAccountName": "builder",
+            "priorityClassName": "high",
+            "priority": 1000,
+            "hostNetwork": True,
+            "tolerations": [
+                {"key": VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+            ],
+            "volumes": [{"name": "kube-api-access-abc", "projected": {}}, {"name": "data", "emptyDir": {}}],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "nginx",
+                    "volumeMounts": [{"name": "kube-api-access-abc", "mountPath": "/var/run"}, {"name": "data"}],
+                }
+            ],
+            **spec_extra,
+        },
+        "status": {},
+    }
+
+
+def test_forged_spec_drops_everything_local():
+    shadow = forge.shadowpod_for(local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p")
+    spec = shadow["spec"]["pod"]["spec"]
+    for field in ("nodeName", "nodeSelector", "affinity", "serviceAccountName", "priorityClassName", "priority"):
+        assert field not in spec
+    assert spec["hostNetwork"] is False
+    assert spec["automountServiceAccountToken"] is False
+    assert [t["key"] for t in spec["tolerations"]] == ["node.kubernetes.io/not-ready"]
+    assert spec["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "data"}]
+    assert shadow["metadata"] == {
+        "name": "web-1",
+        "namespace": "shop-c",
+        "labels": {
+            "app": "web",
+            "catamaran.io/origin-cluster-id": "c",
+            "catamaran.io/destination-cluster-id": "p",
+            "catamaran.io/managed-by": "catamaran",
+        },
+        "annotations": {"catamaran.io/local-pod-uid": "u-1", "catamaran.io/local-namespace": "shop"},
+    }
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in shadow["spec"]["pod"]["metadata"]["annotations"]
+
+
+def test_forging_leaves_the_local_pod_untouched():
+    pod = local_pod()
+    forge.shadowpod_for(pod, twin_namespace="t", consumer_id="c", provider_id="p")
+    assert pod["spec"]["nodeName"] == "catamaran-p"
+    assert len(pod["spec"]["volumes"]) == 2
+
+
+def test_remote_pod_is_owned_by_its_shadowpod():
+    shadow = forge.shadowpod_for(local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p")
+    shadow["apiVersion"] = "offloading.catamaran.io/v1alpha1"
+    shadow["metadata"]["uid"] = "s-1"
+    pod = pod_from_shadow(shadow)
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("ShadowPod", "s-1", True)
+    assert pod["metadata"]["name"] == "web-1"
+
+
+@pytest.mark.parametrize(
+    ("provider", "remap", "ip", "expected"),
+    [
+        (["10.102.0.0/16"], "10.200.0.0/16", "10.102.3.7", "10.200.3.7"),
+        (["10.100.0.0/16"], "10.200.0.0/16", "10.100.0.9", "10.200.0.9"),  # overlapping with the consumer
+        (["10.102.0.0/16"], None, "10.102.3.7", "10.102.3.7"),
+        (["10.102.0.0/16"], "10.200.0.0/16", "192.168.1.1", "192.168.1.1"),
+    ],
+)
+def test_ip_translation_keeps_the_offset(provider, remap, ip, expected):
+    assert forge.IPTranslator(provider, remap)(ip) == expected
+
+
+def test_remap_range_too_small_is_refused():
+    with pytest.raises(ValueError, match="smaller than the provider's pod range"):
+        forge.IPTranslator(["10.0.0.0/16"], "10.200.0.0/24")
+
+
+def test_local_status_translates_ips_and_counts_recreations():
+    shadow_status = {
+        "recreations": 2,
+        "pod": {
+            "phase": "Running",
+            "podIP": "10.102.1.5",
+            "podIPs": [{"ip": "10.102.1.5"}],
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": True, "restartCount": 1, "state": {"running": {}}}],
+        },
+    }
+    local = {"conditions": [{"type": "PodScheduled", "status": "True", "reason": "local"}]}
+    translate = forge.IPTranslator(["10.102.0.0/16"], "10.200.0.0/16")
+    status = forge.local_pod_status(
+        local, shadow_status, node_ip="10.0.0.9", translate=translate, provider_reachable=True, now="t"
+    )
+    assert status["podIP"] == "10.200.1.5"
+    assert status["podIPs"] == [{"ip": "10.200.1.5"}]
+    assert status["hostIP"] == "10.0.0.9"
+    assert status["containerStatuses"][0]["restartCount"] == 3
+    assert {c["type"]: c.get("reason") for c in status["conditions"]}["PodScheduled"] == "local"
+
+
+def test_unreachable_provider_marks_pods_not_ready():
+    shadow_status = {
+        "pod": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": True}],
+        }
+    }
+    status = forge.local_pod_status(
+        {}, shadow_status, node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=False, now="t"
+    )
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ProviderUnreachable")
+    assert status["containerStatuses"][0]["ready"] is False
+
+
+def test_remote_refusal_shows_on_the_local_pod():
+    shadow_status = {
+        "conditions": [
+            {"type": "PodCreated", "status": "False", "reason": "QuotaExceeded", "message": "exceeded quota: tight"}
+        ]
+    }
+    status = forge.local_pod_status(
+        {},
+        shadow_status,
+        node_ip="1.1.1.1",
+        translate=lambda ip: ip,
+        provider_reachable=True,
+        now="t",
+        containers=[("app", "nginx")],
+    )
+    refused = next(c for c in status["conditions"] if c["type"] == forge.REMOTE_CONDITION)
+    assert (refused["status"], refused["reason"]) == ("False", "QuotaExceeded")
+    assert status["phase"] == "Pending"
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "QuotaExceeded"
+
+
+def test_unchanged_status_is_recognised_despite_timestamps():
+    a = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "1"}]}
+    b = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2"}]}
+    assert comparable_status(a) == comparable_status(b)
+
+
+def api_error(code: int, message: str) -> ApiError:
+    class Response:
+        status_code = code
+
+        def json(self):
+            return {"kind": "Status", "code": code, "message": message, "status": "Failure"}
+
+    return ApiError(response=Response())
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reason"),
+    [
+        (403, 'pods "x" is forbidden: exceeded quota: tight, requested: pods=1', "QuotaExceeded"),
+        (404, 'namespaces "gone" not found', "NamespaceMissing"),
+        (400, 'admission webhook "deny.example" denied the request', "AdmissionRejected"),
+        (403, "violates PodSecurity restricted", "AdmissionRejected"),
+        (500, "etcd timeout", "CreateFailed"),
+    ],
+)
+def test_create_errors_are_classified(code, message, reason):
+    assert classify_create_error(api_error(code, message))[0] == reason
+
+
+def test_merge_patch_nulls_removed_keys():
+    assert objects.merge_patch({"a": 1, "b": {"c": 1, "d": 2}}, {"b": {"c": 1}}) == {"a": None, "b": {"d": None}}
+
+
+def test_status_patch_touches_only_wanted_fields():
+    current = {"phase": "Running", "pod": {"reason": "x", "podIP": "1"}, "conditions": []}
+    assert objects.status_patch(current, {"pod": {"podIP": "2"}}) == {"pod": {"reason": None, "podIP": "2"}}
