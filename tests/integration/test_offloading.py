@@ -228,6 +228,22 @@ def test_remote_pod_is_recreated_while_the_consumer_is_stopped(lab, fed):
     assert len(remote_shadows(lab, "app=web")) == 5
 
 
+def test_deleted_shadowpod_is_recreated_for_a_live_local_pod(lab, fed):
+    shadow = remote_shadows(lab, "app=web")[0]
+    name, old_uid = shadow["metadata"]["name"], shadow["metadata"]["uid"]
+    lab.kubectl(PROVIDER, "-n", TWIN, "delete", "shadowpod", name, "--wait=true", timeout=90)
+    wait_for(
+        lambda: (
+            (s := get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name))["metadata"]["uid"] != old_uid
+            and s.get("status", {}).get("phase") == "Running"
+        ),
+        timeout=60,
+        what="the virtual kubelet to recreate the ShadowPod",
+    )
+    wait_for(lambda: all_running(lab, "app=web", 5), what="5 pods Running both sides")
+    assert len(remote_shadows(lab, "app=web")) == 5
+
+
 def test_provider_outage_turns_the_node_not_ready_and_back(lab, fed):
     lab.stop_component(PROVIDER, "kube-apiserver")
     try:

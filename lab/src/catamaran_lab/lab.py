@@ -328,7 +328,7 @@ def _memory_of(pid_dir: Path) -> tuple[float, float]:
 
 def _processes_under(root: Path) -> list[int]:
     """Processes whose command line or working directory points into the lab's state directory."""
-    marker = str(root)
+    marker = f"{root}/"  # with the slash, .lab never matches a sibling such as .lab-bench
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -338,7 +338,7 @@ def _processes_under(root: Path) -> list[int]:
             cwd = os.readlink(f"/proc/{entry}/cwd")
         except OSError:
             continue
-        if marker in cmdline or cwd == marker or cwd.startswith(marker + "/"):
+        if marker in cmdline or cwd == str(root) or cwd.startswith(marker):
             found.append(int(entry))
     return found
 

@@ -64,6 +64,22 @@ def pod_from_shadow(shadow: dict) -> dict:
     }
 
 
+def material_status(status: dict) -> tuple:
+    """What the consumer shows of a pod's status; a scheduled-but-pending pod adds nothing to it."""
+    conditions = tuple(
+        sorted(
+            (c["type"], c["status"], c.get("reason") or "")
+            for c in status.get("conditions") or []
+            if not (c["type"] == "PodScheduled" and c["status"] == "True")
+        )
+    )
+    containers = tuple(
+        (c.get("name"), c.get("ready"), c.get("restartCount"), tuple(sorted((c.get("state") or {}).items(), key=str)))
+        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+    )
+    return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)
+
+
 def _evicted(pod: dict) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Failed" and status.get("reason") == "Evicted"
@@ -123,8 +139,27 @@ class ShadowPodController:
             log.info("recreating evicted pod", extra=fields(pod=f"{namespace}/{name}"))
             await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
             return None
+        return await self._copy_status(shadow, pod)
+
+    async def _copy_status(self, shadow: dict, pod: dict) -> None:
+        """Copy the Pod's status when something the consumer shows changed; skip intermediate noise."""
+        status = shadow.get("status") or {}
         pod_status = pod.get("status") or {}
-        wanted = {"phase": pod_status.get("phase", "Pending"), "podUID": pod["metadata"]["uid"], "pod": pod_status}
+        uid = pod["metadata"]["uid"]
+        replaced = bool(status.get("podUID")) and status["podUID"] != uid
+        created = condition(status, "PodCreated")
+        unchanged = material_status(status.get("pod") or {}) == material_status(pod_status)
+        if unchanged and not replaced and (created or {}).get("status") != "False":
+            return None
+        wanted = {
+            "phase": pod_status.get("phase", "Pending"),
+            "podUID": uid,
+            "pod": pod_status,
+            "conditions": set_condition(status.get("conditions") or [], "PodCreated", "True", "Created"),
+        }
+        if replaced:
+            wanted["recreations"] = int(status.get("recreations") or 0) + 1
+            await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
         await self._patch_status(shadow, wanted)
         return None
 
@@ -146,19 +181,7 @@ class ShadowPodController:
                 await self.events.record(reference(shadow), "Warning", reason, message)
             log.warning("cannot create pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", reason=reason))
             return 15
-        recreations = int(status.get("recreations") or 0) + (1 if status.get("podUID") else 0)
-        if status.get("podUID"):
-            await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
-        await self._patch_status(
-            shadow,
-            {
-                "podUID": created.metadata.uid,
-                "recreations": recreations,
-                "phase": "Pending",
-                "pod": {},
-                "conditions": set_condition(status.get("conditions") or [], "PodCreated", "True", "Created"),
-            },
-        )
+        log.debug("pod created", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", uid=created.metadata.uid))
         return None
 
     async def _patch_status(self, shadow: dict, wanted: dict) -> None:

@@ -278,6 +278,11 @@ class PodController:
     async def _update_local_status(self, pod: dict, shadow: dict | None) -> None:
         meta = pod["metadata"]
         shadow_status = (shadow or {}).get("status")
+        refused = any(
+            c["type"] == "PodCreated" and c["status"] == "False" for c in (shadow_status or {}).get("conditions") or []
+        )
+        if not (shadow_status or {}).get("pod") and not refused and self.node.healthy:
+            return  # nothing to report yet: the remote pod has not been created or observed
         wanted = local_pod_status(
             pod["status"],
             shadow_status,
