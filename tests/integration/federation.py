@@ -146,3 +146,34 @@ def virtual_kubelet(lab: Lab, consumer: str, provider: str) -> ControllerProcess
             provider,
         ],
     )
+
+
+def unpeer(lab: Lab, consumer: str, provider: str) -> None:
+    """Test cleanup once the processes are stopped: nothing of the peering is left on either side."""
+    namespace = tenant_namespace(consumer)
+    requests = lab.kubectl(provider, "-n", namespace, "get", "twinnamespaces", "-o", "name", check=False)
+    for request in requests.stdout.split():
+        lab.kubectl(
+            provider,
+            "-n",
+            namespace,
+            "patch",
+            request,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+            check=False,
+        )
+    lab.kubectl(
+        provider,
+        "delete",
+        "namespace",
+        "-l",
+        f"catamaran.io/managed-by=catamaran,catamaran.io/origin-cluster-id={consumer}",
+        "--timeout=90s",
+        check=False,
+        timeout=120,
+    )
+    lab.kubectl(consumer, "delete", "node", f"catamaran-{provider}", "--timeout=30s", check=False)
+    lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "foreigncluster", provider, "--timeout=30s", check=False)
+    lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "secret", f"{provider}-credentials", check=False)

@@ -72,11 +72,7 @@ def fed(lab):
         )
         for process in processes.values():
             process.stop()
-        lab.kubectl(CONSUMER, "delete", "node", NODE, "--timeout=30s", check=False)
-        lab.kubectl(CONSUMER, "-n", "catamaran-system", "delete", "foreignclusters", "--all", check=False)
-        lab.kubectl(
-            PROVIDER, "delete", "namespace", f"catamaran-tenant-{CONSUMER}", "--timeout=60s", check=False, timeout=90
-        )
+        federation.unpeer(lab, CONSUMER, PROVIDER)
 
 
 def node_ready(lab) -> str | None:

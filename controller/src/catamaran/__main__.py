@@ -8,14 +8,42 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from . import logs, metrics
 from .constants import SYSTEM_NAMESPACE
+from .consumer.offloading import NamespaceOffloadingController
+from .consumer.webhook import PodWebhook
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
+from .kube.events import EventRecorder
 from .provider.manager import provider_tasks
 from .vk.runner import VirtualKubelet
 
 log = logging.getLogger("catamaran")
+
+
+def consumer_tasks(client, args) -> list:
+    events = EventRecorder(client, "catamaran-manager")
+    offloadings = NamespaceOffloadingController(client, args.cluster_id, events)
+    tasks = offloadings.tasks()
+    if args.webhook_port:
+        service = None
+        if args.webhook_service:
+            namespaced, _, port = args.webhook_service.partition(":")
+            namespace, _, name = namespaced.partition("/")
+            service = {"namespace": namespace, "name": name, "port": int(port or 443)}
+        hosts = args.webhook_host or ["127.0.0.1"]
+        webhook = PodWebhook(
+            client,
+            offloadings,
+            cert_dir=Path(args.cert_dir),
+            hosts=hosts,
+            port=args.webhook_port,
+            url=args.webhook_url,
+            service=service,
+        )
+        tasks.append(webhook.run())
+    return tasks
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,8 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-address", default="127.0.0.1")
     parser.add_argument("--log-level", default="info")
     commands = parser.add_subparsers(dest="command", required=True)
-    manager = commands.add_parser("manager", help="run the manager (provider side: ShadowPods, offers, twins)")
+    manager = commands.add_parser(
+        "manager", help="run the manager: ShadowPods, offers and twins (provider); NamespaceOffloading and webhook"
+    )
     manager.add_argument("--workers", type=int, default=8)
+    manager.add_argument("--webhook-port", type=int, default=0, help="serve the pod webhook on this port (0: off)")
+    manager.add_argument("--webhook-url", help="URL the API server calls (out-of-cluster manager)")
+    manager.add_argument("--webhook-service", help="namespace/name:port of the webhook Service (in-cluster manager)")
+    manager.add_argument("--webhook-host", action="append", default=[], help="name or IP in the serving certificate")
+    manager.add_argument("--cert-dir", default="/var/run/catamaran/webhook", help="webhook CA and certificates")
     vk = commands.add_parser("virtual-kubelet", help="run the virtual kubelet of one ForeignCluster")
     vk.add_argument("--foreign-cluster", required=True, help="ForeignCluster name")
     vk.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignCluster and its Secret")
@@ -42,6 +77,7 @@ async def _main(args) -> None:
     if args.command == "manager":
         client = async_client(config, args.context, "catamaran-manager")
         tasks = provider_tasks(client, args.cluster_id, workers=args.workers)
+        tasks += consumer_tasks(client, args)
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")
         vk = VirtualKubelet(

@@ -8,3 +8,6 @@ ForeignCluster = create_namespaced_resource(CORE_GROUP, VERSION, "ForeignCluster
 ShadowPod = create_namespaced_resource(OFFLOADING_GROUP, VERSION, "ShadowPod", "shadowpods")
 ResourceOffer = create_namespaced_resource(OFFLOADING_GROUP, VERSION, "ResourceOffer", "resourceoffers")
 TwinNamespace = create_namespaced_resource(OFFLOADING_GROUP, VERSION, "TwinNamespace", "twinnamespaces")
+NamespaceOffloading = create_namespaced_resource(
+    OFFLOADING_GROUP, VERSION, "NamespaceOffloading", "namespaceoffloadings"
+)

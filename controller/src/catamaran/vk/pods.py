@@ -18,20 +18,16 @@ from lightkube.types import CascadeType, PatchType
 
 from ..constants import (
     ANNOTATION_LOCAL_POD_UID,
-    LABEL_DESTINATION_CLUSTER_ID,
-    LABEL_ORIGIN_CLUSTER_ID,
-    OFFLOADING_GROUP,
-    VERSION,
-    default_twin_namespace,
     tenant_namespace,
 )
 from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
-from ..kube.resources import ShadowPod, TwinNamespace
+from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference, status_patch
+from .namespaces import TwinManager
 from .node import VirtualNode
 
 log = logging.getLogger(__name__)
@@ -111,15 +107,26 @@ class PodController:
         self.local_pods = Informer(
             local, Pod, name="local-pods", fields={"spec.nodeName": node.name}, transform=compact_local_pod
         )
-        self.twins = Informer(
-            provider, TwinNamespace, name="twin-requests", namespace=self.tenant_ns, transform=as_dict
+        self.twins = TwinManager(
+            local,
+            provider,
+            consumer_id=consumer_id,
+            provider_id=provider_id,
+            node_name=node.name,
+            pods_on_node=lambda namespace: [p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace],
+            shadows_left=lambda twin: len(self.shadow_informers[twin].cache) if twin in self.shadow_informers else 0,
         )
+        self.twins.ready_listeners.append(self._twin_ready)
         self.shadow_informers: dict[str, Informer] = {}
         self._shadow_tasks: dict[str, asyncio.Task] = {}
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
-        self.local_pods.on_change(lambda event, key, new, old: self.queue.add(key))
-        self.twins.on_change(self._twin_changed)
+        self.local_pods.on_change(self._local_changed)
         node.health_listeners.append(lambda healthy: self._requeue_all())
+
+    def _local_changed(self, event, key, new, old) -> None:
+        self.queue.add(key)
+        if event == "ADDED":
+            self.twins.want(key[0])
 
     def update_pod_cidrs(self, provider_cidrs: list[str]) -> None:
         translator = IPTranslator(provider_cidrs, self.remap_cidr)
@@ -128,26 +135,23 @@ class PodController:
             self._requeue_all()
 
     def twin_for(self, local_namespace: str) -> str:
-        return default_twin_namespace(local_namespace, self.consumer_id)
+        return self.twins.mapped_name(local_namespace)
 
     def tasks(self):
-        return [self.local_pods.run(), self.twins.run(), self._run()]
+        return [self.local_pods.run(), *self.twins.tasks(), self._run()]
 
     async def _run(self):
         await self.local_pods.synced.wait()
-        await self.twins.synced.wait()
+        for informer in (self.twins.requests, self.twins.offloadings, self.twins.node):
+            await informer.synced.wait()
         await self.queue.run()
 
     def _requeue_all(self) -> None:
         for key in list(self.local_pods.cache):
             self.queue.add(key)
 
-    def _twin_changed(self, event, key, new, old) -> None:
-        twin = new or old
-        name = twin["metadata"]["name"]
-        if new is not None and (new.get("status") or {}).get("phase") == "Ready":
-            self._watch_twin(name)
-        origin = twin["spec"].get("originNamespace")
+    def _twin_ready(self, origin: str, twin: str) -> None:
+        self._watch_twin(twin)
         for namespace, pod_name in list(self.local_pods.cache):
             if namespace == origin:
                 self.queue.add((namespace, pod_name))
@@ -186,8 +190,11 @@ class PodController:
         if pod["metadata"].get("deletionTimestamp"):
             return await self._terminate(pod, twin, shadow)
 
+        if not self.twins.selected(namespace):
+            return None  # not offloaded here (any more): the twin manager drains this pod
         if shadows is None:
-            return await self._ensure_twin(namespace, twin)
+            self.twins.want(namespace)
+            return None  # requeued when the twin turns Ready
 
         if (
             shadow is not None
@@ -202,37 +209,6 @@ class PodController:
             await self._create_shadow(pod, twin)
         await self._update_local_status(pod, shadow)
         return None
-
-    async def _ensure_twin(self, namespace: str, twin: str) -> float:
-        request = self.twins.get(self.tenant_ns, twin)
-        if request is None:
-            body = TwinNamespace(
-                apiVersion=f"{OFFLOADING_GROUP}/{VERSION}",
-                kind="TwinNamespace",
-                metadata={
-                    "name": twin,
-                    "namespace": self.tenant_ns,
-                    "labels": {
-                        LABEL_ORIGIN_CLUSTER_ID: self.consumer_id,
-                        LABEL_DESTINATION_CLUSTER_ID: self.provider_id,
-                    },
-                },
-                spec={"originNamespace": namespace},
-            )
-            try:
-                await self.provider.create(body)
-                log.info("requested twin namespace", extra=fields(namespace=namespace, twin=twin))
-            except ApiError as error:
-                if error.status.code != 409:
-                    raise
-            return 5
-        phase = (request.get("status") or {}).get("phase")
-        if phase in ("Conflict", "Failed"):
-            log.warning(
-                "twin namespace unusable",
-                extra=fields(twin=twin, phase=phase, message=request["status"].get("message")),
-            )
-        return 5  # the TwinNamespace watch requeues as soon as it turns Ready
 
     async def _create_shadow(self, pod: dict, twin: str) -> None:
         body = shadowpod_for(pod, twin_namespace=twin, consumer_id=self.consumer_id, provider_id=self.provider_id)
@@ -256,7 +232,7 @@ class PodController:
             if not shadow["metadata"].get("deletionTimestamp"):
                 await self._delete_shadow(twin, meta["name"], grace=meta.get("deletionGracePeriodSeconds"))
             return None  # the ShadowPod's DELETED event brings us back
-        if twin in self.shadow_informers or (self.twins.get(self.tenant_ns, twin) is None):
+        if twin in self.shadow_informers or self.twins.requests.get(self.tenant_ns, twin) is None:
             try:
                 await self.local.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
                 log.info("released local pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}"))

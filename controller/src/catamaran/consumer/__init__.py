@@ -1,0 +1,1 @@
+"""Consumer-side reconcilers of the manager: NamespaceOffloading and the pod mutating webhook."""

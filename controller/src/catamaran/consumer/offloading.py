@@ -1,0 +1,197 @@
+"""NamespaceOffloading on the consumer: namespace label, finalizer, and the aggregated phase.
+
+Each virtual kubelet (the only holder of its provider's credential) creates or removes its twin
+namespace and reports its own entry in `status.clusters`; this controller turns those entries and
+the set of matching virtual nodes into `offloadingPhase`, and finishes deletion once every twin is
+gone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.types import PatchType
+
+from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE, TYPE_VIRTUAL_NODE
+from ..kube.events import EventRecorder
+from ..kube.informer import Informer
+from ..kube.resources import NamespaceOffloading
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict, reference, set_condition
+from ..steering import ENABLED_LABEL, STRATEGY_ANNOTATION, remote_namespace_name, selector_matches
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "catamaran.io/namespace-offloading"
+FIELD_MANAGER = "catamaran-manager"
+
+
+def selected_clusters(spec: dict, virtual_nodes: dict) -> list[str]:
+    return sorted(
+        node["cluster"]
+        for node in virtual_nodes.values()
+        if selector_matches(spec.get("clusterSelector"), node["labels"], node["name"])
+    )
+
+
+def offloading_phase(deleting: bool, selected: list[str], entries: dict[str, dict]) -> tuple[str, str]:
+    if deleting:
+        return "Terminating", f"removing twin namespaces from {sorted(entries) or 'no cluster'}"
+    if not selected:
+        return "NoClusterSelected", "no peered cluster matches the clusterSelector"
+    phases = {cluster: (entries.get(cluster) or {}).get("phase", "Pending") for cluster in selected}
+    failed = sorted(c for c, p in phases.items() if p == "Failed")
+    if len(failed) == len(selected):
+        return "AllFailed", "; ".join(f"{c}: {(entries[c] or {}).get('message', '')}" for c in failed)
+    if failed:
+        return "SomeFailed", "; ".join(f"{c}: {(entries[c] or {}).get('message', '')}" for c in failed)
+    if all(p == "Ready" for p in phases.values()):
+        return "Ready", f"twin namespaces ready on {', '.join(selected)}"
+    return "InProgress", f"waiting for {', '.join(c for c, p in phases.items() if p != 'Ready')}"
+
+
+def summarize_virtual_node(node) -> dict:
+    labels = node.metadata.labels or {}
+    return {"name": node.metadata.name, "labels": labels, "cluster": labels.get(LABEL_REMOTE_CLUSTER_ID, "")}
+
+
+class NamespaceOffloadingController:
+    name = "namespaceoffloadings"
+
+    def __init__(self, client: AsyncClient, cluster_id: str, events: EventRecorder):
+        self.client = client
+        self.cluster_id = cluster_id
+        self.events = events
+        self.offloadings = Informer(client, NamespaceOffloading, name="namespaceoffloadings", transform=as_dict)
+        self.virtual_nodes = Informer(
+            client, Node, name="virtual-nodes", labels={LABEL_TYPE: TYPE_VIRTUAL_NODE}, transform=summarize_virtual_node
+        )
+        self.queue = WorkQueue(self.name, self.reconcile, workers=4)
+        self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key))
+        self.virtual_nodes.on_change(lambda event, key, new, old: self._requeue_all())
+
+    def _requeue_all(self) -> None:
+        for key in list(self.offloadings.cache):
+            self.queue.add(key)
+
+    def tasks(self):
+        return [self.offloadings.run(), self.virtual_nodes.run(), self._run()]
+
+    async def _run(self):
+        await self.offloadings.synced.wait()
+        await self.virtual_nodes.synced.wait()
+        await self.queue.run()
+
+    async def reconcile(self, key) -> float | None:
+        namespace, name = key
+        offloading = self.offloadings.get(namespace, name)
+        if offloading is None:
+            return None
+        meta = offloading["metadata"]
+        status = offloading.get("status") or {}
+        deleting = bool(meta.get("deletionTimestamp"))
+        entries = {entry["clusterID"]: entry for entry in status.get("clusters") or []}
+        if deleting and not entries:
+            await self._set_namespace_label(namespace, None)
+            await self._remove_finalizer(offloading)
+            return None
+        if not deleting:
+            if FINALIZER not in (meta.get("finalizers") or []):
+                await self.client.patch(
+                    NamespaceOffloading,
+                    name,
+                    {"metadata": {"finalizers": [*(meta.get("finalizers") or []), FINALIZER]}},
+                    namespace=namespace,
+                    patch_type=PatchType.MERGE,
+                )
+            await self._set_namespace_label(namespace, "true")
+            if status.get("observedGeneration") is None:
+                await self._report_preexisting_pods(offloading)
+                status = offloading.get("status") or {}
+        selected = selected_clusters(offloading["spec"], self.virtual_nodes.cache)
+        phase, message = offloading_phase(deleting, selected, entries)
+        conditions = set_condition(
+            status.get("conditions") or [], "Ready", "True" if phase == "Ready" else "False", phase, message
+        )
+        wanted = {
+            "offloadingPhase": phase,
+            "remoteNamespaceName": remote_namespace_name(namespace, offloading["spec"], self.cluster_id),
+            "observedGeneration": meta.get("generation"),
+        }
+        if any(status.get(k) != v for k, v in wanted.items()) or not _same(status.get("conditions"), conditions):
+            await self.client.patch(
+                NamespaceOffloading.Status,
+                name,
+                {"status": {**wanted, "conditions": conditions}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+            if status.get("offloadingPhase") != phase:
+                kind = "Warning" if phase in ("SomeFailed", "AllFailed") else "Normal"
+                await self.events.record(reference(offloading), kind, phase, message)
+        return None
+
+    async def _set_namespace_label(self, namespace: str, value: str | None) -> None:
+        try:
+            await self.client.patch(
+                Namespace, namespace, {"metadata": {"labels": {ENABLED_LABEL: value}}}, patch_type=PatchType.MERGE
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+
+    async def _remove_finalizer(self, offloading: dict) -> None:
+        meta = offloading["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        try:
+            await self.client.patch(
+                NamespaceOffloading,
+                meta["name"],
+                {"metadata": {"finalizers": finalizers or None}},
+                namespace=meta["namespace"],
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+        log.info("namespace offloading removed", extra=fields(namespace=meta["namespace"]))
+
+    async def _report_preexisting_pods(self, offloading: dict) -> None:
+        """Pods created before offloading keep their placement; say so, and how to apply the strategy."""
+        namespace = offloading["metadata"]["namespace"]
+        names = [
+            pod.metadata.name
+            async for pod in self.client.list(Pod, namespace=namespace)
+            if STRATEGY_ANNOTATION not in (pod.metadata.annotations or {})
+            and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed"))
+        ]
+        if not names:
+            return
+        message = (
+            f"{len(names)} pod(s) existed before offloading and keep their placement ({', '.join(names[:5])}"
+            f"{', ...' if len(names) > 5 else ''}); recreate them, e.g. kubectl -n {namespace} rollout restart "
+            "deployment, to apply the offloading strategy"
+        )
+        await self.events.record(reference(offloading), "Warning", "PreexistingPods", message)
+        conditions = set_condition(
+            (offloading.get("status") or {}).get("conditions") or [], "PreexistingPods", "True", "NotSteered", message
+        )
+        await self.client.patch(
+            NamespaceOffloading.Status,
+            offloading["metadata"]["name"],
+            {"status": {"conditions": conditions}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+        offloading.setdefault("status", {})["conditions"] = conditions
+
+
+def _same(a, b) -> bool:
+    def strip(conditions):
+        return sorted((c["type"], c["status"], c.get("reason"), c.get("message")) for c in conditions or [])
+
+    return strip(a) == strip(b)

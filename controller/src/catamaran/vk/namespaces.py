@@ -1,0 +1,248 @@
+"""Twin namespaces on this virtual kubelet's provider, following the consumer's NamespaceOffloadings.
+
+A namespace with a NamespaceOffloading gets a twin here while the offloading's clusterSelector
+matches this virtual node; when it stops matching (or the offloading is deleted) its pods on this
+node are drained first, then the twin is removed. This cluster's progress is reported as its own
+entry of the offloading's `status.clusters` (server-side apply, one field manager per cluster).
+A namespace without a NamespaceOffloading whose pods were bound here by hand gets a twin under the
+default name on demand (DESIGN.md's DefaultName mapping).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from ..constants import (
+    LABEL_DESTINATION_CLUSTER_ID,
+    LABEL_ORIGIN_CLUSTER_ID,
+    OFFLOADING_GROUP,
+    VERSION,
+    default_twin_namespace,
+    tenant_namespace,
+)
+from ..kube.informer import Informer
+from ..kube.resources import NamespaceOffloading, TwinNamespace
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict, now_iso
+from ..steering import OFFLOADING_NAME, remote_namespace_name, selector_matches
+
+log = logging.getLogger(__name__)
+
+
+class TwinManager:
+    name = "twins"
+
+    def __init__(
+        self,
+        local: AsyncClient,
+        provider: AsyncClient,
+        *,
+        consumer_id: str,
+        provider_id: str,
+        node_name: str,
+        pods_on_node: Callable[[str], list[dict]],
+        shadows_left: Callable[[str], int],
+    ):
+        self.local = local
+        self.provider = provider
+        self.consumer_id = consumer_id
+        self.provider_id = provider_id
+        self.node_name = node_name
+        self.tenant_ns = tenant_namespace(consumer_id)
+        self.pods_on_node = pods_on_node
+        self.shadows_left = shadows_left
+        self.field_manager = f"catamaran-vk-{provider_id}"
+        self.requests = Informer(
+            provider, TwinNamespace, name="twin-requests", namespace=self.tenant_ns, transform=as_dict
+        )
+        self.offloadings = Informer(local, NamespaceOffloading, name="namespaceoffloadings", transform=as_dict)
+        self.node = Informer(
+            local,
+            Node,
+            name="own-node",
+            fields={"metadata.name": node_name},
+            transform=lambda node: dict(node.metadata.labels or {}),
+        )
+        self.queue = WorkQueue(self.name, self.reconcile, workers=4)
+        self.ready_listeners: list[Callable[[str, str], None]] = []
+        self.requests.on_change(self._request_changed)
+        self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key[0]))
+        self.node.on_change(lambda event, key, new, old: self._requeue_all())
+
+    def tasks(self):
+        return [self.requests.run(), self.offloadings.run(), self.node.run(), self._run()]
+
+    async def _run(self):
+        for informer in (self.requests, self.offloadings, self.node):
+            await informer.synced.wait()
+        self._requeue_all()
+        await self.queue.run()
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in (self.requests, self.offloadings, self.node))
+
+    def _requeue_all(self) -> None:
+        for namespace, _ in list(self.offloadings.cache):
+            self.queue.add(namespace)
+        for request in list(self.requests.cache.values()):
+            self.queue.add(request["spec"]["originNamespace"])
+
+    def _request_changed(self, event, key, new, old) -> None:
+        request = new or old
+        origin = request["spec"]["originNamespace"]
+        self.queue.add(origin)
+        if new is not None and (new.get("status") or {}).get("phase") == "Ready":
+            for listener in self.ready_listeners:
+                listener(origin, new["metadata"]["name"])
+
+    # -- what the pod controller asks ------------------------------------------------
+
+    def mapped_name(self, namespace: str) -> str:
+        """The twin's name for a local namespace, whether or not it is offloaded here right now."""
+        offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
+        if offloading is None:
+            return default_twin_namespace(namespace, self.consumer_id)
+        return remote_namespace_name(namespace, offloading["spec"], self.consumer_id)
+
+    def selected(self, namespace: str) -> bool:
+        """May pods of this namespace run here? Without a NamespaceOffloading: yes, on demand."""
+        offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
+        if offloading is None:
+            return True
+        if offloading["metadata"].get("deletionTimestamp"):
+            return False
+        labels = self.node.get(None, self.node_name) or {}
+        return selector_matches(offloading["spec"].get("clusterSelector"), labels, self.node_name)
+
+    def twin_ready(self, namespace: str) -> bool:
+        request = self.requests.get(self.tenant_ns, self.mapped_name(namespace))
+        return request is not None and (request.get("status") or {}).get("phase") == "Ready"
+
+    def want(self, namespace: str) -> None:
+        self.queue.add(namespace)
+
+    # -- reconciliation ----------------------------------------------------------------
+
+    async def reconcile(self, namespace: str) -> float | None:
+        offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
+        remote = self.mapped_name(namespace)
+        request = self.requests.get(self.tenant_ns, remote)
+        if self.selected(namespace):
+            if offloading is None and not self.pods_on_node(namespace) and request is None:
+                return None  # no offloading and nothing bound here: no twin wanted
+            if request is None:
+                await self._create_request(namespace, remote)
+                await self._report(offloading, "Pending", remote, "TwinRequested", f"requested twin {remote}")
+                return None
+            phase = (request.get("status") or {}).get("phase")
+            message = (request.get("status") or {}).get("message", "")
+            if phase == "Ready":
+                await self._report(offloading, "Ready", remote, "TwinReady", message)
+            elif phase in ("Conflict", "Failed"):
+                await self._report(offloading, "Failed", remote, phase, message)
+            else:
+                await self._report(offloading, "Pending", remote, phase or "Requested", message)
+            return None
+        return await self._drain(namespace, offloading, remote, request)
+
+    async def _drain(self, namespace: str, offloading: dict | None, remote: str, request: dict | None):
+        pods = self.pods_on_node(namespace)
+        if pods:
+            for pod in pods:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    try:
+                        await self.local.delete(Pod, pod["metadata"]["name"], namespace=namespace)
+                    except ApiError as error:
+                        if error.status.code != 404:
+                            raise
+            log.info("draining offloaded pods", extra=fields(namespace=namespace, pods=len(pods)))
+            await self._report(offloading, "Draining", remote, "Draining", f"draining {len(pods)} pod(s)")
+            return 2
+        if self.shadows_left(remote):
+            return 2
+        if request is not None:
+            if not request["metadata"].get("deletionTimestamp"):
+                try:
+                    await self.provider.delete(TwinNamespace, remote, namespace=self.tenant_ns)
+                except ApiError as error:
+                    if error.status.code != 404:
+                        raise
+            await self._report(offloading, "Draining", remote, "RemovingTwin", f"removing twin {remote}")
+            return 2
+        await self._forget(offloading)
+        return None
+
+    async def _create_request(self, namespace: str, remote: str) -> None:
+        body = TwinNamespace(
+            apiVersion=f"{OFFLOADING_GROUP}/{VERSION}",
+            kind="TwinNamespace",
+            metadata={
+                "name": remote,
+                "namespace": self.tenant_ns,
+                "labels": {LABEL_ORIGIN_CLUSTER_ID: self.consumer_id, LABEL_DESTINATION_CLUSTER_ID: self.provider_id},
+            },
+            spec={"originNamespace": namespace},
+        )
+        try:
+            await self.provider.create(body)
+            log.info("requested twin namespace", extra=fields(namespace=namespace, twin=remote))
+        except ApiError as error:
+            if error.status.code != 409:
+                raise
+
+    async def _report(self, offloading: dict | None, phase: str, remote: str, reason: str, message: str) -> None:
+        if offloading is None:
+            return
+        current = next(
+            (e for e in (offloading.get("status") or {}).get("clusters") or [] if e["clusterID"] == self.provider_id),
+            None,
+        )
+        entry = {
+            "clusterID": self.provider_id,
+            "phase": phase,
+            "remoteNamespace": remote,
+            "reason": reason,
+            "message": message,
+        }
+        if current and all(current.get(k) == v for k, v in entry.items()):
+            return
+        entry["lastTransitionTime"] = (
+            (current or {}).get("lastTransitionTime") if (current or {}).get("phase") == phase else now_iso()
+        )
+        await self._apply_entries(offloading, [entry])
+
+    async def _forget(self, offloading: dict | None) -> None:
+        if offloading is None:
+            return
+        if any(e["clusterID"] == self.provider_id for e in (offloading.get("status") or {}).get("clusters") or []):
+            await self._apply_entries(offloading, [])
+
+    async def _apply_entries(self, offloading: dict, entries: list[dict]) -> None:
+        meta = offloading["metadata"]
+        body = {
+            "apiVersion": f"{OFFLOADING_GROUP}/{VERSION}",
+            "kind": "NamespaceOffloading",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"clusters": entries},
+        }
+        try:
+            await self.local.patch(
+                NamespaceOffloading.Status,
+                meta["name"],
+                body,
+                namespace=meta["namespace"],
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
+            )
+        except ApiError as error:
+            if error.status.code != 404:
+                raise

@@ -1,0 +1,446 @@
+"""Namespace extension: NamespaceOffloading, twin namespaces and the pod mutating webhook.
+
+Lab: consumer cluster-1; providers cluster-2 (virtual node labelled region-b, "A") and cluster-3
+(region-c, "B"). The webhook is served by cluster-1's manager over TLS and registered with the real
+kube-apiserver; pods are placed by the stock scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from catamaran.constants import virtual_node_name
+
+from . import federation
+from .conftest import get_json, wait_for
+
+pytestmark = pytest.mark.integration
+
+CONSUMER = "cluster-1"
+PROVIDER_A, PROVIDER_B = "cluster-2", "cluster-3"
+REGIONS = {PROVIDER_A: "region-b", PROVIDER_B: "region-c"}
+NODE_A, NODE_B = virtual_node_name(PROVIDER_A), virtual_node_name(PROVIDER_B)
+REGION = "topology.kubernetes.io/region"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fed(lab):
+    for cluster in (CONSUMER, PROVIDER_A, PROVIDER_B):
+        federation.install_crds(lab, cluster)
+    for provider, region in REGIONS.items():
+        federation.peer(
+            lab,
+            CONSUMER,
+            provider,
+            nodeLabels={REGION: region},
+            networking={"podCIDRRemap": f"10.{200 + int(provider[-1])}.0.0/16"},
+        )
+    port = free_port()
+    consumer_manager = federation.ControllerProcess(
+        lab,
+        f"manager-{CONSUMER}",
+        [
+            "--kubeconfig",
+            str(lab.kubeconfig(CONSUMER)),
+            "--cluster-id",
+            CONSUMER,
+            "manager",
+            "--webhook-port",
+            str(port),
+            "--webhook-url",
+            f"https://127.0.0.1:{port}/mutate-pods",
+            "--cert-dir",
+            str(lab.root / "webhook-certs"),
+        ],
+    )
+    processes = {
+        "consumer": consumer_manager,
+        **{f"manager-{p}": federation.manager(lab, p) for p in REGIONS},
+        **{f"vk-{p}": federation.virtual_kubelet(lab, CONSUMER, p) for p in REGIONS},
+    }
+    for process in processes.values():
+        process.start()
+    created: list[str] = []
+    try:
+        for node in (NODE_A, NODE_B):
+            wait_for(lambda n=node: node_condition(lab, n) == "True", timeout=60, what=f"{node} Ready")
+        wait_for(
+            lambda: (
+                lab.kubectl(
+                    CONSUMER, "get", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False
+                ).returncode
+                == 0
+            ),
+            what="the webhook registration",
+        )
+        yield {"processes": processes, "namespaces": created}
+    finally:
+        for namespace in created:
+            lab.kubectl(
+                CONSUMER,
+                "-n",
+                namespace,
+                "delete",
+                "namespaceoffloading",
+                "offloading",
+                "--timeout=90s",
+                check=False,
+                timeout=120,
+            )
+            lab.kubectl(CONSUMER, "delete", "namespace", namespace, "--wait=false", check=False)
+        for process in processes.values():
+            process.stop()
+        lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False)
+        for provider in REGIONS:
+            federation.unpeer(lab, CONSUMER, provider)
+
+
+def node_condition(lab, node: str, kind: str = "Ready") -> str | None:
+    result = lab.kubectl(CONSUMER, "get", "node", node, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    return next((c["status"] for c in json.loads(result.stdout)["status"]["conditions"] if c["type"] == kind), None)
+
+
+def offload(lab, fed, namespace: str, **spec) -> None:
+    lab.kubectl(CONSUMER, "create", "namespace", namespace, check=False)
+    fed["namespaces"].append(namespace)
+    body = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading", "namespace": namespace},
+        "spec": spec,
+    }
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
+    wait_for(lambda: lab.kubectl(CONSUMER, "-n", namespace, "get", "sa", "default", check=False).returncode == 0)
+
+
+def offloading(lab, namespace: str) -> dict:
+    return get_json(lab, CONSUMER, "namespaceoffloading", "-n", namespace, "offloading")
+
+
+def phase(lab, namespace: str) -> str | None:
+    result = lab.kubectl(
+        CONSUMER, "-n", namespace, "get", "namespaceoffloading", "offloading", "-o", "json", check=False
+    )
+    return json.loads(result.stdout).get("status", {}).get("offloadingPhase") if result.returncode == 0 else None
+
+
+def deploy(lab, namespace: str, name: str, replicas: int, cpu: str = "100m") -> None:
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.invalid/app:1",
+                            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
+
+
+def placement(lab, namespace: str, name: str, count: int):
+    pods = get_json(lab, CONSUMER, "pods", "-n", namespace, "-l", f"app={name}")["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    if len(pods) != count or len(running) != count:
+        return None
+    return sorted(p["spec"]["nodeName"] for p in pods)
+
+
+def namespace_exists(lab, cluster: str, name: str) -> bool:
+    return lab.kubectl(cluster, "get", "namespace", name, check=False).returncode == 0
+
+
+def test_local_strategy_keeps_pods_on_physical_nodes(lab, fed):
+    offload(lab, fed, "steer-local", podOffloadingStrategy="Local")
+    wait_for(lambda: phase(lab, "steer-local") == "Ready", what="phase Ready")
+    deploy(lab, "steer-local", "web", 4)
+    nodes = wait_for(lambda: placement(lab, "steer-local", "web", 4), what="4 Running pods")
+    local_workers = {n.name for n in lab.recorded_config().cluster(CONSUMER).nodes}
+    assert set(nodes) <= local_workers
+
+
+def test_remote_strategy_with_a_selector_uses_only_that_cluster(lab, fed):
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": REGION, "operator": "In", "values": [REGIONS[PROVIDER_B]]}]}
+        ]
+    }
+    offload(lab, fed, "steer-remote", podOffloadingStrategy="Remote", clusterSelector=selector)
+    wait_for(lambda: phase(lab, "steer-remote") == "Ready", what="phase Ready")
+    deploy(lab, "steer-remote", "web", 4)
+    nodes = wait_for(lambda: placement(lab, "steer-remote", "web", 4), what="4 Running pods")
+    assert set(nodes) == {NODE_B}
+    twin = "steer-remote-cluster-1"
+    assert namespace_exists(lab, PROVIDER_B, twin)
+    assert not namespace_exists(lab, PROVIDER_A, twin)
+    remote = get_json(lab, PROVIDER_B, "pods", "-n", twin, "-l", "app=web")["items"]
+    assert len(remote) == 4
+
+
+def test_local_and_remote_spills_over_when_local_capacity_is_tight(lab, fed):
+    offload(lab, fed, "steer-both")
+    wait_for(lambda: phase(lab, "steer-both") == "Ready", what="phase Ready")
+    # 6-cpu pods: every 8-cpu worker (local or remote) holds one, each virtual node offers 3
+    # (90% of 24 cpu), so 7 replicas can only run with some pods on each side.
+    deploy(lab, "steer-both", "big", 7, cpu="6")
+    nodes = wait_for(lambda: placement(lab, "steer-both", "big", 7), timeout=90, what="7 Running pods")
+    virtual = [n for n in nodes if n in (NODE_A, NODE_B)]
+    local_workers = {n.name for n in lab.recorded_config().cluster(CONSUMER).nodes}
+    assert 0 < len(virtual) < 7
+    assert set(nodes) - set(virtual) <= local_workers
+
+
+def test_mapping_strategies_name_the_twins(lab, fed):
+    offload(lab, fed, "map-default")
+    offload(lab, fed, "map-same", namespaceMappingStrategy="EnforceSameName")
+    offload(lab, fed, "map-selected", namespaceMappingStrategy="SelectedName", remoteNamespaceName="chosen-name")
+    expected = {"map-default": "map-default-cluster-1", "map-same": "map-same", "map-selected": "chosen-name"}
+    for namespace, remote in expected.items():
+        wait_for(lambda ns=namespace: phase(lab, ns) == "Ready", what=f"{namespace} Ready")
+        status = offloading(lab, namespace)["status"]
+        assert status["remoteNamespaceName"] == remote
+        assert {e["clusterID"]: e["remoteNamespace"] for e in status["clusters"]} == {
+            PROVIDER_A: remote,
+            PROVIDER_B: remote,
+        }
+        for provider in REGIONS:
+            labels = get_json(lab, provider, "namespace", remote)["metadata"]["labels"]
+            assert labels["catamaran.io/origin-cluster-id"] == CONSUMER
+            assert labels["catamaran.io/destination-cluster-id"] == provider
+
+
+def test_foreign_namespace_is_reported_and_never_adopted(lab, fed):
+    lab.kubectl(PROVIDER_A, "create", "namespace", "taken")
+    lab.kubectl(PROVIDER_A, "-n", "taken", "create", "configmap", "owner", "--from-literal=team=someone-else")
+    before = get_json(lab, PROVIDER_A, "namespace", "taken")["metadata"]
+    try:
+        offload(lab, fed, "taken", namespaceMappingStrategy="EnforceSameName")
+        wait_for(lambda: phase(lab, "taken") == "SomeFailed", what="phase SomeFailed")
+        status = offloading(lab, "taken")["status"]
+        entry = next(e for e in status["clusters"] if e["clusterID"] == PROVIDER_A)
+        assert entry["phase"] == "Failed"
+        assert entry["reason"] == "Conflict"
+        assert "not managed by Catamaran" in entry["message"]
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert "not managed by Catamaran" in ready["message"]
+        after = get_json(lab, PROVIDER_A, "namespace", "taken")["metadata"]
+        assert (after["labels"], after.get("annotations")) == (before["labels"], before.get("annotations"))
+        assert get_json(lab, PROVIDER_A, "configmap", "-n", "taken", "owner")["data"] == {"team": "someone-else"}
+    finally:
+        lab.kubectl(
+            CONSUMER,
+            "-n",
+            "taken",
+            "delete",
+            "namespaceoffloading",
+            "offloading",
+            "--timeout=60s",
+            check=False,
+            timeout=90,
+        )
+    assert namespace_exists(lab, PROVIDER_A, "taken")  # removing the offloading left it alone too
+    lab.kubectl(PROVIDER_A, "delete", "namespace", "taken", "--wait=false")
+
+
+def test_relabelled_virtual_node_gains_and_loses_its_twin(lab, fed):
+    pool = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "catamaran.io/test-pool", "operator": "In", "values": ["gold"]}]}
+        ]
+    }
+    offload(lab, fed, "follow", podOffloadingStrategy="Remote", clusterSelector=pool)
+    twin = "follow-cluster-1"
+    wait_for(lambda: phase(lab, "follow") == "NoClusterSelected", what="phase NoClusterSelected")
+    try:
+        lab.kubectl(CONSUMER, "label", "node", NODE_A, "catamaran.io/test-pool=gold")
+        wait_for(lambda: phase(lab, "follow") == "Ready", what="phase Ready")
+        assert namespace_exists(lab, PROVIDER_A, twin)
+        assert not namespace_exists(lab, PROVIDER_B, twin)
+        deploy(lab, "follow", "web", 3)
+        assert set(wait_for(lambda: placement(lab, "follow", "web", 3), what="3 pods on A")) == {NODE_A}
+    finally:
+        lab.kubectl(CONSUMER, "label", "node", NODE_A, "catamaran.io/test-pool-")
+    wait_for(lambda: not namespace_exists(lab, PROVIDER_A, twin), timeout=90, what="A's twin to go")
+    pods = get_json(lab, CONSUMER, "pods", "-n", "follow", "-l", "app=web")["items"]
+    assert all(p["spec"].get("nodeName") != NODE_A for p in pods)  # drained; replacements wait for a match
+    assert phase(lab, "follow") == "NoClusterSelected"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"podOffloadingStrategy": "Anywhere"}, 'Unsupported value: "Anywhere"'),
+        ({"namespaceMappingStrategy": "SelectedName"}, "remoteNamespaceName is required"),
+        ({"namespaceMappingStrategy": "DefaultName", "remoteNamespaceName": "x"}, "only allowed with"),
+    ],
+)
+def test_invalid_specs_are_rejected_by_the_api_server(lab, fed, spec, message):
+    body = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading", "namespace": "default"},
+        "spec": spec,
+    }
+    result = lab.kubectl(CONSUMER, "apply", "--dry-run=server", "-f", "-", input=json.dumps(body), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_mapping_strategy_is_immutable_and_name_is_fixed(lab, fed):
+    offload(lab, fed, "immutable")
+    changed = lab.kubectl(
+        CONSUMER,
+        "-n",
+        "immutable",
+        "patch",
+        "namespaceoffloading",
+        "offloading",
+        "--type=merge",
+        "-p",
+        '{"spec":{"namespaceMappingStrategy":"EnforceSameName"}}',
+        check=False,
+    )
+    assert changed.returncode != 0
+    assert "namespaceMappingStrategy is immutable" in changed.stderr
+    misnamed = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "other", "namespace": "immutable"},
+        "spec": {},
+    }
+    result = lab.kubectl(CONSUMER, "apply", "--dry-run=server", "-f", "-", input=json.dumps(misnamed), check=False)
+    assert 'must be named "offloading"' in result.stderr
+
+
+def test_deleting_the_offloading_terminates_and_removes_twins(lab, fed):
+    offload(lab, fed, "goodbye", podOffloadingStrategy="Remote")
+    wait_for(lambda: phase(lab, "goodbye") == "Ready", what="phase Ready")
+    deploy(lab, "goodbye", "web", 4)
+    wait_for(lambda: placement(lab, "goodbye", "web", 4), what="4 Running pods")
+    twin = "goodbye-cluster-1"
+    lab.kubectl(CONSUMER, "-n", "goodbye", "delete", "namespaceoffloading", "offloading", "--wait=false")
+    seen = wait_for(lambda: phase(lab, "goodbye") == "Terminating", timeout=30, what="phase Terminating")
+    assert seen
+    wait_for(lambda: phase(lab, "goodbye") is None, timeout=120, what="the offloading to be gone")
+    for provider in REGIONS:
+        assert not namespace_exists(lab, provider, twin)
+        shadows = get_json(lab, provider, "shadowpods", "-A", "-l", "app=web")["items"]
+        assert not [s for s in shadows if s["metadata"]["annotations"]["catamaran.io/local-namespace"] == "goodbye"]
+        assert not get_json(
+            lab, provider, "pods", "-A", "-l", "app=web", "--field-selector", f"metadata.namespace={twin}"
+        )["items"]
+    labels = get_json(lab, CONSUMER, "namespace", "goodbye")["metadata"].get("labels", {})
+    assert "catamaran.io/offloading-enabled" not in labels
+    # New pods are no longer steered; existing replacements run locally.
+    nodes = wait_for(lambda: placement(lab, "goodbye", "web", 4), what="pods back on local nodes")
+    assert not set(nodes) & {NODE_A, NODE_B}
+
+
+def test_webhook_outage_follows_the_failure_policy(lab, fed):
+    offload(lab, fed, "guarded")
+    wait_for(lambda: phase(lab, "guarded") == "Ready", what="phase Ready")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/app:1"}]},
+    }
+    manager = fed["processes"]["consumer"]
+    manager.stop()
+    try:
+        refused = lab.kubectl(CONSUMER, "-n", "guarded", "apply", "-f", "-", input=json.dumps(pod), check=False)
+        assert refused.returncode != 0
+        assert 'failed calling webhook "pods.offloading.catamaran.io"' in refused.stderr
+        lab.kubectl(CONSUMER, "create", "namespace", "unguarded", check=False)
+        fed["namespaces"].append("unguarded")
+        wait_for(lambda: lab.kubectl(CONSUMER, "-n", "unguarded", "get", "sa", "default", check=False).returncode == 0)
+        lab.kubectl(CONSUMER, "-n", "unguarded", "apply", "-f", "-", input=json.dumps(pod))
+    finally:
+        manager.start()
+    time.sleep(2)
+    wait_for(
+        lambda: (
+            lab.kubectl(CONSUMER, "-n", "guarded", "apply", "-f", "-", input=json.dumps(pod), check=False).returncode
+            == 0
+        ),
+        what="pod creation to work again once the webhook is back",
+    )
+    steered = get_json(lab, CONSUMER, "pod", "-n", "guarded", "probe")
+    assert steered["metadata"]["annotations"]["catamaran.io/offloading-strategy"] == "LocalAndRemote"
+
+
+def test_preexisting_pods_are_reported_and_daemonsets_stay_local(lab, fed):
+    lab.kubectl(CONSUMER, "create", "namespace", "older")
+    fed["namespaces"].append("older")
+    wait_for(lambda: lab.kubectl(CONSUMER, "-n", "older", "get", "sa", "default", check=False).returncode == 0)
+    deploy(lab, "older", "legacy", 2)
+    wait_for(lambda: placement(lab, "older", "legacy", 2), what="pods created before offloading")
+    offload(lab, fed, "older", podOffloadingStrategy="Remote")
+    condition = wait_for(
+        lambda: next(
+            (
+                c
+                for c in offloading(lab, "older").get("status", {}).get("conditions", [])
+                if c["type"] == "PreexistingPods"
+            ),
+            None,
+        ),
+        what="the PreexistingPods condition",
+    )
+    assert condition["status"] == "True"
+    assert "rollout restart" in condition["message"]
+    events = get_json(lab, CONSUMER, "events", "-n", "older", "--field-selector", "reason=PreexistingPods")["items"]
+    assert events
+
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "older"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "tolerations": [{"operator": "Exists"}],  # would tolerate the virtual-node taint too
+                    "containers": [{"name": "c", "image": "registry.invalid/agent:1"}],
+                },
+            },
+        },
+    }
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(daemonset))
+    local_workers = {n.name for n in lab.recorded_config().cluster(CONSUMER).nodes}
+
+    def running_on():
+        pods = get_json(lab, CONSUMER, "pods", "-n", "older", "-l", "app=agent")["items"]
+        return {p["spec"].get("nodeName") for p in pods if p["status"].get("phase") == "Running"}
+
+    wait_for(lambda: running_on() == local_workers, what="DaemonSet pods Running on every local worker")
+    time.sleep(3)
+    # The DaemonSet controller also makes pods for the virtual nodes it tolerates; the webhook keeps
+    # them off those nodes, so they stay unscheduled instead of running remotely.
+    pods = get_json(lab, CONSUMER, "pods", "-n", "older", "-l", "app=agent")["items"]
+    assert not [p for p in pods if p["spec"].get("nodeName") in (NODE_A, NODE_B)]
+    assert running_on() == local_workers
