@@ -30,21 +30,14 @@ from catamaran.constants import virtual_node_name  # noqa: E402
 from catamaran_lab import config as lab_config  # noqa: E402
 from catamaran_lab.lab import Lab  # noqa: E402
 from tests.integration import federation  # noqa: E402
+from tests.integration.manifests import container, deployment  # noqa: E402
 
 CONSUMER, PROVIDER = "bench-consumer", "bench-provider"
 NAMESPACE = "bench"
 
 
-def deployment(name: str, replicas: int, offloaded: bool) -> dict:
-    spec: dict = {
-        "containers": [
-            {
-                "name": "app",
-                "image": "registry.invalid/app:1",
-                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-            }
-        ]
-    }
+def bench_deployment(name: str, replicas: int, offloaded: bool) -> dict:
+    spec: dict = {"containers": [container(cpu="10m", memory="16Mi")]}
     if offloaded:
         spec["nodeSelector"] = {"catamaran.io/type": "virtual-node"}
         spec["tolerations"] = [
@@ -52,16 +45,7 @@ def deployment(name: str, replicas: int, offloaded: bool) -> dict:
         ]
     else:
         spec["nodeSelector"] = {"catamaran.io/lab-node": "true"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
-        },
-    }
+    return deployment(name, replicas, spec, NAMESPACE)
 
 
 def _ready(pod) -> bool:
@@ -76,7 +60,7 @@ async def measure(lab: Lab, name: str, replicas: int, offloaded: bool) -> dict:
     listing = client.list(Pod, namespace=NAMESPACE, labels={"app": name})
     _ = [p async for p in listing]
     started = time.monotonic()
-    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(deployment(name, replicas, offloaded)))
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(bench_deployment(name, replicas, offloaded)))
     async for event, pod in client.watch(
         Pod, namespace=NAMESPACE, labels={"app": name}, resource_version=listing.resourceVersion
     ):

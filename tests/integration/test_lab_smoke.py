@@ -12,26 +12,9 @@ from catamaran_lab.config import MANAGED_NODE_LABEL, PROVIDER_LABEL, REGION_LABE
 from catamaran_lab.kwok import container_log_content
 
 from .conftest import get_json, wait_for
+from .manifests import deployment
 
 pytestmark = pytest.mark.integration
-
-
-def deployment(name: str, replicas: int) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
-                },
-            },
-        }
-    )
 
 
 def running_pods(lab, cluster, namespace, selector):
@@ -74,7 +57,7 @@ def test_extended_resources_are_allocatable(lab, lab_config_in_use):
 
 
 def test_deployment_pods_run_on_kwok_nodes(lab, cluster, namespace):
-    lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=deployment("web", 4))
+    lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=json.dumps(deployment("web", 4)))
     pods = wait_for(
         lambda: len(p := running_pods(lab, cluster, namespace, "app=web")) == 4 and p,
         what="4 Running pods of Deployment web",
@@ -95,7 +78,7 @@ def test_deployment_pods_run_on_kwok_nodes(lab, cluster, namespace):
 
 
 def test_logs_and_exec_reach_kwok_pods(lab, cluster, namespace):
-    lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=deployment("shell", 1))
+    lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=json.dumps(deployment("shell", 1)))
     pod = wait_for(lambda: running_pods(lab, cluster, namespace, "app=shell"), what="a Running pod")[0]
     name = pod["metadata"]["name"]
 

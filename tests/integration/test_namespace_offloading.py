@@ -17,6 +17,7 @@ from catamaran.constants import virtual_node_name
 
 from . import federation
 from .conftest import get_json, wait_for
+from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration
 
@@ -137,27 +138,7 @@ def phase(lab, namespace: str) -> str | None:
 
 
 def deploy(lab, namespace: str, name: str, replicas: int, cpu: str = "100m") -> None:
-    body = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "registry.invalid/app:1",
-                            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}},
-                        }
-                    ]
-                },
-            },
-        },
-    }
+    body = deployment(name, replicas, {"containers": [container("c", cpu=cpu, memory="64Mi")]}, namespace)
     lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
 
 

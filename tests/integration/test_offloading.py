@@ -20,6 +20,7 @@ from catamaran.constants import NODE_LEASE_NAMESPACE, virtual_node_name
 
 from . import federation
 from .conftest import get_json, wait_for
+from .manifests import deployment
 
 pytestmark = pytest.mark.integration
 
@@ -83,21 +84,7 @@ def node_ready(lab) -> str | None:
 
 
 def offloaded_deployment(name: str, replicas: int, cpu: str = "10m") -> str:
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": offloaded_pod_spec(cpu),
-                },
-            },
-        }
-    )
+    return json.dumps(deployment(name, replicas, offloaded_pod_spec(cpu)))
 
 
 def offloaded_pod_spec(cpu: str = "10m", **extra) -> dict:

@@ -64,13 +64,4 @@ def merge_patch(old: dict, new: dict) -> dict:
 
 def status_patch(current: dict, wanted: dict) -> dict:
     """A merge patch setting exactly the `wanted` top-level status fields, leaving the others alone."""
-    patch = {}
-    for key, value in wanted.items():
-        previous = current.get(key)
-        if isinstance(value, dict) and isinstance(previous, dict):
-            nested = merge_patch(previous, value)
-            if nested:
-                patch[key] = nested
-        elif value != previous:
-            patch[key] = value
-    return patch
+    return merge_patch({key: current[key] for key in wanted if key in current}, wanted)

@@ -7,11 +7,11 @@ import logging
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
-from lightkube.types import PatchType
 
 from ..constants import LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from ..kube.ops import patch_status
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -188,15 +188,4 @@ class ShadowPodController:
         patch = status_patch(shadow.get("status") or {}, wanted)
         if not patch:
             return
-        meta = shadow["metadata"]
-        try:
-            await self.client.patch(
-                ShadowPod.Status,
-                meta["name"],
-                {"status": patch},
-                namespace=meta["namespace"],
-                patch_type=PatchType.MERGE,
-            )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
+        await patch_status(self.client, ShadowPod, shadow["metadata"], patch)

@@ -26,6 +26,7 @@ from ..constants import (
 )
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from ..kube.ops import patch_status
 from ..kube.resources import TwinNamespace
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -165,14 +166,9 @@ class TwinNamespaceController:
         if status.get("phase") == phase and status.get("message") == message:
             return
         meta = twin["metadata"]
-        try:
-            await self.client.patch(
-                TwinNamespace.Status,
-                meta["name"],
-                {"status": {"phase": phase, "message": message, "observedGeneration": meta.get("generation")}},
-                namespace=meta["namespace"],
-                patch_type=PatchType.MERGE,
-            )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
+        await patch_status(
+            self.client,
+            TwinNamespace,
+            meta,
+            {"phase": phase, "message": message, "observedGeneration": meta.get("generation")},
+        )

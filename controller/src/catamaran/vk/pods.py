@@ -14,7 +14,7 @@ import logging
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
-from lightkube.types import CascadeType, PatchType
+from lightkube.types import CascadeType
 
 from ..constants import (
     ANNOTATION_LOCAL_POD_UID,
@@ -23,6 +23,7 @@ from ..constants import (
 from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from ..kube.ops import patch_status
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -279,15 +280,4 @@ class PodController:
                 REMOTE_FAILURE_EVENTS.get(failure["reason"], f"Remote{failure['reason']}"),
                 f"provider {self.provider_id} refused the pod: {failure.get('message', '')}",
             )
-        patch = status_patch(pod["status"], wanted)
-        try:
-            await self.local.patch(
-                Pod.Status,
-                meta["name"],
-                {"status": patch},
-                namespace=meta["namespace"],
-                patch_type=PatchType.MERGE,
-            )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
+        await patch_status(self.local, Pod, meta, status_patch(pod["status"], wanted))
