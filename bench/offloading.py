@@ -121,6 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, action="append", help="replica counts (default: 100 and 1000)")
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
+    parser.add_argument("--skip-baseline", action="store_true", help="only the offloaded runs (memory figures)")
     args = parser.parse_args()
     sizes = args.n or [100, 1000]
 
@@ -151,14 +152,18 @@ def main() -> None:
         time.sleep(2)
 
         rows = []
-        for size in sizes:
-            baseline = asyncio.run(measure(lab, f"local-{size}", size, offloaded=False))
-            clean(lab, f"local-{size}", offloaded=False)
+        for index, size in enumerate(sizes):
+            last = index == len(sizes) - 1 and not args.keep_lab  # the lab's teardown removes everything
+            baseline = None
+            if not args.skip_baseline:
+                baseline = asyncio.run(measure(lab, f"local-{size}", size, offloaded=False))
+                clean(lab, f"local-{size}", offloaded=False)
             offloaded = asyncio.run(measure(lab, f"remote-{size}", size, offloaded=True))
             rss = peak_rss_mib(vk.process.pid)
-            clean(lab, f"remote-{size}", offloaded=True)
+            if not last:
+                clean(lab, f"remote-{size}", offloaded=True)
             rows.append((size, baseline, offloaded, rss))
-            print(f"N={size}: baseline {baseline['total_s']:.1f}s, offloaded {offloaded['total_s']:.1f}s", flush=True)
+            print(f"N={size}: offloaded {offloaded['total_s']:.1f}s, VK peak RSS {rss:.0f} MiB", flush=True)
 
         print()
         print(
@@ -166,10 +171,11 @@ def main() -> None:
             f"{'off p50/p99 s':>15} {'VK peak RSS MiB':>16}"
         )
         for size, baseline, offloaded, rss in rows:
+            base = baseline or {"total_s": float("nan"), "p50_s": float("nan"), "p99_s": float("nan")}
             print(
-                f"{size:>6} {baseline['total_s']:>11.1f} {offloaded['total_s']:>12.1f} "
-                f"{offloaded['total_s'] / baseline['total_s']:>6.2f} "
-                f"{baseline['p50_s']:>7.2f}/{baseline['p99_s']:<8.2f} "
+                f"{size:>6} {base['total_s']:>11.1f} {offloaded['total_s']:>12.1f} "
+                f"{offloaded['total_s'] / base['total_s']:>6.2f} "
+                f"{base['p50_s']:>7.2f}/{base['p99_s']:<8.2f} "
                 f"{offloaded['p50_s']:>6.2f}/{offloaded['p99_s']:<8.2f}"
                 f"{rss:>16.0f}"
             )
