@@ -132,7 +132,7 @@ def manager(lab: Lab, cluster: str) -> ControllerProcess:
     )
 
 
-def virtual_kubelet(lab: Lab, consumer: str, provider: str) -> ControllerProcess:
+def virtual_kubelet(lab: Lab, consumer: str, provider: str, metrics_port: int = 0) -> ControllerProcess:
     return ControllerProcess(
         lab,
         f"vk-{consumer}-{provider}",
@@ -141,6 +141,8 @@ def virtual_kubelet(lab: Lab, consumer: str, provider: str) -> ControllerProcess
             str(lab.kubeconfig(consumer)),
             "--cluster-id",
             consumer,
+            "--metrics-port",
+            str(metrics_port),
             "virtual-kubelet",
             "--foreign-cluster",
             provider,

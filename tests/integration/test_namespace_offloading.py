@@ -110,7 +110,10 @@ def node_condition(lab, node: str, kind: str = "Ready") -> str | None:
     result = lab.kubectl(CONSUMER, "get", "node", node, "-o", "json", check=False)
     if result.returncode != 0:
         return None
-    return next((c["status"] for c in json.loads(result.stdout)["status"]["conditions"] if c["type"] == kind), None)
+    return next(
+        (c["status"] for c in json.loads(result.stdout).get("status", {}).get("conditions", []) if c["type"] == kind),
+        None,
+    )
 
 
 def offload(lab, fed, namespace: str, **spec) -> None:

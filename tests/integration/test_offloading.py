@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import time
+import urllib.request
 from fractions import Fraction
 
 import pytest
@@ -31,6 +33,7 @@ NAMESPACE = "offload"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 HEALTH = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
 SHARING = 90
+METRICS_PORT = 26099  # inside the lab's port block, unused by its clusters
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def fed(lab):
     )
     processes = {
         "manager": federation.manager(lab, PROVIDER),
-        "vk": federation.virtual_kubelet(lab, CONSUMER, PROVIDER),
+        "vk": federation.virtual_kubelet(lab, CONSUMER, PROVIDER, metrics_port=METRICS_PORT),
     }
     for process in processes.values():
         process.start()
@@ -80,7 +83,14 @@ def node_ready(lab) -> str | None:
     result = lab.kubectl(CONSUMER, "get", "node", NODE, "-o", "json", check=False)
     if result.returncode != 0:
         return None
-    return next((c["status"] for c in json.loads(result.stdout)["status"]["conditions"] if c["type"] == "Ready"), None)
+    return next(
+        (
+            c["status"]
+            for c in json.loads(result.stdout).get("status", {}).get("conditions", [])
+            if c["type"] == "Ready"
+        ),
+        None,
+    )
 
 
 def offloaded_deployment(name: str, replicas: int, cpu: str = "10m") -> str:
@@ -152,6 +162,17 @@ def test_deployment_runs_remotely_with_translated_ips(lab, fed):
         assert pod["status"]["hostIP"] == "127.0.0.1"
         local_ips.add(local_ip)
     assert len(local_ips) == 20
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5).read().decode()
+    reconciled = re.search(r'^catamaran_reconciles_total\{controller="pods",result="success"\} (\S+)$', metrics, re.M)
+    assert reconciled
+    assert float(reconciled.group(1)) >= 20
+    for family in (
+        "catamaran_queue_depth",
+        "catamaran_reconcile_duration_seconds_bucket",
+        "catamaran_watch_events_total",
+    ):
+        assert family in metrics
 
     lease = get_json(lab, CONSUMER, "lease", "-n", NODE_LEASE_NAMESPACE, NODE)
     assert lease["spec"]["holderIdentity"] == NODE

@@ -62,6 +62,21 @@ def compact_local_pod(pod) -> dict:
     }
 
 
+def compact_shadow(shadow) -> dict:
+    """A ShadowPod without its pod spec, which the virtual kubelet never reads back."""
+    meta = shadow["metadata"]
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "annotations": meta.get("annotations") or {},
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "status": shadow.get("status") or {},
+    }
+
+
 def comparable_status(status: dict) -> dict:
     """The fields the virtual kubelet owns, without heartbeat-like noise."""
     return {
@@ -160,7 +175,7 @@ class PodController:
     def _watch_twin(self, twin: str) -> None:
         if twin in self.shadow_informers:
             return
-        informer = Informer(self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=as_dict)
+        informer = Informer(self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow)
         informer.on_change(self._shadow_changed)
         self.shadow_informers[twin] = informer
         self._shadow_tasks[twin] = asyncio.get_running_loop().create_task(informer.run())
