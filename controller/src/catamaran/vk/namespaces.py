@@ -72,6 +72,7 @@ class TwinManager:
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.ready_listeners: list[Callable[[str, str], None]] = []
+        self.removed_listeners: list[Callable[[str], None]] = []
         self.requests.on_change(self._request_changed)
         self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key[0]))
         self.node.on_change(lambda event, key, new, old: self._requeue_all())
@@ -102,6 +103,9 @@ class TwinManager:
         if new is not None and (new.get("status") or {}).get("phase") == "Ready":
             for listener in self.ready_listeners:
                 listener(origin, new["metadata"]["name"])
+        elif event == "DELETED":
+            for listener in self.removed_listeners:
+                listener(request["metadata"]["name"])
 
     # -- what the pod controller asks ------------------------------------------------
 

@@ -133,6 +133,7 @@ class PodController:
             shadows_left=lambda twin: len(self.shadow_informers[twin].cache) if twin in self.shadow_informers else 0,
         )
         self.twins.ready_listeners.append(self._twin_ready)
+        self.twins.removed_listeners.append(self._unwatch_twin)
         self.shadow_informers: dict[str, Informer] = {}
         self._shadow_tasks: dict[str, asyncio.Task] = {}
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
@@ -179,6 +180,13 @@ class PodController:
         informer.on_change(self._shadow_changed)
         self.shadow_informers[twin] = informer
         self._shadow_tasks[twin] = asyncio.get_running_loop().create_task(informer.run())
+
+    def _unwatch_twin(self, twin: str) -> None:
+        """The twin is gone, and with it this tenant's right to list there: stop watching it."""
+        task = self._shadow_tasks.pop(twin, None)
+        if task is not None:
+            task.cancel()
+        self.shadow_informers.pop(twin, None)
 
     def _shadow_changed(self, event, key, new, old) -> None:
         shadow = new or old
