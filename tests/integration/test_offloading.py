@@ -33,7 +33,6 @@ NAMESPACE = "offload"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 HEALTH = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
 SHARING = 90
-METRICS_PORT = 26099  # inside the lab's port block, unused by its clusters
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +50,7 @@ def fed(lab):
     )
     processes = {
         "manager": federation.manager(lab, PROVIDER),
-        "vk": federation.virtual_kubelet(lab, CONSUMER, PROVIDER, metrics_port=METRICS_PORT),
+        "vk": federation.virtual_kubelet(lab, CONSUMER, PROVIDER, metrics_port=metrics_port(lab)),
     }
     for process in processes.values():
         process.start()
@@ -77,6 +76,10 @@ def fed(lab):
         for process in processes.values():
             process.stop()
         federation.unpeer(lab, CONSUMER, PROVIDER)
+
+
+def metrics_port(lab) -> int:
+    return lab.recorded_config().base_port + 99  # inside the lab's port block, unused by its clusters
 
 
 def node_ready(lab) -> str | None:
@@ -163,7 +166,7 @@ def test_deployment_runs_remotely_with_translated_ips(lab, fed):
         local_ips.add(local_ip)
     assert len(local_ips) == 20
 
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5).read().decode()
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port(lab)}/metrics", timeout=5).read().decode()
     reconciled = re.search(r'^catamaran_reconciles_total\{controller="pods",result="success"\} (\S+)$', metrics, re.M)
     assert reconciled
     assert float(reconciled.group(1)) >= 20

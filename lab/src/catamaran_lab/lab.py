@@ -16,7 +16,6 @@ from pathlib import Path
 
 import yaml
 
-from . import config as lab_config
 from .binaries import ALL_BINARIES, BinaryCache
 from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig
 from .errors import LabError
@@ -376,7 +375,3 @@ def _wait_ports_released(ports: dict[int, str], timeout: float = 15) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-
-
-def load_config(**overrides) -> LabConfig:
-    return lab_config.load(**overrides)
