@@ -11,17 +11,17 @@ from __future__ import annotations
 import logging
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE, TYPE_VIRTUAL_NODE
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, reference, set_condition
+from ..objects import as_dict, reference, same_conditions, set_condition
 from ..steering import ENABLED_LABEL, STRATEGY_ANNOTATION, remote_namespace_name, selector_matches
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,9 @@ class NamespaceOffloadingController:
             "remoteNamespaceName": remote_namespace_name(namespace, offloading["spec"], self.cluster_id),
             "observedGeneration": meta.get("generation"),
         }
-        if any(status.get(k) != v for k, v in wanted.items()) or not _same(status.get("conditions"), conditions):
+        if any(status.get(k) != v for k, v in wanted.items()) or not same_conditions(
+            status.get("conditions"), conditions
+        ):
             await self.client.patch(
                 NamespaceOffloading.Status,
                 name,
@@ -136,18 +138,15 @@ class NamespaceOffloadingController:
         return None
 
     async def _set_namespace_label(self, namespace: str, value: str | None) -> None:
-        try:
+        with tolerating(404):
             await self.client.patch(
                 Namespace, namespace, {"metadata": {"labels": {ENABLED_LABEL: value}}}, patch_type=PatchType.MERGE
             )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
 
     async def _remove_finalizer(self, offloading: dict) -> None:
         meta = offloading["metadata"]
         finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        try:
+        with tolerating(404):
             await self.client.patch(
                 NamespaceOffloading,
                 meta["name"],
@@ -155,9 +154,6 @@ class NamespaceOffloadingController:
                 namespace=meta["namespace"],
                 patch_type=PatchType.MERGE,
             )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
         log.info("namespace offloading removed", extra=fields(namespace=meta["namespace"]))
 
     async def _report_preexisting_pods(self, offloading: dict) -> None:
@@ -188,10 +184,3 @@ class NamespaceOffloadingController:
             patch_type=PatchType.MERGE,
         )
         offloading.setdefault("status", {})["conditions"] = conditions
-
-
-def _same(a, b) -> bool:
-    def strip(conditions):
-        return sorted((c["type"], c["status"], c.get("reason"), c.get("message")) for c in conditions or [])
-
-    return strip(a) == strip(b)

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
 
+@contextlib.contextmanager
+def tolerating(*codes: int):
+    """Swallow API errors with these status codes: 404 when an object is already gone, 409 already there."""
+    try:
+        yield
+    except ApiError as error:
+        if error.status.code not in codes:
+            raise
+
+
 async def patch_status(client: AsyncClient, resource, meta: dict, status: dict) -> None:
     """Merge-patch an object's status subresource; an object deleted meanwhile is no error."""
-    try:
+    with tolerating(404):
         await client.patch(
             resource.Status,
             meta["name"],
@@ -17,6 +29,3 @@ async def patch_status(client: AsyncClient, resource, meta: dict, status: dict) 
             namespace=meta.get("namespace"),
             patch_type=PatchType.MERGE,
         )
-    except ApiError as error:
-        if error.status.code != 404:
-            raise

@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 
 from lightkube import AsyncClient, operators
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
@@ -26,6 +25,7 @@ from ..constants import (
     VERSION,
 )
 from ..kube.informer import Informer
+from ..kube.ops import tolerating
 from ..kube.resources import ResourceOffer
 from ..kube.workqueue import WorkQueue
 from ..objects import now_iso
@@ -160,7 +160,7 @@ class ResourceOfferController:
             return None
         status = offer_status(self.nodes.cache, self.pods.cache, tenant)
         if self.offers.get(namespace, RESOURCE_OFFER_NAME) is None:
-            try:
+            with tolerating(409):
                 await self.client.create(
                     ResourceOffer(
                         apiVersion=f"{OFFLOADING_GROUP}/{VERSION}",
@@ -169,9 +169,6 @@ class ResourceOfferController:
                         spec={"clusterID": self.cluster_id},
                     )
                 )
-            except ApiError as error:
-                if error.status.code != 409:
-                    raise
             self._published.pop(namespace, None)
         if self._published.get(namespace) == status:
             return None

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
@@ -27,6 +26,7 @@ from ..constants import (
     tenant_namespace,
 )
 from ..kube.informer import Informer
+from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading, TwinNamespace
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -162,11 +162,8 @@ class TwinManager:
         if pods:
             for pod in pods:
                 if not pod["metadata"].get("deletionTimestamp"):
-                    try:
+                    with tolerating(404):
                         await self.local.delete(Pod, pod["metadata"]["name"], namespace=namespace)
-                    except ApiError as error:
-                        if error.status.code != 404:
-                            raise
             log.info("draining offloaded pods", extra=fields(namespace=namespace, pods=len(pods)))
             await self._report(offloading, "Draining", remote, "Draining", f"draining {len(pods)} pod(s)")
             return 2
@@ -174,11 +171,8 @@ class TwinManager:
             return 2
         if request is not None:
             if not request["metadata"].get("deletionTimestamp"):
-                try:
+                with tolerating(404):
                     await self.provider.delete(TwinNamespace, remote, namespace=self.tenant_ns)
-                except ApiError as error:
-                    if error.status.code != 404:
-                        raise
             await self._report(offloading, "Draining", remote, "RemovingTwin", f"removing twin {remote}")
             return 2
         await self._forget(offloading)
@@ -195,12 +189,9 @@ class TwinManager:
             },
             spec={"originNamespace": namespace},
         )
-        try:
+        with tolerating(409):
             await self.provider.create(body)
             log.info("requested twin namespace", extra=fields(namespace=namespace, twin=remote))
-        except ApiError as error:
-            if error.status.code != 409:
-                raise
 
     async def _report(self, offloading: dict | None, phase: str, remote: str, reason: str, message: str) -> None:
         if offloading is None:
@@ -237,7 +228,7 @@ class TwinManager:
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "status": {"clusters": entries},
         }
-        try:
+        with tolerating(404):
             await self.local.patch(
                 NamespaceOffloading.Status,
                 meta["name"],
@@ -247,6 +238,3 @@ class TwinManager:
                 field_manager=self.field_manager,
                 force=True,
             )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise

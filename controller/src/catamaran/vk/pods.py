@@ -23,7 +23,7 @@ from ..constants import (
 from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
-from ..kube.ops import patch_status
+from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -257,23 +257,17 @@ class PodController:
                 await self._delete_shadow(twin, meta["name"], grace=meta.get("deletionGracePeriodSeconds"))
             return None  # the ShadowPod's DELETED event brings us back
         if twin in self.shadow_informers or self.twins.requests.get(self.tenant_ns, twin) is None:
-            try:
+            with tolerating(404):
                 await self.local.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
                 log.info("released local pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}"))
-            except ApiError as error:
-                if error.status.code != 404:
-                    raise
             return None
         return 1
 
     async def _delete_shadow(self, twin: str, name: str, grace: int | None) -> None:
-        try:
+        with tolerating(404):
             await self.provider.delete(
                 ShadowPod, name, namespace=twin, grace_period=grace, cascade=CascadeType.FOREGROUND
             )
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
 
     async def _update_local_status(self, pod: dict, shadow: dict | None) -> None:
         meta = pod["metadata"]
