@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: federation_model
+short_description: Validate a federation inventory and resolve it into per-cluster work
+version_added: 0.1.0
+description:
+  - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
+    C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_peerings),
+    C(catamaran_offloaded_namespaces)) and returns the validated federation.
+  - Fails with a message naming the host and the field on an invalid cluster id, a duplicate id, a peering that names
+    an unknown cluster or the consumer itself, a sharing percentage outside 1-100, or an invalid offloaded namespace.
+positional: hosts
+options:
+  _input:
+    description: C(hostvars).
+    type: dict
+    required: true
+  hosts:
+    description: Inventory hosts that are clusters, usually C(groups['catamaran_clusters']).
+    type: list
+    elements: str
+    required: true
+author:
+  - Catamaran developers
+"""
+
+EXAMPLES = r"""
+- name: Validate the whole inventory before touching any cluster
+  ansible.builtin.set_fact:
+    catamaran_model: "{{ hostvars | catamaran.federation.federation_model(groups['catamaran_clusters']) }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(clusters) maps each cluster id to its connection (C(id), C(host), C(kubeconfig), C(context), C(api_server), C(labels)).
+    - C(peerings) maps each consumer id to its resolved peerings, each holding the provider's connection and the
+      ForeignCluster settings.
+    - C(offloadings) maps each consumer id to its offloaded namespaces.
+    - C(hosts) maps each inventory host to its cluster id.
+  type: dict
+"""
+
+import re
+
+from ansible.errors import AnsibleFilterError
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+PEERING_KEYS = {"provider", "sharing_percentage", "node_labels", "health_check", "pod_cidr_remap"}
+NAMESPACE_KEYS = {
+    "namespace",
+    "pod_offloading_strategy",
+    "namespace_mapping_strategy",
+    "remote_namespace_name",
+    "cluster_selector",
+}
+POD_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
+MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName", "SelectedName")
+
+
+def _label(value, where):
+    if not isinstance(value, str) or not value or len(value) > 63 or not DNS1123_LABEL.match(value):
+        raise AnsibleFilterError("%s: %r is not a DNS-1123 label" % (where, value))
+    return value
+
+
+def _cluster(host, variables):
+    cluster_id = _label(variables.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)
+    kubeconfig = variables.get("catamaran_kubeconfig")
+    if not kubeconfig:
+        raise AnsibleFilterError("host %s: catamaran_kubeconfig is not set" % host)
+    labels = variables.get("catamaran_cluster_labels") or {}
+    if not isinstance(labels, dict):
+        raise AnsibleFilterError("host %s: catamaran_cluster_labels must be a mapping" % host)
+    return dict(
+        id=cluster_id,
+        host=host,
+        kubeconfig=str(kubeconfig),
+        context=variables.get("catamaran_context") or None,
+        api_server=variables.get("catamaran_api_server") or None,
+        labels=dict((str(k), str(v)) for k, v in labels.items()),
+    )
+
+
+def _peering(consumer, entry, clusters, where):
+    if not isinstance(entry, dict) or "provider" not in entry:
+        raise AnsibleFilterError("%s: each peering needs a provider (a cluster id), got %r" % (where, entry))
+    unknown = set(entry) - PEERING_KEYS
+    if unknown:
+        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, sorted(unknown), sorted(PEERING_KEYS)))
+    provider_id = entry["provider"]
+    if provider_id == consumer["id"]:
+        raise AnsibleFilterError("%s: a cluster cannot peer with itself" % where)
+    if provider_id not in clusters:
+        raise AnsibleFilterError(
+            "%s: no cluster with id %r in the inventory (known: %s)" % (where, provider_id, ", ".join(sorted(clusters)))
+        )
+    sharing = entry.get("sharing_percentage", 90)
+    if isinstance(sharing, bool) or not isinstance(sharing, int) or not 1 <= sharing <= 100:
+        raise AnsibleFilterError("%s: sharing_percentage must be an integer from 1 to 100, got %r" % (where, sharing))
+    provider = clusters[provider_id]
+    node_labels = dict(provider["labels"])
+    node_labels.update(entry.get("node_labels") or {})
+    return dict(
+        provider_id=provider_id,
+        kubeconfig=provider["kubeconfig"],
+        context=provider["context"],
+        api_server=provider["api_server"],
+        sharing_percentage=sharing,
+        node_labels=node_labels,
+        health_check=entry.get("health_check") or {},
+        pod_cidr_remap=entry.get("pod_cidr_remap"),
+    )
+
+
+def _offloading(entry, where):
+    if not isinstance(entry, dict) or "namespace" not in entry:
+        raise AnsibleFilterError("%s: each offloaded namespace needs a namespace, got %r" % (where, entry))
+    unknown = set(entry) - NAMESPACE_KEYS
+    if unknown:
+        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, sorted(unknown), sorted(NAMESPACE_KEYS)))
+    _label(entry["namespace"], where + ": namespace")
+    resolved = dict(
+        namespace=entry["namespace"],
+        pod_offloading_strategy=entry.get("pod_offloading_strategy", "LocalAndRemote"),
+        namespace_mapping_strategy=entry.get("namespace_mapping_strategy", "DefaultName"),
+        remote_namespace_name=entry.get("remote_namespace_name"),
+        cluster_selector=entry.get("cluster_selector"),
+    )
+    if resolved["pod_offloading_strategy"] not in POD_STRATEGIES:
+        raise AnsibleFilterError("%s: pod_offloading_strategy must be one of %s" % (where, ", ".join(POD_STRATEGIES)))
+    if resolved["namespace_mapping_strategy"] not in MAPPING_STRATEGIES:
+        raise AnsibleFilterError(
+            "%s: namespace_mapping_strategy must be one of %s" % (where, ", ".join(MAPPING_STRATEGIES))
+        )
+    return resolved
+
+
+def federation_model(hostvars, hosts):
+    clusters = {}
+    for host in hosts:
+        cluster = _cluster(host, hostvars[host])
+        if cluster["id"] in clusters:
+            raise AnsibleFilterError(
+                "hosts %s and %s both have cluster id %s" % (clusters[cluster["id"]]["host"], host, cluster["id"])
+            )
+        clusters[cluster["id"]] = cluster
+    peerings, offloadings = {}, {}
+    for cluster_id, cluster in sorted(clusters.items()):
+        variables = hostvars[cluster["host"]]
+        resolved = []
+        for index, entry in enumerate(variables.get("catamaran_peerings") or []):
+            where = "host %s: catamaran_peerings[%d]" % (cluster["host"], index)
+            peering = _peering(cluster, entry, clusters, where)
+            if peering["provider_id"] in [p["provider_id"] for p in resolved]:
+                raise AnsibleFilterError("%s: %s is peered twice" % (where, peering["provider_id"]))
+            resolved.append(peering)
+        peerings[cluster_id] = resolved
+        namespaces = []
+        for index, entry in enumerate(variables.get("catamaran_offloaded_namespaces") or []):
+            where = "host %s: catamaran_offloaded_namespaces[%d]" % (cluster["host"], index)
+            offloading = _offloading(entry, where)
+            if offloading["namespace"] in [n["namespace"] for n in namespaces]:
+                raise AnsibleFilterError("%s: namespace %s is listed twice" % (where, offloading["namespace"]))
+            namespaces.append(offloading)
+        if namespaces and not resolved:
+            raise AnsibleFilterError(
+                "host %s offloads namespaces but peers with no provider (catamaran_peerings is empty)" % cluster["host"]
+            )
+        offloadings[cluster_id] = namespaces
+    hosts_to_ids = dict((cluster["host"], cluster_id) for cluster_id, cluster in clusters.items())
+    return dict(clusters=clusters, hosts=hosts_to_ids, peerings=peerings, offloadings=offloadings)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"federation_model": federation_model}

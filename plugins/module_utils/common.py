@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""What every catamaran.federation module does the same way: argument specs, connecting, failing."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
+    CONNECTION_OPTIONS,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    Cluster,
+    ClusterError,
+)
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def connection_spec():
+    return dict((key, dict(value)) for key, value in CONNECTION_OPTIONS.items())
+
+
+def nested_connection(required=True):
+    """A sub-option holding one cluster's connection (used where a module talks to two)."""
+    return dict(type="dict", required=required, options=connection_spec())
+
+
+class InvalidInput(Exception):
+    """Input that is wrong before any cluster is touched."""
+
+
+def check_cluster_id(value, what):
+    if not value or len(value) > 63 or not DNS1123_LABEL.match(value):
+        raise InvalidInput("%s %r is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)" % (what, value))
+    return value
+
+
+class CatamaranModule:
+    """AnsibleModule plus a uniform way to connect and to turn errors into fail_json."""
+
+    def __init__(self, argument_spec, **kwargs):
+        self.ansible = AnsibleModule(argument_spec=argument_spec, **kwargs)
+        if not HAS_KUBERNETES:
+            self.ansible.fail_json(
+                msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR)
+            )
+        self.params = self.ansible.params
+        self.check_mode = self.ansible.check_mode
+
+    def connect(self, label, options):
+        cluster = Cluster(
+            label, options["kubeconfig"], options.get("context"), request_timeout=options.get("request_timeout") or 10
+        )
+        cluster.version()
+        return cluster
+
+    def hide(self, *values):
+        """Mask values (tokens) in anything this module prints, errors included."""
+        for value in values:
+            if value:
+                self.ansible.no_log_values.add(value)
+
+    def run(self, body):
+        """Call body(); ClusterError and InvalidInput become a clean failure."""
+        try:
+            self.ansible.exit_json(**body())
+        except InvalidInput as error:
+            self.ansible.fail_json(msg="invalid input: %s" % error)
+        except ClusterError as error:
+            self.ansible.fail_json(msg=str(error), status=error.status, reason=error.reason)
+        except Exception as error:  # noqa: BLE001  an unexpected bug still fails the task, with its trace
+            self.ansible.fail_json(msg="unexpected error: %s" % error, exception=traceback.format_exc())

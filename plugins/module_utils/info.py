@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Read-only reports for the *_info modules: one list call per kind, never one call per object."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.catamaran.federation.plugins.module_utils import offloading
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    CORE_GROUP,
+    LABEL_TYPE,
+    SYSTEM_NAMESPACE,
+    TYPE_VIRTUAL_NODE,
+    VERSION,
+    virtual_node_name,
+)
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import MANAGED_BY, MANAGED_BY_LABEL
+
+FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
+CATAMARAN_CRD_SUFFIXES = (".catamaran.io",)
+
+
+def condition(obj, kind):
+    for entry in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if entry.get("type") == kind:
+            return entry
+    return {}
+
+
+def cluster_report(cluster):
+    version = cluster.version()
+    crds = cluster.request(
+        "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", what="list CustomResourceDefinitions"
+    ).get("items") or []
+    return dict(
+        server=cluster.server,
+        context=cluster.context,
+        version=version.get("gitVersion"),
+        catamaran_crds=sorted(c["metadata"]["name"] for c in crds if c["metadata"]["name"].endswith(CATAMARAN_CRD_SUFFIXES)),
+    )
+
+
+def peerings_report(cluster):
+    """ForeignClusters on a consumer with their virtual nodes' readiness and resources."""
+    if not cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "foreignclusters.%s" % CORE_GROUP):
+        return []
+    foreigns = cluster.list(FOREIGN_CLUSTER_API, "ForeignCluster", namespace=SYSTEM_NAMESPACE)
+    nodes = {n["metadata"]["name"]: n for n in cluster.list("v1", "Node", labels="%s=%s" % (LABEL_TYPE, TYPE_VIRTUAL_NODE))}
+    report = []
+    for foreign in foreigns:
+        spec = foreign.get("spec") or {}
+        node_name = virtual_node_name(spec.get("clusterID", foreign["metadata"]["name"]))
+        node = nodes.get(node_name)
+        ready = condition(foreign, "Ready")
+        node_ready = condition(node, "Ready")
+        report.append(
+            dict(
+                provider_id=spec.get("clusterID"),
+                name=foreign["metadata"]["name"],
+                sharing_percentage=spec.get("sharingPercentage"),
+                node_labels=spec.get("nodeLabels") or {},
+                ready=ready.get("status") == "True",
+                reason=ready.get("reason"),
+                message=ready.get("message"),
+                managed_by_ansible=(foreign["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY,
+                virtual_node=dict(
+                    name=node_name,
+                    exists=node is not None,
+                    ready=node_ready.get("status") == "True",
+                    unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
+                    capacity=((node or {}).get("status") or {}).get("capacity") or {},
+                    allocatable=((node or {}).get("status") or {}).get("allocatable") or {},
+                ),
+            )
+        )
+    return sorted(report, key=lambda entry: entry["name"])
+
+
+def offloadings_report(cluster, namespace=None):
+    if not cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", offloading.CRD):
+        return []
+    items = cluster.list(offloading.API, offloading.KIND, namespace=namespace)
+    return sorted((offloading.summary(item) for item in items), key=lambda entry: entry["namespace"])

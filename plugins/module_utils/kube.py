@@ -1,0 +1,344 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Connections to clusters and the few REST verbs the modules need.
+
+Paths are built from a fixed table of the kinds Catamaran touches, so no module pays for API
+discovery. Every failure becomes a ClusterError whose message names the cluster and the object.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+try:
+    import yaml
+except ImportError:  # reported by the modules through missing_required_lib
+    yaml = None
+
+try:
+    import urllib3
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+
+    HAS_KUBERNETES = True
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError as import_error:
+    HAS_KUBERNETES = False
+    KUBERNETES_IMPORT_ERROR = import_error
+
+FIELD_MANAGER = "catamaran.federation"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "catamaran.federation"
+
+# (apiVersion, kind) -> (plural, namespaced)
+KINDS = {
+    ("v1", "Namespace"): ("namespaces", False),
+    ("v1", "Node"): ("nodes", False),
+    ("v1", "Pod"): ("pods", True),
+    ("v1", "Secret"): ("secrets", True),
+    ("v1", "ServiceAccount"): ("serviceaccounts", True),
+    ("coordination.k8s.io/v1", "Lease"): ("leases", True),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rolebindings", True),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("core.catamaran.io/v1alpha1", "ForeignCluster"): ("foreignclusters", True),
+    ("offloading.catamaran.io/v1alpha1", "NamespaceOffloading"): ("namespaceoffloadings", True),
+    ("offloading.catamaran.io/v1alpha1", "TwinNamespace"): ("twinnamespaces", True),
+    ("offloading.catamaran.io/v1alpha1", "ShadowPod"): ("shadowpods", True),
+    ("offloading.catamaran.io/v1alpha1", "ResourceOffer"): ("resourceoffers", True),
+}
+
+CONNECTION_OPTIONS = dict(
+    kubeconfig=dict(type="path", required=True),
+    context=dict(type="str"),
+    request_timeout=dict(type="int", default=10),
+)
+
+# Connection errors that mean "the API server cannot be reached", not "it said no".
+if HAS_KUBERNETES:
+    UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+else:
+    UNREACHABLE = (OSError,)
+
+
+class ClusterError(Exception):
+    """A failure talking to one cluster; the message is meant for people."""
+
+    def __init__(self, message, status=None, reason=None):
+        super(ClusterError, self).__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def describe(api_version, kind, name=None, namespace=None):
+    where = "%s/%s" % (namespace, name) if namespace and name else (name or namespace or "")
+    return ("%s %s" % (kind, where)).strip()
+
+
+class Cluster:
+    """One cluster reached through a kubeconfig file and optional context."""
+
+    def __init__(self, label, kubeconfig, context=None, request_timeout=10):
+        # Messages name the cluster by its id when known, else by its kubeconfig context.
+        self.label = label or context or kubeconfig
+        self.kubeconfig = kubeconfig
+        self.request_timeout = request_timeout
+        self.context = context
+        self.server = None
+        self.ca_data = None
+        self._api = self._load(kubeconfig, context)
+
+    # -- connection -------------------------------------------------------------------------
+    def _load(self, path, context):
+        if not os.path.isfile(path):
+            raise ClusterError("%s: kubeconfig %s does not exist" % (self.label, path))
+        try:
+            with open(path) as handle:
+                document = yaml.safe_load(handle) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ClusterError("%s: kubeconfig %s cannot be read: %s" % (self.label, path, error))
+        contexts = {entry.get("name"): entry.get("context") or {} for entry in document.get("contexts") or []}
+        chosen = context or document.get("current-context")
+        if not chosen:
+            raise ClusterError("%s: kubeconfig %s has no current-context and no context was given" % (self.label, path))
+        if chosen not in contexts:
+            raise ClusterError(
+                "%s: context %r is not in kubeconfig %s (it has: %s)"
+                % (self.label, chosen, path, ", ".join(sorted(c for c in contexts if c)) or "none")
+            )
+        self.context = chosen
+        if self.label == self.kubeconfig:
+            self.label = chosen
+        clusters = {entry.get("name"): entry.get("cluster") or {} for entry in document.get("clusters") or []}
+        cluster = clusters.get(contexts[chosen].get("cluster")) or {}
+        self.server = cluster.get("server")
+        self.ca_data = cluster.get("certificate-authority-data")
+        if not self.ca_data and cluster.get("certificate-authority"):
+            import base64
+
+            with open(cluster["certificate-authority"], "rb") as handle:
+                self.ca_data = base64.b64encode(handle.read()).decode()
+        configuration = k8s_client.Configuration()
+        try:
+            k8s_config.load_kube_config(
+                config_file=path, context=chosen, client_configuration=configuration, persist_config=False
+            )
+        except (ConfigException, ValueError, OSError) as error:
+            raise ClusterError("%s: kubeconfig %s, context %s: %s" % (self.label, path, chosen, error))
+        configuration.retries = 1
+        return k8s_client.ApiClient(configuration)
+
+    def version(self):
+        """GET /version: proves the server is reachable and the credential is accepted."""
+        self.request("GET", "/api", what="the API server")
+        return self.request("GET", "/version", what="the API server")
+
+    # -- REST -------------------------------------------------------------------------------
+    def path(self, api_version, kind, name=None, namespace=None, subresource=None):
+        try:
+            plural, namespaced = KINDS[(api_version, kind)]
+        except KeyError:
+            raise ClusterError("%s: unsupported kind %s %s" % (self.label, api_version, kind))
+        base = "/api/v1" if api_version == "v1" else "/apis/" + api_version
+        if namespaced and namespace:
+            base += "/namespaces/" + namespace
+        path = base + "/" + plural
+        if name:
+            path += "/" + name
+        if subresource:
+            path += "/" + subresource
+        return path
+
+    def request(self, method, path, body=None, query=None, content_type="application/json", what=None, timeout=None):
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        prepared = self._api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(*prepared, _request_timeout=timeout or self.request_timeout)
+            data = response.read()
+        except UNREACHABLE as error:
+            raise ClusterError(
+                "%s: cannot reach %s (kubeconfig %s, context %s): %s"
+                % (self.label, self.server, self.kubeconfig, self.context, _root_cause(error))
+            )
+        payload = _json(data)
+        if 200 <= response.status < 300:
+            return payload
+        message = payload.get("message") if isinstance(payload, dict) else None
+        reason = payload.get("reason") if isinstance(payload, dict) else None
+        raise ClusterError(
+            "%s: %s %s: %s" % (self.label, method, what or path, message or "HTTP %s" % response.status),
+            status=response.status,
+            reason=reason,
+        )
+
+    def get(self, api_version, kind, name, namespace=None):
+        try:
+            return self.request(
+                "GET", self.path(api_version, kind, name, namespace), what=describe(api_version, kind, name, namespace)
+            )
+        except ClusterError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list(self, api_version, kind, namespace=None, labels=None, fields=None):
+        query = {}
+        if labels:
+            query["labelSelector"] = labels
+        if fields:
+            query["fieldSelector"] = fields
+        result = self.request(
+            "GET", self.path(api_version, kind, namespace=namespace), query=query, what="list " + kind
+        )
+        return result.get("items") or []
+
+    def apply(self, obj, dry_run=False, force=True):
+        """Server-side apply under the collection's field manager."""
+        metadata = obj["metadata"]
+        query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
+        if dry_run:
+            query["dryRun"] = "All"
+        return self.request(
+            "PATCH",
+            self.path(obj["apiVersion"], obj["kind"], metadata["name"], metadata.get("namespace")),
+            body=obj,
+            query=query,
+            content_type="application/apply-patch+yaml",
+            what="apply " + describe(obj["apiVersion"], obj["kind"], metadata["name"], metadata.get("namespace")),
+        )
+
+    def merge_patch(self, api_version, kind, name, patch, namespace=None, dry_run=False, subresource=None):
+        query = {"fieldManager": FIELD_MANAGER}
+        if dry_run:
+            query["dryRun"] = "All"
+        return self.request(
+            "PATCH",
+            self.path(api_version, kind, name, namespace, subresource),
+            body=patch,
+            query=query,
+            content_type="application/merge-patch+json",
+            what="patch " + describe(api_version, kind, name, namespace),
+        )
+
+    def delete(self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None):
+        """Delete (background propagation); False when it was already gone."""
+        query = {"propagationPolicy": "Background"}
+        if dry_run:
+            query["dryRun"] = "All"
+        if grace_period is not None:
+            query["gracePeriodSeconds"] = str(grace_period)
+        try:
+            self.request(
+                "DELETE",
+                self.path(api_version, kind, name, namespace),
+                query=query,
+                what="delete " + describe(api_version, kind, name, namespace),
+            )
+        except ClusterError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def watch_until(self, api_version, kind, name, namespace, done, timeout):
+        """Watch one object (field selector on its name) until done(obj or None) is true.
+
+        Returns (True, obj) when done, (False, last seen obj) on timeout. No polling: the
+        first list gives the current state and a resourceVersion to watch from.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        fields = "metadata.name=" + name
+        path = self.path(api_version, kind, namespace=namespace)
+        last = None
+        while True:
+            listing = self.request("GET", path, query={"fieldSelector": fields}, what="list " + kind)
+            items = listing.get("items") or []
+            last = items[0] if items else None
+            if done(last):
+                return True, last
+            version = (listing.get("metadata") or {}).get("resourceVersion")
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False, last
+                outcome = self._watch_once(path, fields, version, int(max(1, min(remaining, 60))), done, last)
+                if outcome is None:  # the watch expired (410): list again
+                    break
+                finished, last, version = outcome
+                if finished:
+                    return True, last
+
+    def _watch_once(self, path, fields, version, seconds, done, last):
+        query = {
+            "watch": "true",
+            "fieldSelector": fields,
+            "resourceVersion": version,
+            "timeoutSeconds": str(seconds),
+            "allowWatchBookmarks": "true",
+        }
+        prepared = self._api.param_serialize(
+            "GET",
+            path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(*prepared, _request_timeout=(self.request_timeout, seconds + 10))
+        except UNREACHABLE as error:
+            raise ClusterError("%s: cannot reach %s: %s" % (self.label, self.server, _root_cause(error)))
+        if response.status == 410:
+            return None
+        if response.status >= 300:
+            raise ClusterError("%s: watch %s: HTTP %s" % (self.label, path, response.status), status=response.status)
+        buffer = b""
+        for chunk in response.response.stream(4096):
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    return None
+                version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                if event.get("type") == "BOOKMARK":
+                    continue
+                last = None if event.get("type") == "DELETED" else obj
+                if done(last):
+                    response.response.release_conn()
+                    return True, last, version
+        return False, last, version
+
+
+def _json(data):
+    if not data:
+        return {}
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"message": data.decode("utf-8", "replace")[:300]}
+
+
+def _root_cause(error):
+    reason = getattr(error, "reason", None)
+    while getattr(reason, "reason", None) is not None and reason is not reason.reason:
+        reason = reason.reason
+    text = str(reason or error)
+    # urllib3 wraps the socket error in a long repr; the tail is what people need.
+    return text.split(": ", 1)[-1] if "Connection" in text and ": " in text else text

@@ -1,0 +1,139 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Extend a namespace to peered clusters through its NamespaceOffloading, and report on it."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
+from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import OFFLOADING_GROUP, VERSION
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import MANAGED_BY, MANAGED_BY_LABEL
+
+API = "%s/%s" % (OFFLOADING_GROUP, VERSION)
+KIND = "NamespaceOffloading"
+NAME = "offloading"  # one per namespace, fixed by the CRD
+CRD = "namespaceoffloadings.%s" % OFFLOADING_GROUP
+SETTLED_PHASES = ("Ready", "SomeFailed", "AllFailed", "NoClusterSelected")
+
+
+def validate(params):
+    check_cluster_id(params["namespace"], "namespace")
+    selected = params.get("namespace_mapping_strategy") == "SelectedName"
+    if selected and not params.get("remote_namespace_name"):
+        raise InvalidInput("remote_namespace_name is required with namespace_mapping_strategy=SelectedName")
+    if params.get("remote_namespace_name"):
+        if not selected:
+            raise InvalidInput("remote_namespace_name is only allowed with namespace_mapping_strategy=SelectedName")
+        check_cluster_id(params["remote_namespace_name"], "remote_namespace_name")
+    terms = (params.get("cluster_selector") or {}).get("nodeSelectorTerms")
+    if params.get("cluster_selector") and not isinstance(terms, list):
+        raise InvalidInput("cluster_selector must be a NodeSelector: a dict with a list under nodeSelectorTerms")
+
+
+def manifest(params):
+    spec = {
+        "podOffloadingStrategy": params["pod_offloading_strategy"],
+        "namespaceMappingStrategy": params["namespace_mapping_strategy"],
+    }
+    if params.get("remote_namespace_name"):
+        spec["remoteNamespaceName"] = params["remote_namespace_name"]
+    if params.get("cluster_selector"):
+        spec["clusterSelector"] = params["cluster_selector"]
+    return {
+        "apiVersion": API,
+        "kind": KIND,
+        "metadata": {"name": NAME, "namespace": params["namespace"], "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "spec": spec,
+    }
+
+
+def summary(offloading):
+    """What people and playbooks want to know about one NamespaceOffloading."""
+    meta = offloading["metadata"]
+    status = offloading.get("status") or {}
+    return dict(
+        namespace=meta["namespace"],
+        phase=status.get("offloadingPhase"),
+        current=status.get("observedGeneration") == meta.get("generation"),
+        remote_namespace=status.get("remoteNamespaceName"),
+        pod_offloading_strategy=(offloading.get("spec") or {}).get("podOffloadingStrategy"),
+        namespace_mapping_strategy=(offloading.get("spec") or {}).get("namespaceMappingStrategy"),
+        cluster_selector=(offloading.get("spec") or {}).get("clusterSelector"),
+        clusters=[
+            dict(
+                cluster_id=c.get("clusterID"),
+                phase=c.get("phase"),
+                remote_namespace=c.get("remoteNamespace"),
+                reason=c.get("reason"),
+                message=c.get("message"),
+            )
+            for c in status.get("clusters") or []
+        ],
+        managed_by_ansible=(meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY,
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def settled(offloading):
+    if offloading is None:
+        return False
+    info = summary(offloading)
+    return info["current"] and info["phase"] in SETTLED_PHASES
+
+
+def present(module, cluster, params):
+    if cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD) is None:
+        raise InvalidInput("%s lacks the CRD %s: install Catamaran's CRDs first" % (cluster.label, CRD))
+    namespace = params["namespace"]
+    if not params["create_namespace"] and cluster.get("v1", "Namespace", namespace) is None:
+        raise InvalidInput("%s: namespace %s does not exist (create_namespace is false)" % (cluster.label, namespace))
+
+    def converge(changes):
+        if params["create_namespace"]:
+            changes.apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        return changes.apply(cluster, manifest(params))
+
+    # A dry run first: an immutable field or a rejected spec fails before the namespace is created.
+    plan = ChangeSet(check_mode=True)
+    live = converge(plan)
+    if module.check_mode:
+        return plan, live
+    changes = ChangeSet(check_mode=False)
+    live = converge(changes)
+    if params["wait"]:
+        done, live = cluster.watch_until(API, KIND, NAME, namespace, settled, params["wait_timeout"])
+        info = summary(live) if live else {}
+        if not done or info.get("phase") != "Ready":
+            details = "; ".join(
+                "%s: %s %s" % (c["cluster_id"], c["phase"], c.get("message") or c.get("reason") or "")
+                for c in info.get("clusters") or []
+            )
+            module.ansible.fail_json(
+                msg="%s: namespace %s is %s, not Ready, after %ss%s"
+                % (cluster.label, namespace, info.get("phase") or "without a phase", params["wait_timeout"],
+                   " (%s)" % details if details else " (is the manager running?)"),
+                changed=changes.changed,
+                offloading=info,
+            )
+    return changes, live
+
+
+def absent(module, cluster, params):
+    changes = ChangeSet(module.check_mode)
+    namespace = params["namespace"]
+    existed = changes.delete(cluster, API, KIND, NAME, namespace) if cluster.get(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD) else False
+    if existed and not module.check_mode:
+        gone, live = cluster.watch_until(API, KIND, NAME, namespace, lambda obj: obj is None, params["wait_timeout"])
+        if not gone:
+            module.ansible.fail_json(
+                msg="%s: NamespaceOffloading %s/%s is still terminating after %ss (its finalizer waits for the "
+                "manager to remove the twin namespaces: is the manager running?)"
+                % (cluster.label, namespace, NAME, params["wait_timeout"]),
+                changed=True,
+                offloading=summary(live),
+            )
+    return changes, None

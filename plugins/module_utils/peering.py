@@ -1,0 +1,296 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""Peer a consumer with a provider, and take the peering apart again.
+
+Tenant objects come from tenancy.py, the same file the controller uses, so the module and the
+controller cannot disagree about names or rights.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import time
+
+from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
+from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    CORE_GROUP,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    LABEL_REMOTE_CLUSTER_ID,
+    LABEL_TENANT,
+    MANAGED_BY_CATAMARAN,
+    NODE_LEASE_NAMESPACE,
+    OFFLOADING_GROUP,
+    SYSTEM_NAMESPACE,
+    TENANT_CLUSTER_ROLE,
+    TENANT_SERVICE_ACCOUNT,
+    TENANT_WORKLOAD_CLUSTER_ROLE,
+    VERSION,
+    tenant_namespace,
+    virtual_node_name,
+)
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import MANAGED_BY, MANAGED_BY_LABEL
+from ansible_collections.catamaran.federation.plugins.module_utils.tenancy import (
+    provider_cluster_roles,
+    tenant_kubeconfig,
+    tenant_manifests,
+)
+
+try:
+    import yaml
+except ImportError:
+    yaml = None
+
+FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
+OFFLOADING_API = "%s/%s" % (OFFLOADING_GROUP, VERSION)
+CRD_API = "apiextensions.k8s.io/v1"
+CONSUMER_CRDS = ("foreignclusters.%s" % CORE_GROUP,)
+PROVIDER_CRDS = tuple("%s.%s" % (p, OFFLOADING_GROUP) for p in ("shadowpods", "twinnamespaces", "resourceoffers"))
+TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
+
+
+def credentials_secret_name(provider_id):
+    return "catamaran-credentials-%s" % provider_id
+
+
+class Peering:
+    """One consumer -> provider peering, with both clusters connected."""
+
+    def __init__(self, module, consumer, provider, consumer_id, provider_id):
+        self.module = module
+        self.consumer = consumer
+        self.provider = provider
+        self.consumer_id = consumer_id
+        self.provider_id = provider_id
+        self.tenant_namespace = tenant_namespace(consumer_id)
+        self.node_name = virtual_node_name(provider_id)
+        self.secret_name = credentials_secret_name(provider_id)
+
+    # -- shared checks -------------------------------------------------------------------------
+    @staticmethod
+    def validate(params):
+        consumer_id = check_cluster_id(params["consumer_id"], "consumer_id")
+        provider_id = check_cluster_id(params["provider_id"], "provider_id")
+        if consumer_id == provider_id:
+            raise InvalidInput("a cluster cannot peer with itself (consumer_id == provider_id == %r)" % consumer_id)
+        sharing = params.get("sharing_percentage")
+        if sharing is not None and not 1 <= sharing <= 100:
+            raise InvalidInput("sharing_percentage must be between 1 and 100, got %s" % sharing)
+        for key, value in (params.get("node_labels") or {}).items():
+            if not isinstance(value, str):
+                raise InvalidInput("node_labels.%s must be a string, got %r" % (key, value))
+        return consumer_id, provider_id
+
+    def check_clusters(self):
+        if self.consumer.server and self.consumer.server == self.provider.server:
+            raise InvalidInput(
+                "consumer %s and provider %s are the same API server (%s)"
+                % (self.consumer_id, self.provider_id, self.consumer.server)
+            )
+        for cluster, names in ((self.consumer, CONSUMER_CRDS), (self.provider, PROVIDER_CRDS)):
+            missing = [n for n in names if cluster.get(CRD_API, "CustomResourceDefinition", n) is None]
+            if missing:
+                raise InvalidInput(
+                    "%s lacks Catamaran's CRDs (%s): install them first (catamaran.federation.crds)"
+                    % (cluster.label, ", ".join(missing))
+                )
+        existing = self.provider.get("v1", "Namespace", self.tenant_namespace)
+        labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+        if existing and labels.get(LABEL_MANAGED_BY) != MANAGED_BY_CATAMARAN:
+            raise InvalidInput(
+                "%s: namespace %s exists but Catamaran does not manage it (no label %s=%s); "
+                "it will not be taken over" % (self.provider.label, self.tenant_namespace, LABEL_MANAGED_BY,
+                                               MANAGED_BY_CATAMARAN)
+            )
+
+    # -- present -------------------------------------------------------------------------------
+    def present(self, params):
+        """Dry-run everything on both clusters first, so bad input fails before any change."""
+        self.check_clusters()
+        plan = ChangeSet(check_mode=True)
+        self._converge(plan, params)
+        if self.module.check_mode:
+            return plan
+        changes = ChangeSet(check_mode=False)
+        self._converge(changes, params)
+        return changes
+
+    def _converge(self, changes, params):
+        for role in provider_cluster_roles():
+            changes.apply(self.provider, role)
+        for obj in tenant_manifests(self.consumer_id):
+            changes.apply(self.provider, obj)
+        token = self._token(wait=not changes.check_mode)
+        server = params["provider"].get("api_server") or self.provider.server
+        credential = tenant_kubeconfig(
+            server, self.provider.ca_data, token or TOKEN_PLACEHOLDER, self.provider_id, self.consumer_id
+        )
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, LABEL_REMOTE_CLUSTER_ID: self.provider_id}
+        changes.apply(self.consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        changes.apply(
+            self.consumer,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {"name": self.secret_name, "namespace": SYSTEM_NAMESPACE, "labels": labels},
+                "data": {"kubeconfig": base64.b64encode(yaml.safe_dump(credential).encode()).decode()},
+            },
+        )
+        changes.apply(self.consumer, self.foreign_cluster(params, labels))
+
+    def foreign_cluster(self, params, labels):
+        spec = {"clusterID": self.provider_id, "credentialsSecretRef": {"name": self.secret_name, "key": "kubeconfig"}}
+        if params.get("sharing_percentage") is not None:
+            spec["sharingPercentage"] = params["sharing_percentage"]
+        if params.get("node_labels"):
+            spec["nodeLabels"] = params["node_labels"]
+        health = params.get("health_check") or {}
+        health_spec = {
+            camel: health[key]
+            for key, camel in (
+                ("period_seconds", "periodSeconds"),
+                ("timeout_seconds", "timeoutSeconds"),
+                ("failure_threshold", "failureThreshold"),
+            )
+            if health.get(key) is not None
+        }
+        if health_spec:
+            spec["healthCheck"] = health_spec
+        if params.get("pod_cidr_remap"):
+            spec["networking"] = {"podCIDRRemap": params["pod_cidr_remap"]}
+        return {
+            "apiVersion": FOREIGN_CLUSTER_API,
+            "kind": "ForeignCluster",
+            "metadata": {"name": self.provider_id, "namespace": SYSTEM_NAMESPACE, "labels": labels},
+            "spec": spec,
+        }
+
+    def _token(self, wait):
+        name = "%s-token" % TENANT_SERVICE_ACCOUNT
+
+        def issued(secret):
+            return bool(((secret or {}).get("data") or {}).get("token"))
+
+        secret = self.provider.get("v1", "Secret", name, self.tenant_namespace)
+        if not issued(secret) and wait:
+            done, secret = self.provider.watch_until("v1", "Secret", name, self.tenant_namespace, issued, 30)
+            if not done:
+                raise InvalidInput(
+                    "%s: the token of %s/%s was never issued (is the token controller of "
+                    "kube-controller-manager running?)" % (self.provider.label, self.tenant_namespace,
+                                                           TENANT_SERVICE_ACCOUNT)
+                )
+        if not issued(secret):
+            return None
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        self.module.hide(token, secret["data"]["token"])
+        return token
+
+    def wait_ready(self, timeout):
+        def ready(node):
+            conditions = ((node or {}).get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+        done, node = self.consumer.watch_until("v1", "Node", self.node_name, None, ready, timeout)
+        if not done:
+            foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
+            conditions = ((foreign or {}).get("status") or {}).get("conditions") or []
+            why = "; ".join("%s=%s %s: %s" % (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                            for c in conditions) or "no status yet (is its virtual kubelet running?)"
+            raise InvalidInput(
+                "%s: virtual node %s is not Ready after %ss; ForeignCluster %s: %s"
+                % (self.consumer.label, self.node_name, timeout, self.provider_id, why)
+            )
+        return node
+
+    # -- absent --------------------------------------------------------------------------------
+    def absent(self, drain_timeout, wait_timeout):
+        changes = ChangeSet(self.module.check_mode)
+        forced = []
+        node = self.consumer.get("v1", "Node", self.node_name)
+        if node is not None:
+            changes.patch(self.consumer, node, {"spec": {"unschedulable": True}})
+            forced = self._drain(changes, drain_timeout)
+        changes.delete(self.consumer, FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
+        changes.delete(self.consumer, "v1", "Secret", self.secret_name, SYSTEM_NAMESPACE)
+        self._remove_tenant(changes, wait_timeout)
+        if node is not None and not changes.check_mode:
+            # The virtual kubelet deletes its node when its ForeignCluster goes; without one, we do.
+            gone, _ = self.consumer.watch_until("v1", "Node", self.node_name, None, lambda n: n is None, 30)
+            if not gone:
+                changes.delete(self.consumer, "v1", "Node", self.node_name)
+                changes.delete(self.consumer, "coordination.k8s.io/v1", "Lease", self.node_name, NODE_LEASE_NAMESPACE)
+                forced.append("deleted virtual node %s (no virtual kubelet removed it)" % self.node_name)
+        return changes, forced
+
+    def _pods_on_node(self):
+        return self.consumer.list("v1", "Pod", fields="spec.nodeName=%s" % self.node_name)
+
+    def _drain(self, changes, timeout):
+        """Delete the pods on the virtual node; its virtual kubelet removes them remotely first."""
+        pods = self._pods_on_node()
+        for pod in pods:
+            meta = pod["metadata"]
+            changes.delete(self.consumer, "v1", "Pod", meta["name"], meta["namespace"])
+        if changes.check_mode or not pods:
+            return []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pods = self._pods_on_node()
+            if not pods:
+                return []
+            time.sleep(1)
+        # Nobody serves the node: remove the remote copies ourselves, then release the local pods.
+        for namespace in self._tenant_namespaces():
+            name = namespace["metadata"]["name"]
+            for shadow in self.provider.list(OFFLOADING_API, "ShadowPod", namespace=name):
+                self.provider.delete(OFFLOADING_API, "ShadowPod", shadow["metadata"]["name"], name)
+        for pod in pods:
+            meta = pod["metadata"]
+            self.consumer.delete("v1", "Pod", meta["name"], meta["namespace"], grace_period=0)
+        return ["force-deleted %d pods on %s after %ss (remote copies removed directly)" % (
+            len(pods), self.node_name, timeout)]
+
+    def _tenant_namespaces(self):
+        selector = "%s=%s,%s=%s" % (LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID, self.consumer_id)
+        return self.provider.list("v1", "Namespace", labels=selector)
+
+    def _remove_tenant(self, changes, timeout):
+        """Twin namespaces, the tenant namespace (its account, token and bindings go with it)."""
+        for twin in self.provider.list(OFFLOADING_API, "TwinNamespace", namespace=self.tenant_namespace):
+            changes.delete(self.provider, OFFLOADING_API, "TwinNamespace", twin["metadata"]["name"],
+                           self.tenant_namespace)
+        namespaces = self._tenant_namespaces()
+        for namespace in namespaces:
+            changes.delete(self.provider, "v1", "Namespace", namespace["metadata"]["name"])
+        if changes.check_mode:
+            return
+        deadline = time.monotonic() + timeout
+        stripped = False
+        while self._tenant_namespaces():
+            if time.monotonic() > deadline:
+                if stripped:
+                    raise InvalidInput("%s: namespaces of tenant %s are still terminating after %ss"
+                                       % (self.provider.label, self.consumer_id, 2 * timeout))
+                # The provider's manager is not finalizing twins; do its part so nothing is left.
+                for twin in self.provider.list(OFFLOADING_API, "TwinNamespace", namespace=self.tenant_namespace):
+                    self.provider.merge_patch(OFFLOADING_API, "TwinNamespace", twin["metadata"]["name"],
+                                              {"metadata": {"finalizers": None}}, self.tenant_namespace)
+                stripped, deadline = True, time.monotonic() + timeout
+            time.sleep(1)
+        others = self.provider.list("v1", "Namespace", labels="%s=true" % LABEL_TENANT)
+        if not [n for n in others if n["metadata"]["name"] != self.tenant_namespace]:
+            for name in (TENANT_CLUSTER_ROLE, TENANT_WORKLOAD_CLUSTER_ROLE):
+                changes.delete(self.provider, "rbac.authorization.k8s.io/v1", "ClusterRole", name)
+
+
+def connect_both(module, params, consumer_id, provider_id):
+    """Both clusters reachable, or nothing happens."""
+    consumer = module.connect(consumer_id, params["consumer"])
+    provider = module.connect(provider_id, params["provider"])
+    return Peering(module, consumer, provider, consumer_id, provider_id)

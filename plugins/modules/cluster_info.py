@@ -1,0 +1,80 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: cluster_info
+short_description: Check that a cluster is reachable and report what Catamaran has installed there
+version_added: 0.1.0
+description:
+  - Connects with the given kubeconfig and context, calls the API server, and reports its version and
+    Catamaran's CRDs.
+  - Fails with a message naming the cluster when the kubeconfig is missing, the context is unknown, the
+    server is unreachable or the credential is refused. Playbooks run it on every cluster before changing any.
+author:
+  - Catamaran developers
+extends_documentation_fragment:
+  - catamaran.federation.connection
+attributes:
+  check_mode:
+    support: full
+    description: Read-only.
+  diff_mode:
+    support: none
+    description: Read-only.
+"""
+
+EXAMPLES = r"""
+- name: Fail early when a cluster of the inventory cannot be reached
+  catamaran.federation.cluster_info:
+    kubeconfig: "{{ catamaran_kubeconfig }}"
+    context: "{{ catamaran_context | default(omit) }}"
+  register: cluster
+"""
+
+RETURN = r"""
+cluster:
+  description: What the API server reported.
+  returned: success
+  type: dict
+  contains:
+    server:
+      description: The API server URL.
+      type: str
+      sample: https://127.0.0.1:26000
+    context:
+      description: The kubeconfig context used.
+      type: str
+      sample: cluster-1
+    version:
+      description: The API server's version.
+      type: str
+      sample: v1.36.3
+    catamaran_crds:
+      description: Names of the installed Catamaran CRDs.
+      type: list
+      elements: str
+      sample: [foreignclusters.core.catamaran.io]
+"""
+
+from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.info import cluster_report
+
+
+def main():
+    module = CatamaranModule(connection_spec(), supports_check_mode=True)
+
+    def body():
+        cluster = module.connect(None, module.params)
+        return dict(changed=False, cluster=cluster_report(cluster))
+
+    module.run(body)
+
+
+if __name__ == "__main__":
+    main()

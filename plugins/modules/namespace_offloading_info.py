@@ -1,0 +1,108 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: namespace_offloading_info
+short_description: Report a consumer's offloaded namespaces and their phases
+version_added: 0.1.0
+description:
+  - Lists NamespaceOffloadings (all namespaces, or one) with the aggregated phase and each selected cluster's
+    own phase, remote namespace and message.
+author:
+  - Catamaran developers
+extends_documentation_fragment:
+  - catamaran.federation.connection
+attributes:
+  check_mode:
+    support: full
+    description: Read-only.
+  diff_mode:
+    support: none
+    description: Read-only.
+options:
+  namespace:
+    description: Only this namespace.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Which namespaces does cluster-1 offload, and where
+  catamaran.federation.namespace_offloading_info:
+    kubeconfig: ~/.kube/cluster-1
+  register: offloaded
+"""
+
+RETURN = r"""
+offloadings:
+  description: One entry per offloaded namespace, sorted by namespace.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: The local namespace.
+      type: str
+      sample: shop
+    phase:
+      description: The aggregated phase.
+      type: str
+      sample: Ready
+    current:
+      description: The status describes the latest spec (observedGeneration is the generation).
+      type: bool
+      sample: true
+    remote_namespace:
+      description: The twin namespaces' name.
+      type: str
+      sample: shop-cluster-1
+    pod_offloading_strategy:
+      description: Where pods may run.
+      type: str
+      sample: Remote
+    namespace_mapping_strategy:
+      description: How twins are named.
+      type: str
+      sample: DefaultName
+    cluster_selector:
+      description: The NodeSelector matched against virtual nodes.
+      type: dict
+      sample: {}
+    clusters:
+      description: Per selected cluster, its phase, remote namespace, reason and message.
+      type: list
+      elements: dict
+      sample: [{"cluster_id": "cluster-2", "phase": "Ready", "remote_namespace": "shop-cluster-1"}]
+    managed_by_ansible:
+      description: Created by this collection (only those are pruned by playbooks).
+      type: bool
+      sample: true
+    terminating:
+      description: Being removed.
+      type: bool
+      sample: false
+"""
+
+from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.info import offloadings_report
+
+
+def main():
+    spec = connection_spec()
+    spec.update(namespace=dict(type="str"))
+    module = CatamaranModule(spec, supports_check_mode=True)
+
+    def body():
+        cluster = module.connect(None, module.params)
+        return dict(changed=False, offloadings=offloadings_report(cluster, module.params["namespace"]))
+
+    module.run(body)
+
+
+if __name__ == "__main__":
+    main()

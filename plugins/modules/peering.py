@@ -1,0 +1,269 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: peering
+short_description: Peer a consumer cluster with a provider cluster, or un-peer them
+version_added: 0.1.0
+description:
+  - With O(state=present), makes the consumer a tenant of the provider and lets it use the provider
+    through a virtual node C(catamaran-<provider_id>).
+  - "On the provider: the tenant namespace C(catamaran-tenant-<consumer_id>), the ServiceAccount
+    C(catamaran-consumer) with a token, and least-privilege RBAC (it reaches only its tenant's namespaces)."
+  - "On the consumer: that credential as Secret C(catamaran-system/catamaran-credentials-<provider_id>) and
+    the ForeignCluster C(catamaran-system/<provider_id>) with sharing percentage, node labels and health-check settings."
+  - Every object is first applied as a server-side dry run on both clusters, so invalid input (for example a
+    sharing percentage the API rejects) fails before anything is changed.
+  - With O(state=absent), cordons and drains the virtual node (its virtual kubelet removes the offloaded pods from
+    the provider), deletes the ForeignCluster and credential, and removes the tenant's twin namespaces, the tenant
+    namespace with its ServiceAccount, token and bindings, and the tenant ClusterRoles once no tenant is left.
+  - The credential is never printed, not in results, diffs, errors or at any verbosity.
+  - The virtual kubelet that serves the node is run by the P(catamaran.federation.controller#role) role.
+author:
+  - Catamaran developers
+attributes:
+  check_mode:
+    support: full
+    description: Server-side dry run on both clusters; nothing is persisted and nothing is waited for.
+  diff_mode:
+    support: full
+    description: Shows every object before and after; Secret values appear only as short digests.
+options:
+  consumer:
+    description: Connection to the consumer cluster (the one that gets the virtual node).
+    type: dict
+    required: true
+    suboptions:
+      kubeconfig:
+        description: Path to the consumer's kubeconfig on the host that runs the module.
+        type: path
+        required: true
+      context:
+        description: Context in that kubeconfig; defaults to its current context.
+        type: str
+      request_timeout:
+        description: Seconds to wait for each API request.
+        type: int
+        default: 10
+  provider:
+    description: Connection to the provider cluster (the one that runs the offloaded pods).
+    type: dict
+    required: true
+    suboptions:
+      kubeconfig:
+        description: Path to the provider's kubeconfig (cluster-admin rights, used only by this module).
+        type: path
+        required: true
+      context:
+        description: Context in that kubeconfig; defaults to its current context.
+        type: str
+      request_timeout:
+        description: Seconds to wait for each API request.
+        type: int
+        default: 10
+      api_server:
+        description:
+          - The provider's API server URL as the consumer's virtual kubelet reaches it.
+          - Defaults to the server of O(provider.kubeconfig).
+        type: str
+  consumer_id:
+    description: The consumer's cluster id (a DNS-1123 label).
+    type: str
+    required: true
+  provider_id:
+    description: The provider's cluster id (a DNS-1123 label); names the virtual node.
+    type: str
+    required: true
+  state:
+    description: V(present) peers; V(absent) un-peers and removes everything the peering created.
+    type: str
+    choices: [present, absent]
+    default: present
+  sharing_percentage:
+    description: Share (1-100) of the provider's free resources the virtual node offers.
+    type: int
+    default: 90
+  node_labels:
+    description: Labels the virtual node carries besides Catamaran's own (region, provider, ...).
+    type: dict
+    default: {}
+  health_check:
+    description: How the virtual kubelet checks that the provider is reachable.
+    type: dict
+    default: {}
+    suboptions:
+      period_seconds:
+        description: Seconds between checks.
+        type: int
+      timeout_seconds:
+        description: Seconds before one check fails.
+        type: int
+      failure_threshold:
+        description: Consecutive failures before the virtual node turns NotReady.
+        type: int
+  pod_cidr_remap:
+    description: CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
+    type: str
+  wait:
+    description: With O(state=present), wait until the virtual node is Ready.
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait for the virtual node, and for the tenant's namespaces to go.
+    type: int
+    default: 120
+  drain_timeout:
+    description:
+      - With O(state=absent), seconds to wait for the virtual kubelet to remove the offloaded pods.
+      - After that the module removes the remote copies itself and force-deletes the local pods.
+    type: int
+    default: 120
+requirements:
+  - kubernetes >= 24.2.0 (Python library)
+  - PyYAML >= 3.11
+notes:
+  - Runs on the host the task is delegated to, usually the control node (C(connection: local)).
+"""
+
+EXAMPLES = r"""
+- name: Peer cluster-1 (consumer) with cluster-2 (provider) and wait for the virtual node
+  catamaran.federation.peering:
+    consumer:
+      kubeconfig: ~/.kube/cluster-1
+    provider:
+      kubeconfig: ~/.kube/cluster-2
+      context: admin@cluster-2
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    sharing_percentage: 50
+    node_labels:
+      topology.kubernetes.io/region: region-b
+    health_check:
+      period_seconds: 10
+      failure_threshold: 3
+    wait: true
+
+- name: Un-peer them
+  catamaran.federation.peering:
+    consumer:
+      kubeconfig: ~/.kube/cluster-1
+    provider:
+      kubeconfig: ~/.kube/cluster-2
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    state: absent
+"""
+
+RETURN = r"""
+peering:
+  description: Where the peering's objects live (never the credential itself).
+  returned: always
+  type: dict
+  contains:
+    consumer_id:
+      description: The consumer's cluster id.
+      type: str
+      sample: cluster-1
+    provider_id:
+      description: The provider's cluster id.
+      type: str
+      sample: cluster-2
+    tenant_namespace:
+      description: The tenant namespace on the provider.
+      type: str
+      sample: catamaran-tenant-cluster-1
+    credentials_secret:
+      description: The consumer's Secret holding the credential, as namespace/name.
+      type: str
+      sample: catamaran-system/catamaran-credentials-cluster-2
+    foreign_cluster:
+      description: The ForeignCluster on the consumer, as namespace/name.
+      type: str
+      sample: catamaran-system/cluster-2
+    virtual_node:
+      description: The virtual node's name.
+      type: str
+      sample: catamaran-cluster-2
+    virtual_node_ready:
+      description: Whether the virtual node was Ready when the module finished (only checked with O(wait=true)).
+      type: bool
+      sample: true
+forced:
+  description: Cleanup steps the module had to do itself because no virtual kubelet or manager did them.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+actions:
+  description: What was (or, in check mode, would be) changed, one line per object.
+  returned: always
+  type: list
+  elements: str
+  sample: ["create cluster-2: Namespace catamaran-tenant-cluster-1"]
+"""
+
+from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import SYSTEM_NAMESPACE
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, connect_both
+
+
+def main():
+    provider_spec = connection_spec()
+    provider_spec["api_server"] = dict(type="str")
+    spec = dict(
+        consumer=dict(type="dict", required=True, options=connection_spec()),
+        provider=dict(type="dict", required=True, options=provider_spec),
+        consumer_id=dict(type="str", required=True),
+        provider_id=dict(type="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        sharing_percentage=dict(type="int", default=90),
+        node_labels=dict(type="dict", default={}),
+        health_check=dict(
+            type="dict",
+            default={},
+            options=dict(
+                period_seconds=dict(type="int"), timeout_seconds=dict(type="int"), failure_threshold=dict(type="int")
+            ),
+        ),
+        pod_cidr_remap=dict(type="str"),
+        wait=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=120),
+        drain_timeout=dict(type="int", default=120),
+    )
+    module = CatamaranModule(spec, supports_check_mode=True)
+    params = module.params
+
+    def body():
+        consumer_id, provider_id = Peering.validate(params)
+        peering = connect_both(module, params, consumer_id, provider_id)
+        forced = []
+        ready = False
+        if params["state"] == "present":
+            changes = peering.present(params)
+            if params["wait"] and not module.check_mode:
+                peering.wait_ready(params["wait_timeout"])
+                ready = True
+        else:
+            changes, forced = peering.absent(params["drain_timeout"], params["wait_timeout"])
+        summary = dict(
+            consumer_id=consumer_id,
+            provider_id=provider_id,
+            tenant_namespace=peering.tenant_namespace,
+            credentials_secret="%s/%s" % (SYSTEM_NAMESPACE, peering.secret_name),
+            foreign_cluster="%s/%s" % (SYSTEM_NAMESPACE, provider_id),
+            virtual_node=peering.node_name,
+            virtual_node_ready=ready,
+        )
+        return changes.result(peering=summary, forced=forced)
+
+    module.run(body)
+
+
+if __name__ == "__main__":
+    main()

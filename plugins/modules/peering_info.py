@@ -1,0 +1,108 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: peering_info
+short_description: Report a consumer's peerings and their virtual nodes
+version_added: 0.1.0
+description:
+  - Lists the ForeignClusters in C(catamaran-system) with their Ready condition, and each one's virtual node
+    with its readiness, capacity and allocatable resources.
+  - Two list calls in all, whatever the number of peerings.
+author:
+  - Catamaran developers
+extends_documentation_fragment:
+  - catamaran.federation.connection
+attributes:
+  check_mode:
+    support: full
+    description: Read-only.
+  diff_mode:
+    support: none
+    description: Read-only.
+"""
+
+EXAMPLES = r"""
+- name: Show cluster-1's peerings
+  catamaran.federation.peering_info:
+    kubeconfig: ~/.kube/cluster-1
+  register: info
+
+- name: Every virtual node is Ready
+  ansible.builtin.assert:
+    that: info.peerings | rejectattr('virtual_node.ready') | list | length == 0
+"""
+
+RETURN = r"""
+peerings:
+  description: One entry per ForeignCluster, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    provider_id:
+      description: The provider's cluster id.
+      type: str
+      sample: cluster-2
+    name:
+      description: The ForeignCluster's name.
+      type: str
+      sample: cluster-2
+    sharing_percentage:
+      description: Share of the provider's free resources offered.
+      type: int
+      sample: 50
+    node_labels:
+      description: Labels suggested for the virtual node.
+      type: dict
+      sample: {"topology.kubernetes.io/region": "region-b"}
+    ready:
+      description: The ForeignCluster's Ready condition is True.
+      type: bool
+      sample: true
+    reason:
+      description: Reason of the Ready condition.
+      type: str
+      sample: ProviderReachable
+    message:
+      description: Message of the Ready condition.
+      type: str
+      sample: virtual node catamaran-cluster-2 is serving
+    managed_by_ansible:
+      description: Created by this collection (only those are pruned by playbooks).
+      type: bool
+      sample: true
+    virtual_node:
+      description: The virtual node.
+      type: dict
+      sample:
+        name: catamaran-cluster-2
+        exists: true
+        ready: true
+        unschedulable: false
+        capacity: {"cpu": "12", "memory": "48Gi", "pods": "165"}
+        allocatable: {"cpu": "12", "memory": "48Gi", "pods": "165"}
+"""
+
+from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.info import peerings_report
+
+
+def main():
+    module = CatamaranModule(connection_spec(), supports_check_mode=True)
+
+    def body():
+        cluster = module.connect(None, module.params)
+        return dict(changed=False, peerings=peerings_report(cluster))
+
+    module.run(body)
+
+
+if __name__ == "__main__":
+    main()
