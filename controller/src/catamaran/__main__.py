@@ -17,7 +17,7 @@ from .consumer.webhook import PodWebhook
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
 from .kube.events import EventRecorder
 from .provider.manager import provider_tasks
-from .vk.runner import VirtualKubelet
+from .vk.runner import PeeringRemoved, VirtualKubelet
 
 log = logging.getLogger("catamaran")
 
@@ -90,9 +90,13 @@ async def _main(args) -> None:
         )
         tasks = [vk.run()]
     log.info("starting", extra=logs.fields(command=args.command, cluster_id=args.cluster_id))
-    async with asyncio.TaskGroup() as group:
-        for task in tasks:
-            group.create_task(task)
+    try:
+        async with asyncio.TaskGroup() as group:
+            for task in tasks:
+                group.create_task(task)
+    except* PeeringRemoved as removed:
+        # A deliberate end, not a failure: returning exits 0, so a supervisor does not restart the process.
+        log.info("peering removed; exiting", extra=logs.fields(reason=str(removed.exceptions[0])))
 
 
 def main(argv: list[str] | None = None) -> None:

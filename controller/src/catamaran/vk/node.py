@@ -27,6 +27,7 @@ from ..constants import (
 )
 from ..kube.clients import get_raw
 from ..kube.events import EventRecorder
+from ..kube.ops import tolerating
 from ..logs import fields
 from ..objects import now_iso, set_condition
 
@@ -164,6 +165,15 @@ class VirtualNode:
 
     def tasks(self):
         return [self._health_loop(), self._lease_loop(), self._status_loop()]
+
+    async def remove(self) -> None:
+        """Delete the Node and its Lease; call only once tasks() are cancelled, or they would recreate both."""
+        with tolerating(404):
+            await self.local.delete(Node, self.name)
+        # The Lease's owner reference would let garbage collection take it, but not every cluster runs it promptly.
+        with tolerating(404):
+            await self.local.delete(Lease, self.name, namespace=NODE_LEASE_NAMESPACE)
+        log.info("virtual node and lease deleted", extra=fields(node=self.name))
 
     async def _health_loop(self) -> None:
         while True:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
+from typing import NamedTuple
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -23,14 +25,34 @@ from .pods import PodController
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "catamaran-virtual-kubelet"
+# Watches wake the virtual kubelet as soon as its peering appears; this bounds the wait when one
+# breaks or misses something, and is the only retry when there is nothing to watch.
+RECHECK_SECONDS = 10.0
+
+
+class Watched(NamedTuple):
+    """An object to wait on, as last read."""
+
+    resource: type
+    name: str
+    version: str | None  # the list's resourceVersion: the watch starts after it
+    generation: int | None = None  # set to ignore changes that leave the spec alone (status updates)
 
 
 class ForeignClusterError(Exception):
-    """The ForeignCluster or its credential cannot be used; reported on its status."""
+    """The ForeignCluster or its credential cannot be used; reported on its status.
 
-    def __init__(self, reason: str, message: str):
+    `watch` names the objects whose next change may make it usable.
+    """
+
+    def __init__(self, reason: str, message: str, watch: tuple[Watched, ...] = ()):
         super().__init__(message)
         self.reason = reason
+        self.watch = watch
+
+
+class PeeringRemoved(Exception):
+    """The served ForeignCluster was deleted; the virtual node is gone and the process should end cleanly."""
 
 
 def settings_from(foreign: dict, consumer_id: str, node_ip: str, kubelet_port: int):
@@ -74,7 +96,10 @@ class VirtualKubelet:
         self.events = EventRecorder(local, FIELD_MANAGER)
 
     async def run(self) -> None:
-        """Keep trying until the ForeignCluster and its credential are usable, then run."""
+        """Wait until the ForeignCluster and its credential are usable, then serve until the peering is removed.
+
+        Raises PeeringRemoved once the ForeignCluster is deleted and the virtual node cleaned up.
+        """
         while True:
             try:
                 foreign, provider = await self._connect()
@@ -85,32 +110,86 @@ class VirtualKubelet:
                     extra=fields(foreign_cluster=self.foreign_cluster, reason=error.reason, error=str(error)),
                 )
                 await self._report(error.reason, str(error), ready=False)
-                await asyncio.sleep(10)
+                await self._until_changed(error.watch, RECHECK_SECONDS)
         await self._serve(foreign, provider)
 
-    async def _connect(self) -> tuple[dict, AsyncClient]:
+    async def _read(self, resource, name: str, reason: str, origin: str) -> tuple[dict | None, str | None]:
+        """The object (None if missing) and the list resourceVersion to watch it from.
+
+        A list by name rather than a get: its resourceVersion exists even when the object does not,
+        so no creation between this read and the watch can be missed.
+        """
         try:
-            foreign = as_dict(await self.local.get(ForeignCluster, self.foreign_cluster, namespace=self.namespace))
+            listing = self.local.list(resource, namespace=self.namespace, fields={"metadata.name": name})
+            found = [as_dict(obj) async for obj in listing]
         except ApiError as error:
-            raise ForeignClusterError(
-                "ForeignClusterMissing",
-                f"ForeignCluster {self.namespace}/{self.foreign_cluster}: {error.status.message}",
-            ) from None
+            raise ForeignClusterError(reason, f"{origin}: {error.status.message}") from None
+        return (found[0] if found else None), listing.resourceVersion
+
+    async def _connect(self) -> tuple[dict, AsyncClient]:
+        origin = f"ForeignCluster {self.namespace}/{self.foreign_cluster}"
+        foreign, version = await self._read(ForeignCluster, self.foreign_cluster, "ForeignClusterMissing", origin)
+        generation = foreign["metadata"].get("generation") if foreign else None
+        # The generation lets the wait skip status updates, or our own report would wake it at once.
+        watch = (Watched(ForeignCluster, self.foreign_cluster, version, generation),)
+        if foreign is None:
+            raise ForeignClusterError("ForeignClusterMissing", f"{origin} not found", watch)
         ref = foreign["spec"]["credentialsSecretRef"]
+        key = ref.get("key", "kubeconfig")
         origin = f"Secret {self.namespace}/{ref['name']}"
         try:
-            secret = await self.local.get(Secret, ref["name"], namespace=self.namespace)
-        except ApiError as error:
-            raise ForeignClusterError("CredentialMissing", f"{origin}: {error.status.message}") from None
-        encoded = (secret.data or {}).get(ref.get("key", "kubeconfig"))
+            secret, version = await self._read(Secret, ref["name"], "CredentialMissing", origin)
+        except ForeignClusterError as error:
+            error.watch = watch  # the ForeignCluster may still point elsewhere
+            raise
+        # A new Secret fixes it, and so does the ForeignCluster naming another one.
+        watch += (Watched(Secret, ref["name"], version),)
+        if secret is None:
+            raise ForeignClusterError("CredentialMissing", f"{origin} not found", watch)
+        encoded = (secret.get("data") or {}).get(key)
         if not encoded:
-            raise ForeignClusterError("CredentialInvalid", f"{origin} has no key {ref.get('key', 'kubeconfig')!r}")
+            raise ForeignClusterError("CredentialInvalid", f"{origin} has no key {key!r}", watch)
         try:
             config = kubeconfig_from_text(base64.b64decode(encoded).decode(), origin)
         except (CredentialError, ValueError) as error:
-            raise ForeignClusterError("CredentialInvalid", str(error)) from None
+            raise ForeignClusterError("CredentialInvalid", str(error), watch) from None
         provider = async_client(config, None, FIELD_MANAGER)
         return foreign, provider
+
+    async def _until_changed(self, watched: tuple[Watched, ...], recheck_after: float) -> None:
+        """Return at the first change to a watched object since the version it was read at, or after `recheck_after`."""
+
+        async def first_event(resource, name: str, version: str | None, generation: int | None) -> None:
+            try:
+                events = self.local.watch(
+                    resource,
+                    namespace=self.namespace,
+                    fields={"metadata.name": name},
+                    resource_version=version,
+                    server_timeout=int(recheck_after) + 30,
+                )
+                async with contextlib.aclosing(events):
+                    async for event, obj in events:
+                        if event == "MODIFIED" and generation is not None and obj.metadata.generation == generation:
+                            continue
+                        return
+            except Exception as error:  # 410 Gone, refused or reset connections: the fallback re-checks
+                log.warning(
+                    "cannot watch for the peering; re-checking later",
+                    extra=fields(resource=resource.__name__, name=name, error=str(error)[:300], retry_in=recheck_after),
+                )
+            # A failed watch must not end the wait early, or a persistent failure would spin.
+            await asyncio.sleep(recheck_after)
+
+        waiters = [asyncio.create_task(first_event(*w)) for w in watched]
+        if not waiters:  # nothing could be read to watch from, e.g. the local API server refused the list
+            waiters.append(asyncio.create_task(asyncio.sleep(recheck_after)))
+        try:
+            await asyncio.wait(waiters, timeout=recheck_after, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
 
     async def _serve(self, foreign: dict, provider: AsyncClient) -> None:
         node_settings, health = settings_from(foreign, self.consumer_id, self.node_ip, self.kubelet_port)
@@ -152,12 +231,26 @@ class VirtualKubelet:
             transform=as_dict,
         )
 
+        removed = asyncio.Event()
+
         def foreign_changed(event, key, new, old):
-            if new is not None:
-                settings, _ = settings_from(new, self.consumer_id, self.node_ip, self.kubelet_port)
-                node.update_settings(settings)
+            if new is None:
+                removed.set()
+                return
+            settings, _ = settings_from(new, self.consumer_id, self.node_ip, self.kubelet_port)
+            node.update_settings(settings)
 
         foreigns.on_change(foreign_changed)
+
+        async def until_removed() -> None:
+            await foreigns.synced.wait()
+            # Deleted between connecting and the first list: the informer never saw it, so no DELETED comes.
+            if foreigns.get(self.namespace, self.foreign_cluster) is None:
+                removed.set()
+            await removed.wait()
+            # Raised inside the group so that every other loop is cancelled, and has ended, before cleanup.
+            raise PeeringRemoved(f"ForeignCluster {self.namespace}/{self.foreign_cluster} was deleted")
+
         node.health_listeners.append(
             lambda healthy: asyncio.get_running_loop().create_task(
                 self._report(
@@ -169,9 +262,22 @@ class VirtualKubelet:
         )
         await self._report("Connected", f"virtual node {virtual_node_name(provider_id)} is serving", ready=True)
         log.info("virtual kubelet running", extra=fields(provider=provider_id, node=node.name))
-        async with asyncio.TaskGroup() as group:
-            for task in [offers.run(), foreigns.run(), *node.tasks(), *pods.tasks()]:
-                group.create_task(task)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for task in [offers.run(), foreigns.run(), until_removed(), *node.tasks(), *pods.tasks()]:
+                    group.create_task(task)
+        except* PeeringRemoved as group_error:
+            removal = group_error.exceptions[0]
+        else:
+            raise RuntimeError("the virtual kubelet's loops ended on their own")
+        # The group has cancelled and awaited every loop, so the node's loops can no longer recreate anything.
+        log.info(
+            "foreign cluster deleted; removing the virtual node",
+            extra=fields(foreign_cluster=self.foreign_cluster, node=node.name),
+        )
+        await node.remove()
+        await provider.close()
+        raise removal
 
     async def _report(self, reason: str, message: str, ready: bool) -> None:
         """Ready condition and virtual node name on the ForeignCluster's status, plus an Event."""
