@@ -1,0 +1,45 @@
+"""Each role's Molecule scenarios (converge, idempotence, verify) against the lab's clusters."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catamaran_lab.paths import REPO_ROOT
+
+SCENARIOS = sorted(
+    (path.parents[2].name, path.parent.name) for path in (REPO_ROOT / "roles").glob("*/molecule/*/molecule.yml")
+)
+
+
+def test_every_role_has_a_scenario():
+    roles = {path.name for path in (REPO_ROOT / "roles").iterdir() if path.is_dir()}
+    assert roles == {role for role, _ in SCENARIOS}
+
+
+@pytest.mark.parametrize(("role", "scenario"), SCENARIOS, ids=[f"{r}-{s}" for r, s in SCENARIOS])
+def test_molecule_scenario(lab, role, scenario):
+    venv_bin = Path(sys.executable).parent
+    env = dict(
+        os.environ,
+        PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        CATAMARAN_LAB_DIR=str(lab.root),
+        ANSIBLE_NOCOLOR="1",
+        NO_COLOR="1",
+    )
+    result = subprocess.run(
+        [str(venv_bin / "molecule"), "test", "--scenario-name", scenario],
+        cwd=REPO_ROOT / "roles" / role,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "idempotence" in output
+    assert "verify" in output

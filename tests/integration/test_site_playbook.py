@@ -1,0 +1,220 @@
+"""playbooks/site.yml against the lab: converge, idempotence, check mode, pruning, bad input, secrecy.
+
+The tests share one federation (cluster-1 consumes cluster-2 and cluster-3, namespace demo
+offloaded) and run in order; the module fixture tears it down with playbooks/teardown.yml.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+import yaml
+
+from tests.integration.conftest import get_json, wait_for
+
+from . import playbooks
+from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
+
+CONSUMER = "cluster-1"
+PROVIDERS = ("cluster-2", "cluster-3")
+APP = playbooks.REPO_ROOT / "examples" / "lab" / "demo-app.yaml"
+
+
+@pytest.fixture(scope="module")
+def federation(lab, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("site")
+    inventory = write_inventory(directory, lab_inventory(), lab)
+    yield {"inventory": inventory, "directory": directory}
+    teardown = run_playbook(inventory, playbook="teardown.yml")
+    lab.kubectl(CONSUMER, "delete", "namespace", "demo", "--wait=false", check=False)
+    lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False)
+    assert teardown.returncode == 0, teardown.failures()
+
+
+def variant(lab, federation, name: str, change) -> str:
+    inventory = lab_inventory()
+    change(hosts(inventory))
+    directory = federation["directory"] / name
+    directory.mkdir(exist_ok=True)
+    return write_inventory(directory, inventory, lab)
+
+
+def snapshot(lab) -> dict:
+    """What a failed or check-mode run must leave exactly as it was."""
+    state = {}
+    for cluster in (CONSUMER, *PROVIDERS):
+        namespaces = get_json(lab, cluster, "namespaces")["items"]
+        state[f"{cluster}/namespaces"] = sorted(n["metadata"]["name"] for n in namespaces)
+        foreign = lab.kubectl(cluster, "get", "foreignclusters", "-A", "-o", "json", check=False)
+        items = json.loads(foreign.stdout)["items"] if foreign.returncode == 0 else []
+        state[f"{cluster}/foreignclusters"] = {f["metadata"]["name"]: f["spec"] for f in items}
+        offloadings = lab.kubectl(cluster, "get", "namespaceoffloadings", "-A", "-o", "json", check=False)
+        items = json.loads(offloadings.stdout)["items"] if offloadings.returncode == 0 else []
+        state[f"{cluster}/offloadings"] = {o["metadata"]["namespace"]: o["spec"] for o in items}
+    return state
+
+
+def node_ready(lab, node: str) -> bool:
+    result = lab.kubectl(CONSUMER, "get", "node", node, "-o", "json", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = json.loads(result.stdout)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
+    assert snapshot(lab)[f"{CONSUMER}/foreignclusters"] == {}, "the lab must start without peerings"
+    run = run_playbook(federation["inventory"])
+    assert run.returncode == 0, run.failures()
+    for provider in PROVIDERS:
+        assert node_ready(lab, f"catamaran-{provider}")
+    offloading = get_json(lab, CONSUMER, "-n", "demo", "namespaceoffloading", "offloading")
+    assert offloading["status"]["offloadingPhase"] == "Ready"
+
+    lab.kubectl(CONSUMER, "apply", "-f", str(APP))
+
+    def running_remotely():
+        pods = get_json(lab, CONSUMER, "-n", "demo", "pods", "-l", "app=hello")["items"]
+        placed = [p["spec"].get("nodeName", "") for p in pods if p["status"].get("phase") == "Running"]
+        return len(placed) == 6 and all(node.startswith("catamaran-cluster-") for node in placed) and placed
+
+    placed = wait_for(running_remotely, timeout=120, what="six demo pods Running on virtual nodes")
+    remote = sum(
+        len(get_json(lab, provider, "-n", "demo-cluster-1", "pods")["items"])
+        for provider in PROVIDERS
+        if f"catamaran-{provider}" in placed
+    )
+    assert remote == 6
+
+
+def test_second_run_changes_nothing(lab, federation):
+    run = run_playbook(federation["inventory"])
+    assert run.returncode == 0, run.failures()
+    assert run.changed() == {"cluster-1": 0, "cluster-2": 0, "cluster-3": 0}
+
+
+def test_check_diff_shows_changes_and_changes_nothing(lab, federation):
+    def change(clusters):
+        clusters[CONSUMER]["catamaran_peerings"][0]["sharing_percentage"] = 30
+        clusters[CONSUMER]["catamaran_offloaded_namespaces"][0]["pod_offloading_strategy"] = "LocalAndRemote"
+
+    inventory = variant(lab, federation, "check", change)
+    before = snapshot(lab)
+    run = run_playbook(inventory, "--check", "--diff", json_output=False)
+    assert run.returncode == 0, run.output[-3000:]
+    for line in (
+        r"-\s+sharingPercentage: 50",
+        r"\+\s+sharingPercentage: 30",
+        r"\+\s+podOffloadingStrategy: LocalAndRemote",
+    ):
+        assert re.search(rf"^{line}$", run.output, re.MULTILINE), f"the diff lacks {line}"
+    assert snapshot(lab) == before
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "expected"),
+    [
+        (
+            "unreachable",
+            lambda h: h["cluster-3"].update(catamaran_kubeconfig="{{ inventory_dir }}/unreachable.kubeconfig"),
+            "cluster-3: cannot reach https://127.0.0.1:1",
+        ),
+        ("wrong-context", lambda h: h["cluster-2"].update(catamaran_context="cluster-9"), "context 'cluster-9' is not"),
+        (
+            "sharing-150",
+            lambda h: h[CONSUMER]["catamaran_peerings"][1].update(sharing_percentage=150),
+            "sharing_percentage must be an integer from 1 to 100, got 150",
+        ),
+        (
+            "unknown-cluster",
+            lambda h: h[CONSUMER]["catamaran_peerings"].append({"provider": "cluster-9"}),
+            "no cluster with id 'cluster-9' in the inventory",
+        ),
+    ],
+)
+def test_bad_input_fails_before_any_change(lab, federation, case, change, expected):
+    def bad(clusters):
+        # A change that would be applied if the run got that far.
+        clusters[CONSUMER]["catamaran_peerings"][0]["sharing_percentage"] = 20
+        change(clusters)
+
+    inventory = variant(lab, federation, case, bad)
+    unreachable = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
+    unreachable["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    (inventory.parent / "unreachable.kubeconfig").write_text(yaml.safe_dump(unreachable))
+    before = snapshot(lab)
+    run = run_playbook(inventory)
+    assert run.returncode != 0
+    assert any(expected in message for message in run.failures()), run.failures()
+    assert snapshot(lab) == before
+
+
+def test_credentials_never_appear_even_with_vvv(lab, federation):
+    token_b64 = lab.kubectl(
+        "cluster-2",
+        "-n",
+        "catamaran-tenant-cluster-1",
+        "get",
+        "secret",
+        "catamaran-consumer-token",
+        "-o",
+        "jsonpath={.data.token}",
+    ).stdout
+    token = base64.b64decode(token_b64).decode()
+    stored = lab.kubectl(
+        CONSUMER,
+        "-n",
+        "catamaran-system",
+        "get",
+        "secret",
+        "catamaran-credentials-cluster-2",
+        "-o",
+        "jsonpath={.data.kubeconfig}",
+    ).stdout
+    # Remove the credential so the run re-creates it and prints its diff.
+    lab.kubectl(CONSUMER, "-n", "catamaran-system", "delete", "secret", "catamaran-credentials-cluster-2")
+    run = run_playbook(federation["inventory"], "-vvv", "--diff", json_output=False)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "create cluster-1: Secret catamaran-system/catamaran-credentials-cluster-2" in run.output
+    assert "<redacted sha256:" in run.output
+    for secret in (token, token_b64, stored, stored[:40]):
+        assert secret not in run.output
+
+
+def test_removing_a_provider_and_the_namespace_unpeers_cleanly(lab, federation):
+    manual = {
+        "apiVersion": "core.catamaran.io/v1alpha1",
+        "kind": "ForeignCluster",
+        "metadata": {"name": "cluster-9", "namespace": "catamaran-system"},
+        "spec": {"clusterID": "cluster-9", "credentialsSecretRef": {"name": "not-managed"}},
+    }
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(manual))
+
+    def change(clusters):
+        clusters[CONSUMER]["catamaran_peerings"] = [{"provider": "cluster-2", "sharing_percentage": 50}]
+        clusters[CONSUMER]["catamaran_offloaded_namespaces"] = []
+
+    inventory = variant(lab, federation, "removed", change)
+    try:
+        run = run_playbook(inventory)
+        assert run.returncode == 0, run.failures()
+        state = snapshot(lab)
+        assert set(state[f"{CONSUMER}/foreignclusters"]) == {"cluster-2", "cluster-9"}, "unmanaged FC kept"
+        assert state[f"{CONSUMER}/offloadings"] == {}
+        assert lab.kubectl(CONSUMER, "get", "node", "catamaran-cluster-3", check=False).returncode != 0
+        assert not [n for n in state["cluster-3/namespaces"] if n.startswith(("catamaran-tenant-", "demo-"))]
+        assert "demo-cluster-1" not in state["cluster-2/namespaces"]
+        assert "catamaran-tenant-cluster-1" in state["cluster-2/namespaces"]
+        roles = lab.kubectl("cluster-3", "get", "clusterroles", "-o", "name").stdout
+        assert "catamaran-tenant" not in roles
+        secrets = lab.kubectl(CONSUMER, "-n", "catamaran-system", "get", "secrets", "-o", "name").stdout
+        assert "catamaran-credentials-cluster-3" not in secrets
+        assert not (lab.root / "controller" / CONSUMER / "vk-cluster-1-cluster-3.spec.json").exists()
+        again = run_playbook(inventory)
+        assert again.returncode == 0, again.failures()
+        assert again.changed() == {"cluster-1": 0, "cluster-2": 0, "cluster-3": 0}
+    finally:
+        lab.kubectl(CONSUMER, "-n", "catamaran-system", "delete", "foreigncluster", "cluster-9", check=False)
