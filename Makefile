@@ -8,11 +8,21 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 LAB := $(BIN)/catamaran-lab
 SETUP_STAMP := $(VENV)/.setup-complete
+# `make sanity` tests a copy of the collection's files (tracked and untracked-not-ignored): ansible-test
+# needs the checkout at .../ansible_collections/catamaran/federation and refuses .collections/'s symlink.
+# The copy is made a git repository of its own, or ansible-test would list its files from ours (which ignores it).
+SANITY_ROOT := $(CURDIR)/.sanity
+SANITY_TREE := $(SANITY_ROOT)/ansible_collections/catamaran/federation
+# Python packages of the repository that are not Ansible content (ruff and pytest check them).
+SANITY_EXCLUDE := controller/ lab/ bench/ tests/unit/ tests/integration/
+# ansible-test bootstraps pip in each sanity venv with get-pip.py, downloaded from a host this machine
+# cannot reach; it looks in this cache first (pip 24.2 is ansible-core 2.19's pin).
+GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 # Tools such as ansible-lint look for their siblings on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
-.PHONY: help setup lab-build lab-up lab-down lab-status lint format test test-unit test-integration clean
+.PHONY: help setup lab-build lab-up lab-down lab-status lint format sanity test test-unit test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -48,6 +58,21 @@ format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+$(GET_PIP): tests/sanity/get_pip.py
+	install -D -m 0644 $< $@
+
+sanity: setup $(GET_PIP) ## ansible-test sanity on the collection, and ansible-doc renders every module, filter and role
+	rm -rf $(SANITY_ROOT)
+	mkdir -p $(SANITY_TREE)
+	git ls-files -z --cached --others --exclude-standard \
+		| while IFS= read -r -d '' f; do if [[ -e $$f || -L $$f ]]; then printf '%s\0' "$$f"; fi; done \
+		| tar -c --null -T - -f - | tar -x -C $(SANITY_TREE) -f -
+	git -C $(SANITY_TREE) init --quiet
+	cd $(SANITY_TREE) && $(CURDIR)/$(BIN)/ansible-test sanity --local \
+		--python "$$($(CURDIR)/$(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+		$(foreach dir,$(SANITY_EXCLUDE),--exclude '$(dir).*')
+	$(BIN)/python tests/sanity/ansible_doc_check.py $(SANITY_ROOT) catamaran.federation
+
 test-unit: setup ## pure-logic tests, no clusters
 	$(BIN)/pytest tests/unit
 
@@ -55,8 +80,8 @@ test-integration: lab-build ## tests against the lab's real kube-apiservers (the
 	$(BIN)/pytest tests/integration
 
 # pytest exits 5 when it collects no test; make treats that as the failure it is.
-test: lint lab-build ## everything CI runs: lint, unit and integration tests
+test: lint sanity lab-build ## everything CI runs: lint, sanity, unit and integration tests
 	$(BIN)/pytest tests
 
 clean: lab-down ## remove the virtualenv and lab state (the binary cache is kept)
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity
