@@ -31,5 +31,5 @@ requirements:
   - kubernetes >= 24.2.0 (Python library)
   - PyYAML >= 3.11
 notes:
-  - Runs on the host the task is delegated to, usually the control node (C(connection: local)).
+  - "Runs on the host the task is delegated to, usually the control node (C(connection: local))."
 """

@@ -92,7 +92,7 @@ def converge(module, cluster, changes, definitions, state, wait, wait_timeout, f
                     )
             existed = changes.delete(cluster, CRD_API, CRD_KIND, name)
             if existed and wait and not module.check_mode:
-                gone, _ = cluster.watch_until(CRD_API, CRD_KIND, name, None, lambda obj: obj is None, wait_timeout)
+                gone = cluster.watch_until(CRD_API, CRD_KIND, name, None, lambda obj: obj is None, wait_timeout)[0]
                 if not gone:
                     module.ansible.fail_json(
                         msg="%s: CRD %s is still terminating after %ss" % (cluster.label, name, wait_timeout),

@@ -221,7 +221,7 @@ class Peering:
         self._remove_tenant(changes, wait_timeout)
         if node is not None and not changes.check_mode:
             # The virtual kubelet deletes its node when its ForeignCluster goes; without one, we do.
-            gone, _ = self.consumer.watch_until("v1", "Node", self.node_name, None, lambda n: n is None, 30)
+            gone = self.consumer.watch_until("v1", "Node", self.node_name, None, lambda n: n is None, 30)[0]
             if not gone:
                 changes.delete(self.consumer, "v1", "Node", self.node_name)
                 changes.delete(self.consumer, "coordination.k8s.io/v1", "Lease", self.node_name, NODE_LEASE_NAMESPACE)

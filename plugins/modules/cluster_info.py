@@ -17,7 +17,7 @@ description:
   - Fails with a message naming the cluster when the kubeconfig is missing, the context is unknown, the
     server is unreachable or the credential is refused. Playbooks run it on every cluster before changing any.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
   - catamaran.federation.connection
 attributes:

@@ -19,7 +19,7 @@ description:
   - This is the P(catamaran.federation.controller#role) role's C(local) mode, for clusters that cannot run the
     controller image, such as the lab.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 attributes:
   check_mode:
     support: full

@@ -17,7 +17,7 @@ description:
   - With O(state=absent) deletes them, refusing while objects of a CRD still exist unless O(force=true).
   - Check mode asks the API server for a dry run, so it reports exactly what would change.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
   - catamaran.federation.connection
 attributes:

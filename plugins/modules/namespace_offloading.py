@@ -19,7 +19,7 @@ description:
   - With O(state=absent), deletes the NamespaceOffloading and waits while the manager removes the twin namespaces.
     The namespace itself is never deleted.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
   - catamaran.federation.connection
 attributes:

@@ -15,7 +15,7 @@ description:
   - Lists NamespaceOffloadings (all namespaces, or one) with the aggregated phase and each selected cluster's
     own phase, remote namespace and message.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
   - catamaran.federation.connection
 attributes:

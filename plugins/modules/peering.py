@@ -26,7 +26,7 @@ description:
   - The credential is never printed, not in results, diffs, errors or at any verbosity.
   - The virtual kubelet that serves the node is run by the P(catamaran.federation.controller#role) role.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
@@ -128,7 +128,7 @@ requirements:
   - kubernetes >= 24.2.0 (Python library)
   - PyYAML >= 3.11
 notes:
-  - Runs on the host the task is delegated to, usually the control node (C(connection: local)).
+  - "Runs on the host the task is delegated to, usually the control node (C(connection: local))."
 """
 
 EXAMPLES = r"""

@@ -16,7 +16,7 @@ description:
     with its readiness, capacity and allocatable resources.
   - Two list calls in all, whatever the number of peerings.
 author:
-  - Catamaran developers
+  - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
   - catamaran.federation.connection
 attributes:
