@@ -37,7 +37,9 @@ class InvalidInput(Exception):
 
 def check_cluster_id(value, what):
     if not value or len(value) > 63 or not DNS1123_LABEL.match(value):
-        raise InvalidInput("%s %r is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)" % (what, value))
+        raise InvalidInput(
+            "%s %r is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)" % (what, value)
+        )
     return value
 
 
@@ -47,9 +49,7 @@ class CatamaranModule:
     def __init__(self, argument_spec, **kwargs):
         self.ansible = AnsibleModule(argument_spec=argument_spec, **kwargs)
         if not HAS_KUBERNETES:
-            self.ansible.fail_json(
-                msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR)
-            )
+            self.ansible.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
         self.params = self.ansible.params
         self.check_mode = self.ansible.check_mode
 
@@ -74,5 +74,5 @@ class CatamaranModule:
             self.ansible.fail_json(msg="invalid input: %s" % error)
         except ClusterError as error:
             self.ansible.fail_json(msg=str(error), status=error.status, reason=error.reason)
-        except Exception as error:  # noqa: BLE001  an unexpected bug still fails the task, with its trace
+        except Exception as error:
             self.ansible.fail_json(msg="unexpected error: %s" % error, exception=traceback.format_exc())

@@ -34,7 +34,7 @@ def load_definitions(src):
             try:
                 documents = [d for d in yaml.safe_load_all(handle) if d]
             except yaml.YAMLError as error:
-                raise InvalidInput("%s is not valid YAML: %s" % (path, error))
+                raise InvalidInput("%s is not valid YAML: %s" % (path, error)) from None
         for document in documents:
             if document.get("kind") != CRD_KIND or document.get("apiVersion") != CRD_API:
                 raise InvalidInput("%s holds a %s, not a %s/%s" % (path, document.get("kind"), CRD_API, CRD_KIND))

@@ -31,14 +31,19 @@ def condition(obj, kind):
 
 def cluster_report(cluster):
     version = cluster.version()
-    crds = cluster.request(
-        "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", what="list CustomResourceDefinitions"
-    ).get("items") or []
+    crds = (
+        cluster.request(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", what="list CustomResourceDefinitions"
+        ).get("items")
+        or []
+    )
     return dict(
         server=cluster.server,
         context=cluster.context,
         version=version.get("gitVersion"),
-        catamaran_crds=sorted(c["metadata"]["name"] for c in crds if c["metadata"]["name"].endswith(CATAMARAN_CRD_SUFFIXES)),
+        catamaran_crds=sorted(
+            c["metadata"]["name"] for c in crds if c["metadata"]["name"].endswith(CATAMARAN_CRD_SUFFIXES)
+        ),
     )
 
 
@@ -47,7 +52,9 @@ def peerings_report(cluster):
     if not cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "foreignclusters.%s" % CORE_GROUP):
         return []
     foreigns = cluster.list(FOREIGN_CLUSTER_API, "ForeignCluster", namespace=SYSTEM_NAMESPACE)
-    nodes = {n["metadata"]["name"]: n for n in cluster.list("v1", "Node", labels="%s=%s" % (LABEL_TYPE, TYPE_VIRTUAL_NODE))}
+    nodes = {
+        n["metadata"]["name"]: n for n in cluster.list("v1", "Node", labels="%s=%s" % (LABEL_TYPE, TYPE_VIRTUAL_NODE))
+    }
     report = []
     for foreign in foreigns:
         spec = foreign.get("spec") or {}

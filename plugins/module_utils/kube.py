@@ -60,17 +60,14 @@ CONNECTION_OPTIONS = dict(
 )
 
 # Connection errors that mean "the API server cannot be reached", not "it said no".
-if HAS_KUBERNETES:
-    UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
-else:
-    UNREACHABLE = (OSError,)
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError) if HAS_KUBERNETES else (OSError,)
 
 
 class ClusterError(Exception):
     """A failure talking to one cluster; the message is meant for people."""
 
     def __init__(self, message, status=None, reason=None):
-        super(ClusterError, self).__init__(message)
+        super().__init__(message)
         self.status = status
         self.reason = reason
 
@@ -101,7 +98,7 @@ class Cluster:
             with open(path) as handle:
                 document = yaml.safe_load(handle) or {}
         except (OSError, yaml.YAMLError) as error:
-            raise ClusterError("%s: kubeconfig %s cannot be read: %s" % (self.label, path, error))
+            raise ClusterError("%s: kubeconfig %s cannot be read: %s" % (self.label, path, error)) from None
         contexts = {entry.get("name"): entry.get("context") or {} for entry in document.get("contexts") or []}
         chosen = context or document.get("current-context")
         if not chosen:
@@ -129,7 +126,7 @@ class Cluster:
                 config_file=path, context=chosen, client_configuration=configuration, persist_config=False
             )
         except (ConfigException, ValueError, OSError) as error:
-            raise ClusterError("%s: kubeconfig %s, context %s: %s" % (self.label, path, chosen, error))
+            raise ClusterError("%s: kubeconfig %s, context %s: %s" % (self.label, path, chosen, error)) from None
         configuration.retries = 1
         return k8s_client.ApiClient(configuration)
 
@@ -143,7 +140,7 @@ class Cluster:
         try:
             plural, namespaced = KINDS[(api_version, kind)]
         except KeyError:
-            raise ClusterError("%s: unsupported kind %s %s" % (self.label, api_version, kind))
+            raise ClusterError("%s: unsupported kind %s %s" % (self.label, api_version, kind)) from None
         base = "/api/v1" if api_version == "v1" else "/apis/" + api_version
         if namespaced and namespace:
             base += "/namespaces/" + namespace
@@ -171,7 +168,7 @@ class Cluster:
             raise ClusterError(
                 "%s: cannot reach %s (kubeconfig %s, context %s): %s"
                 % (self.label, self.server, self.kubeconfig, self.context, _root_cause(error))
-            )
+            ) from None
         payload = _json(data)
         if 200 <= response.status < 300:
             return payload
@@ -300,7 +297,7 @@ class Cluster:
         try:
             response = self._api.call_api(*prepared, _request_timeout=(self.request_timeout, seconds + 10))
         except UNREACHABLE as error:
-            raise ClusterError("%s: cannot reach %s: %s" % (self.label, self.server, _root_cause(error)))
+            raise ClusterError("%s: cannot reach %s: %s" % (self.label, self.server, _root_cause(error))) from None
         if response.status == 410:
             return None
         if response.status >= 300:

@@ -113,8 +113,13 @@ def present(module, cluster, params):
             )
             module.ansible.fail_json(
                 msg="%s: namespace %s is %s, not Ready, after %ss%s"
-                % (cluster.label, namespace, info.get("phase") or "without a phase", params["wait_timeout"],
-                   " (%s)" % details if details else " (is the manager running?)"),
+                % (
+                    cluster.label,
+                    namespace,
+                    info.get("phase") or "without a phase",
+                    params["wait_timeout"],
+                    " (%s)" % details if details else " (is the manager running?)",
+                ),
                 changed=changes.changed,
                 offloading=info,
             )
@@ -124,8 +129,11 @@ def present(module, cluster, params):
 def absent(module, cluster, params):
     changes = ChangeSet(module.check_mode)
     namespace = params["namespace"]
-    existed = changes.delete(cluster, API, KIND, NAME, namespace) if cluster.get(
-        "apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD) else False
+    existed = (
+        changes.delete(cluster, API, KIND, NAME, namespace)
+        if cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", CRD)
+        else False
+    )
     if existed and not module.check_mode:
         gone, live = cluster.watch_until(API, KIND, NAME, namespace, lambda obj: obj is None, params["wait_timeout"])
         if not gone:

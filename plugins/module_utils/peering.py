@@ -103,8 +103,8 @@ class Peering:
         if existing and labels.get(LABEL_MANAGED_BY) != MANAGED_BY_CATAMARAN:
             raise InvalidInput(
                 "%s: namespace %s exists but Catamaran does not manage it (no label %s=%s); "
-                "it will not be taken over" % (self.provider.label, self.tenant_namespace, LABEL_MANAGED_BY,
-                                               MANAGED_BY_CATAMARAN)
+                "it will not be taken over"
+                % (self.provider.label, self.tenant_namespace, LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN)
             )
 
     # -- present -------------------------------------------------------------------------------
@@ -182,8 +182,8 @@ class Peering:
             if not done:
                 raise InvalidInput(
                     "%s: the token of %s/%s was never issued (is the token controller of "
-                    "kube-controller-manager running?)" % (self.provider.label, self.tenant_namespace,
-                                                           TENANT_SERVICE_ACCOUNT)
+                    "kube-controller-manager running?)"
+                    % (self.provider.label, self.tenant_namespace, TENANT_SERVICE_ACCOUNT)
                 )
         if not issued(secret):
             return None
@@ -200,8 +200,13 @@ class Peering:
         if not done:
             foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
             conditions = ((foreign or {}).get("status") or {}).get("conditions") or []
-            why = "; ".join("%s=%s %s: %s" % (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
-                            for c in conditions) or "no status yet (is its virtual kubelet running?)"
+            why = (
+                "; ".join(
+                    "%s=%s %s: %s" % (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                    for c in conditions
+                )
+                or "no status yet (is its virtual kubelet running?)"
+            )
             raise InvalidInput(
                 "%s: virtual node %s is not Ready after %ss; ForeignCluster %s: %s"
                 % (self.consumer.label, self.node_name, timeout, self.provider_id, why)
@@ -253,8 +258,10 @@ class Peering:
         for pod in pods:
             meta = pod["metadata"]
             self.consumer.delete("v1", "Pod", meta["name"], meta["namespace"], grace_period=0)
-        return ["force-deleted %d pods on %s after %ss (remote copies removed directly)" % (
-            len(pods), self.node_name, timeout)]
+        return [
+            "force-deleted %d pods on %s after %ss (remote copies removed directly)"
+            % (len(pods), self.node_name, timeout)
+        ]
 
     def _tenant_namespaces(self):
         selector = "%s=%s,%s=%s" % (LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID, self.consumer_id)
@@ -263,8 +270,9 @@ class Peering:
     def _remove_tenant(self, changes, timeout):
         """Twin namespaces, the tenant namespace (its account, token and bindings go with it)."""
         for twin in self.provider.list(OFFLOADING_API, "TwinNamespace", namespace=self.tenant_namespace):
-            changes.delete(self.provider, OFFLOADING_API, "TwinNamespace", twin["metadata"]["name"],
-                           self.tenant_namespace)
+            changes.delete(
+                self.provider, OFFLOADING_API, "TwinNamespace", twin["metadata"]["name"], self.tenant_namespace
+            )
         namespaces = self._tenant_namespaces()
         for namespace in namespaces:
             changes.delete(self.provider, "v1", "Namespace", namespace["metadata"]["name"])
@@ -275,12 +283,19 @@ class Peering:
         while self._tenant_namespaces():
             if time.monotonic() > deadline:
                 if stripped:
-                    raise InvalidInput("%s: namespaces of tenant %s are still terminating after %ss"
-                                       % (self.provider.label, self.consumer_id, 2 * timeout))
+                    raise InvalidInput(
+                        "%s: namespaces of tenant %s are still terminating after %ss"
+                        % (self.provider.label, self.consumer_id, 2 * timeout)
+                    )
                 # The provider's manager is not finalizing twins; do its part so nothing is left.
                 for twin in self.provider.list(OFFLOADING_API, "TwinNamespace", namespace=self.tenant_namespace):
-                    self.provider.merge_patch(OFFLOADING_API, "TwinNamespace", twin["metadata"]["name"],
-                                              {"metadata": {"finalizers": None}}, self.tenant_namespace)
+                    self.provider.merge_patch(
+                        OFFLOADING_API,
+                        "TwinNamespace",
+                        twin["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        self.tenant_namespace,
+                    )
                 stripped, deadline = True, time.monotonic() + timeout
             time.sleep(1)
         others = self.provider.list("v1", "Namespace", labels="%s=true" % LABEL_TENANT)

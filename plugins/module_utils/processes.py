@@ -37,7 +37,7 @@ class SupervisedProcess:
         try:
             with open(path) as handle:
                 return handle.read()
-        except (IOError, OSError):
+        except OSError:
             return None
 
     def pid(self):
@@ -85,9 +85,20 @@ class SupervisedProcess:
         child_env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
         with open(os.path.join(self.state_dir, self.name + ".supervisor.log"), "ab") as log:
             supervisor = subprocess.Popen(
-                [self.python, "-m", "catamaran.supervisor", "--name", self.name, "--state-dir", self.state_dir, "--"]
-                + [self.python, "-m", "catamaran"]
-                + command,
+                [
+                    self.python,
+                    "-m",
+                    "catamaran.supervisor",
+                    "--name",
+                    self.name,
+                    "--state-dir",
+                    self.state_dir,
+                    "--",
+                    self.python,
+                    "-m",
+                    "catamaran",
+                    *command,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -116,7 +116,10 @@ def main():
         force=dict(type="bool", default=False),
     )
     module = CatamaranModule(
-        spec, supports_check_mode=True, mutually_exclusive=[("src", "definitions")], required_one_of=[("src", "definitions")]
+        spec,
+        supports_check_mode=True,
+        mutually_exclusive=[("src", "definitions")],
+        required_one_of=[("src", "definitions")],
     )
     params = module.params
 
@@ -125,7 +128,14 @@ def main():
         cluster = module.connect(None, params)
         changes = ChangeSet(module.check_mode)
         report = converge(
-            module, cluster, changes, definitions, params["state"], params["wait"], params["wait_timeout"], params["force"]
+            module,
+            cluster,
+            changes,
+            definitions,
+            params["state"],
+            params["wait"],
+            params["wait_timeout"],
+            params["force"],
         )
         return changes.result(crds=report)
 

@@ -134,7 +134,9 @@ def main():
     spec.update(
         namespace=dict(type="str", required=True),
         state=dict(type="str", choices=["present", "absent"], default="present"),
-        pod_offloading_strategy=dict(type="str", choices=["Local", "Remote", "LocalAndRemote"], default="LocalAndRemote"),
+        pod_offloading_strategy=dict(
+            type="str", choices=["Local", "Remote", "LocalAndRemote"], default="LocalAndRemote"
+        ),
         namespace_mapping_strategy=dict(
             type="str", choices=["DefaultName", "EnforceSameName", "SelectedName"], default="DefaultName"
         ),
