@@ -22,7 +22,7 @@ GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
-.PHONY: help setup lab-build lab-up lab-down lab-status lint format sanity test test-unit test-integration clean
+.PHONY: help setup lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ $(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.t
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.in -c requirements/constraints.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e lab -e controller
+	@# ansible.cfg and the tests find the collection (this checkout) through .collections/.
+	mkdir -p .collections/ansible_collections/catamaran
+	ln -sfn ../../.. .collections/ansible_collections/catamaran/federation
 	@touch $@
 
 lab-build: setup ## build the pinned Kubernetes, etcd and kwok binaries into ~/.cache/catamaran-lab (once)
@@ -44,6 +47,17 @@ lab-up: lab-build ## start the lab clusters (CLUSTERS=n, CATAMARAN_LAB_OVERLAP=1
 
 lab-down: ## stop every lab process and remove .lab/
 	@if [ -x $(LAB) ]; then $(LAB) down; else echo "lab: nothing to do (no $(VENV))"; fi
+
+demo: lab-up ## the main job: the lab's 3 clusters, site.yml peers them and offloads `demo`, a sample app runs remotely
+	$(BIN)/ansible-playbook playbooks/site.yml
+	.lab/bin/kubectl --kubeconfig .lab/kubeconfig --context cluster-1 apply -f examples/lab/demo-app.yaml
+	.lab/bin/kubectl --kubeconfig .lab/kubeconfig --context cluster-1 -n demo rollout status deployment/hello --timeout=180s
+	examples/lab/show.sh
+
+demo-down: ## take the demo apart (playbooks/teardown.yml un-peers everything), then stop the lab
+	@if [ -f .lab/kubeconfig ] && [ -x $(BIN)/ansible-playbook ]; then \
+		$(BIN)/ansible-playbook playbooks/teardown.yml || echo "teardown failed; lab-down removes the rest"; fi
+	$(MAKE) lab-down
 
 lab-status: setup ## list the lab clusters, their kubeconfigs, health and memory
 	$(LAB) status
