@@ -76,3 +76,11 @@ class CatamaranModule:
             self.ansible.fail_json(msg=str(error), status=error.status, reason=error.reason)
         except Exception as error:
             self.ansible.fail_json(msg="unexpected error: %s" % error, exception=traceback.format_exc())
+
+
+def run_info_module(key, report, extra_options=None):
+    """The whole of a read-only module: connect, then return report(cluster, params) under key."""
+    spec = connection_spec()
+    spec.update(extra_options or {})
+    module = CatamaranModule(spec, supports_check_mode=True)
+    module.run(lambda: {"changed": False, key: report(module.connect(None, module.params), module.params)})

@@ -19,14 +19,8 @@ description:
 author:
   - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
+  - catamaran.federation.attributes
   - catamaran.federation.connection
-attributes:
-  check_mode:
-    support: full
-    description: Server-side dry run; nothing is persisted.
-  diff_mode:
-    support: full
-    description: Shows each CRD before and after.
 options:
   src:
     description:
@@ -64,10 +58,10 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Install Catamaran's CRDs from the collection
+- name: Install Catamaran's CRDs (the crds role passes the collection's controller/crds)
   catamaran.federation.crds:
     kubeconfig: ~/.kube/cluster-1
-    src: "{{ lookup('ansible.builtin.config', 'COLLECTIONS_PATHS')[0] }}/ansible_collections/catamaran/federation/controller/crds"
+    src: ~/.ansible/collections/ansible_collections/catamaran/federation/controller/crds
 
 - name: Remove them again, only if nothing uses them
   catamaran.federation.crds:

@@ -21,14 +21,8 @@ description:
 author:
   - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
+  - catamaran.federation.attributes
   - catamaran.federation.connection
-attributes:
-  check_mode:
-    support: full
-    description: Server-side dry run; nothing is persisted and nothing is waited for.
-  diff_mode:
-    support: full
-    description: Shows the NamespaceOffloading (and a namespace it creates) before and after.
 options:
   namespace:
     description: The consumer namespace to extend.

@@ -17,14 +17,8 @@ description:
 author:
   - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
+  - catamaran.federation.attributes.info
   - catamaran.federation.connection
-attributes:
-  check_mode:
-    support: full
-    description: Read-only.
-  diff_mode:
-    support: none
-    description: Read-only.
 options:
   namespace:
     description: Only this namespace.
@@ -88,20 +82,16 @@ offloadings:
       sample: false
 """
 
-from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.common import run_info_module
 from ansible_collections.catamaran.federation.plugins.module_utils.info import offloadings_report
 
 
 def main():
-    spec = connection_spec()
-    spec.update(namespace=dict(type="str"))
-    module = CatamaranModule(spec, supports_check_mode=True)
-
-    def body():
-        cluster = module.connect(None, module.params)
-        return dict(changed=False, offloadings=offloadings_report(cluster, module.params["namespace"]))
-
-    module.run(body)
+    run_info_module(
+        "offloadings",
+        lambda cluster, params: offloadings_report(cluster, params["namespace"]),
+        dict(namespace=dict(type="str")),
+    )
 
 
 if __name__ == "__main__":

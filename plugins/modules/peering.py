@@ -27,13 +27,8 @@ description:
   - The virtual kubelet that serves the node is run by the P(catamaran.federation.controller#role) role.
 author:
   - Catamaran developers (!UNKNOWN)
-attributes:
-  check_mode:
-    support: full
-    description: Server-side dry run on both clusters; nothing is persisted and nothing is waited for.
-  diff_mode:
-    support: full
-    description: Shows every object before and after; Secret values appear only as short digests.
+extends_documentation_fragment:
+  - catamaran.federation.attributes
 options:
   consumer:
     description: Connection to the consumer cluster (the one that gets the virtual node).

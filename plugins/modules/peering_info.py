@@ -18,14 +18,8 @@ description:
 author:
   - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
+  - catamaran.federation.attributes.info
   - catamaran.federation.connection
-attributes:
-  check_mode:
-    support: full
-    description: Read-only.
-  diff_mode:
-    support: none
-    description: Read-only.
 """
 
 EXAMPLES = r"""
@@ -90,18 +84,12 @@ peerings:
         allocatable: {"cpu": "12", "memory": "48Gi", "pods": "165"}
 """
 
-from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.common import run_info_module
 from ansible_collections.catamaran.federation.plugins.module_utils.info import peerings_report
 
 
 def main():
-    module = CatamaranModule(connection_spec(), supports_check_mode=True)
-
-    def body():
-        cluster = module.connect(None, module.params)
-        return dict(changed=False, peerings=peerings_report(cluster))
-
-    module.run(body)
+    run_info_module("peerings", lambda cluster, params: peerings_report(cluster))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ def test_molecule_scenario(lab, role, scenario):
         os.environ,
         PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         CATAMARAN_LAB_DIR=str(lab.root),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / ".collections"),
+        # The deployment scenario takes one cluster; it works in its own namespace, beside local-mode processes.
+        CATAMARAN_MOLECULE_KUBECONFIG=str(lab.kubeconfig("cluster-3")),
+        CATAMARAN_MOLECULE_CONTEXT="cluster-3",
         ANSIBLE_NOCOLOR="1",
         NO_COLOR="1",
     )
