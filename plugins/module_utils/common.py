@@ -26,11 +26,6 @@ def connection_spec():
     return dict((key, dict(value)) for key, value in CONNECTION_OPTIONS.items())
 
 
-def nested_connection(required=True):
-    """A sub-option holding one cluster's connection (used where a module talks to two)."""
-    return dict(type="dict", required=required, options=connection_spec())
-
-
 class InvalidInput(Exception):
     """Input that is wrong before any cluster is touched."""
 
@@ -57,7 +52,7 @@ class CatamaranModule:
         cluster = Cluster(
             label, options["kubeconfig"], options.get("context"), request_timeout=options.get("request_timeout") or 10
         )
-        cluster.version()
+        cluster.check()
         return cluster
 
     def hide(self, *values):

@@ -11,8 +11,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import json
 import os
+import time
 
 try:
     import yaml
@@ -116,8 +118,6 @@ class Cluster:
         self.server = cluster.get("server")
         self.ca_data = cluster.get("certificate-authority-data")
         if not self.ca_data and cluster.get("certificate-authority"):
-            import base64
-
             with open(cluster["certificate-authority"], "rb") as handle:
                 self.ca_data = base64.b64encode(handle.read()).decode()
         configuration = k8s_client.Configuration()
@@ -130,10 +130,12 @@ class Cluster:
         configuration.retries = 1
         return k8s_client.ApiClient(configuration)
 
-    def version(self):
-        """GET /version: proves the server is reachable and the credential is accepted."""
+    def check(self):
+        """GET /api: proves the server is reachable and accepts the credential (/version may be anonymous)."""
         self.request("GET", "/api", what="the API server")
-        return self.request("GET", "/version", what="the API server")
+
+    def version(self):
+        return self.request("GET", "/version", what="the API server's version")
 
     # -- REST -------------------------------------------------------------------------------
     def path(self, api_version, kind, name=None, namespace=None, subresource=None):
@@ -250,43 +252,51 @@ class Cluster:
         return True
 
     def watch_until(self, api_version, kind, name, namespace, done, timeout):
-        """Watch one object (field selector on its name) until done(obj or None) is true.
+        """Watch one object until done(obj or None) is true: (True, obj), or (False, last seen) on timeout."""
 
-        Returns (True, obj) when done, (False, last seen obj) on timeout. No polling: the
-        first list gives the current state and a resourceVersion to watch from.
+        def one(items):
+            return done(items[0] if items else None)
+
+        finished, items = self.watch_list_until(
+            api_version, kind, namespace, one, timeout, fields="metadata.name=" + name
+        )
+        return finished, (items[0] if items else None)
+
+    def watch_list_until(self, api_version, kind, namespace, done, timeout, labels=None, fields=None):
+        """Watch the objects a selector matches until done(items) is true.
+
+        Returns (True, items) when done, (False, items) on timeout. No polling: a list gives the
+        current items and a resourceVersion; a watch from there keeps them current (410: list again).
         """
-        import time
-
         deadline = time.monotonic() + timeout
-        fields = "metadata.name=" + name
+        selectors = {}
+        if labels:
+            selectors["labelSelector"] = labels
+        if fields:
+            selectors["fieldSelector"] = fields
         path = self.path(api_version, kind, namespace=namespace)
-        last = None
         while True:
-            listing = self.request("GET", path, query={"fieldSelector": fields}, what="list " + kind)
-            items = listing.get("items") or []
-            last = items[0] if items else None
-            if done(last):
-                return True, last
+            listing = self.request("GET", path, query=selectors, what="list " + kind)
+            current = dict((_key(item), item) for item in listing.get("items") or [])
+            if done(list(current.values())):
+                return True, list(current.values())
             version = (listing.get("metadata") or {}).get("resourceVersion")
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return False, last
-                outcome = self._watch_once(path, fields, version, int(max(1, min(remaining, 60))), done, last)
+                    return False, list(current.values())
+                seconds = int(max(1, min(remaining, 60)))
+                outcome = self._watch_once(path, selectors, version, seconds, done, current)
                 if outcome is None:  # the watch expired (410): list again
                     break
-                finished, last, version = outcome
+                finished, version = outcome
                 if finished:
-                    return True, last
+                    return True, list(current.values())
 
-    def _watch_once(self, path, fields, version, seconds, done, last):
-        query = {
-            "watch": "true",
-            "fieldSelector": fields,
-            "resourceVersion": version,
-            "timeoutSeconds": str(seconds),
-            "allowWatchBookmarks": "true",
-        }
+    def _watch_once(self, path, selectors, version, seconds, done, current):
+        """One watch request; keeps `current` (key -> object) up to date. None means: list again."""
+        query = dict(selectors, watch="true", resourceVersion=version, timeoutSeconds=str(seconds))
+        query["allowWatchBookmarks"] = "true"
         prepared = self._api.param_serialize(
             "GET",
             path,
@@ -316,11 +326,19 @@ class Cluster:
                 version = (obj.get("metadata") or {}).get("resourceVersion", version)
                 if event.get("type") == "BOOKMARK":
                     continue
-                last = None if event.get("type") == "DELETED" else obj
-                if done(last):
+                if event.get("type") == "DELETED":
+                    current.pop(_key(obj), None)
+                else:
+                    current[_key(obj)] = obj
+                if done(list(current.values())):
                     response.response.release_conn()
-                    return True, last, version
-        return False, last, version
+                    return True, version
+        return False, version
+
+
+def _key(obj):
+    metadata = obj.get("metadata") or {}
+    return (metadata.get("namespace"), metadata.get("name"))
 
 
 def _json(data):

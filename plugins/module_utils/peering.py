@@ -12,7 +12,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
-import time
 
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
@@ -233,8 +232,12 @@ class Peering:
                 forced.append("deleted virtual node %s (no virtual kubelet removed it)" % self.node_name)
         return changes, forced
 
+    @property
+    def _on_node(self):
+        return "spec.nodeName=%s" % self.node_name
+
     def _pods_on_node(self):
-        return self.consumer.list("v1", "Pod", fields="spec.nodeName=%s" % self.node_name)
+        return self.consumer.list("v1", "Pod", fields=self._on_node)
 
     def _drain(self, changes, timeout):
         """Delete the pods on the virtual node; its virtual kubelet removes them remotely first."""
@@ -244,12 +247,11 @@ class Peering:
             changes.delete(self.consumer, "v1", "Pod", meta["name"], meta["namespace"])
         if changes.check_mode or not pods:
             return []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pods = self._pods_on_node()
-            if not pods:
-                return []
-            time.sleep(1)
+        drained, pods = self.consumer.watch_list_until(
+            "v1", "Pod", None, lambda items: not items, timeout, fields=self._on_node
+        )
+        if drained:
+            return []
         # Nobody serves the node: remove the remote copies ourselves, then release the local pods.
         for namespace in self._tenant_namespaces():
             name = namespace["metadata"]["name"]
@@ -263,9 +265,17 @@ class Peering:
             % (len(pods), self.node_name, timeout)
         ]
 
+    @property
+    def _tenant_selector(self):
+        return "%s=%s,%s=%s" % (LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID, self.consumer_id)
+
     def _tenant_namespaces(self):
-        selector = "%s=%s,%s=%s" % (LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID, self.consumer_id)
-        return self.provider.list("v1", "Namespace", labels=selector)
+        return self.provider.list("v1", "Namespace", labels=self._tenant_selector)
+
+    def _tenant_namespaces_gone(self, timeout):
+        return self.provider.watch_list_until(
+            "v1", "Namespace", None, lambda items: not items, timeout, labels=self._tenant_selector
+        )[0]
 
     def _remove_tenant(self, changes, timeout):
         """Twin namespaces, the tenant namespace (its account, token and bindings go with it)."""
@@ -278,26 +288,21 @@ class Peering:
             changes.delete(self.provider, "v1", "Namespace", namespace["metadata"]["name"])
         if changes.check_mode:
             return
-        deadline = time.monotonic() + timeout
-        stripped = False
-        while self._tenant_namespaces():
-            if time.monotonic() > deadline:
-                if stripped:
-                    raise InvalidInput(
-                        "%s: namespaces of tenant %s are still terminating after %ss"
-                        % (self.provider.label, self.consumer_id, 2 * timeout)
-                    )
-                # The provider's manager is not finalizing twins; do its part so nothing is left.
-                for twin in self.provider.list(OFFLOADING_API, "TwinNamespace", namespace=self.tenant_namespace):
-                    self.provider.merge_patch(
-                        OFFLOADING_API,
-                        "TwinNamespace",
-                        twin["metadata"]["name"],
-                        {"metadata": {"finalizers": None}},
-                        self.tenant_namespace,
-                    )
-                stripped, deadline = True, time.monotonic() + timeout
-            time.sleep(1)
+        if not self._tenant_namespaces_gone(timeout):
+            # The provider's manager is not finalizing twins; do its part so nothing is left.
+            for twin in self.provider.list(OFFLOADING_API, "TwinNamespace", namespace=self.tenant_namespace):
+                self.provider.merge_patch(
+                    OFFLOADING_API,
+                    "TwinNamespace",
+                    twin["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                    self.tenant_namespace,
+                )
+            if not self._tenant_namespaces_gone(timeout):
+                raise InvalidInput(
+                    "%s: namespaces of tenant %s are still terminating after %ss"
+                    % (self.provider.label, self.consumer_id, 2 * timeout)
+                )
         others = self.provider.list("v1", "Namespace", labels="%s=true" % LABEL_TENANT)
         if not [n for n in others if n["metadata"]["name"] != self.tenant_namespace]:
             for name in (TENANT_CLUSTER_ROLE, TENANT_WORKLOAD_CLUSTER_ROLE):
