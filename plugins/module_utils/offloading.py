@@ -97,12 +97,13 @@ def present(module, cluster, params):
         return changes.apply(cluster, manifest(params))
 
     # A dry run first: an immutable field or a rejected spec fails before the namespace is created.
-    plan = ChangeSet(check_mode=True)
-    live = converge(plan)
-    if module.check_mode:
-        return plan, live
-    changes = ChangeSet(check_mode=False)
+    changes = ChangeSet(check_mode=True)
     live = converge(changes)
+    if module.check_mode:
+        return changes, live
+    if changes.changed:  # unchanged, the dry run's reads already describe the live object
+        changes = ChangeSet(check_mode=False)
+        live = converge(changes)
     if params["wait"]:
         done, live = cluster.watch_until(API, KIND, NAME, namespace, settled, params["wait_timeout"])
         info = summary(live) if live else {}

@@ -112,8 +112,8 @@ class Peering:
         self.check_clusters()
         plan = ChangeSet(check_mode=True)
         self._converge(plan, params)
-        if self.module.check_mode:
-            return plan
+        if self.module.check_mode or not plan.changed:
+            return plan  # nothing would change: a second pass would only repeat the same reads
         changes = ChangeSet(check_mode=False)
         self._converge(changes, params)
         return changes
