@@ -100,7 +100,7 @@ def test_config_round_trips_through_the_state_file():
 def test_kwokctl_is_told_every_binary_and_never_to_manage_all_nodes(tmp_path):
     cluster = config.load().clusters[0]
     paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
-    documents = kwok.kwokctl_documents(cluster, paths, tmp_path)
+    documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
     options = documents[0]["options"]
     for option in ("kubeApiserver", "kubeControllerManager", "kubeScheduler", "kubectl", "etcd", "kwokController"):
         assert Path(options[f"{option}Binary"]).parent == tmp_path
@@ -111,6 +111,72 @@ def test_kwokctl_is_told_every_binary_and_never_to_manage_all_nodes(tmp_path):
     assert args["manage-nodes-with-label-selector"]["value"] == f"{config.MANAGED_NODE_LABEL}=true"
     kinds = [d["kind"] for d in documents]
     assert {"ClusterLogs", "ClusterExec"} <= set(kinds)
+
+
+def test_kube_apiserver_reaches_kubelets_by_address_with_a_client_certificate(tmp_path):
+    cluster = config.load(real_nodes=True).clusters[0]
+    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
+    documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
+    patches = {p["name"]: p for p in documents[0]["componentsPatches"]}
+    args = {a["key"]: a["value"] for a in patches["kube-apiserver"]["extraArgs"]}
+    assert args["kubelet-preferred-address-types"].startswith("InternalIP")
+    assert args["kubelet-client-certificate"] == str(tmp_path / "pki" / "admin.crt")
+    # Pods and kubelets in the real node's namespace reach the API server at the host end of the link.
+    assert args["advertise-address"] == cluster.real_node.host_ip
+    assert args["bind-address"] == "0.0.0.0"
+    assert documents[0]["options"]["kubeApiserverCertSANs"] == [cluster.real_node.host_ip]
+
+
+def test_without_real_nodes_the_api_server_stays_on_loopback(tmp_path):
+    cluster = config.load(real_nodes=False).clusters[0]
+    assert cluster.real_node is None
+    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
+    documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
+    patches = {p["name"]: p for p in documents[0]["componentsPatches"]}
+    assert "bind-address" not in {a["key"] for a in patches["kube-apiserver"]["extraArgs"]}
+    assert cluster.node_facing_server == cluster.server
+
+
+def test_real_nodes_have_their_own_pod_range_link_and_taint():
+    lab = config.load(real_nodes=True)
+    links = set()
+    for cluster in lab.clusters:
+        node = cluster.real_node
+        pods = ipaddress.ip_network(node.pod_cidr)
+        assert pods.subnet_of(ipaddress.ip_network(cluster.pod_cidr))
+        assert not any(pods.overlaps(ipaddress.ip_network(fake.pod_cidr)) for fake in cluster.nodes)
+        link = ipaddress.ip_network(f"{node.host_ip}/{node.link_prefix}", strict=False)
+        assert ipaddress.ip_address(node.node_ip) in link
+        assert link.subnet_of(config.NODE_LINK_RANGE)
+        links.add(link)
+        manifest = node.manifest()
+        assert manifest["metadata"]["labels"][config.NODE_KIND_LABEL] == "real"
+        assert manifest["spec"]["taints"] == [config.REAL_NODE_TAINT]
+        assert config.MANAGED_NODE_LABEL not in manifest["metadata"]["labels"], "kwok must leave it alone"
+        assert cluster.node_facing_server == f"https://{node.host_ip}:{cluster.ports['kube-apiserver']}"
+    assert len(links) == len(lab.clusters)
+    assert all(n.labels[config.NODE_KIND_LABEL] == "fake" for c in lab.clusters for n in c.nodes)
+
+
+def test_another_port_block_gets_other_links():
+    first = {c.real_node.host_ip for c in config.load(real_nodes=True).clusters}
+    second = {c.real_node.host_ip for c in config.load(real_nodes=True, base_port=31000).clusters}
+    assert not first & second
+
+
+def test_real_nodes_are_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("CATAMARAN_LAB_REAL_NODES", "0")
+    lab = config.load()
+    assert not lab.real_nodes
+    assert all(c.real_node is None for c in lab.clusters)
+    monkeypatch.setenv("CATAMARAN_LAB_REAL_NODES", "yes")
+    with pytest.raises(LabError, match="CATAMARAN_LAB_REAL_NODES='yes' must be 0 or 1"):
+        config.load()
+
+
+def test_lab_id_tells_state_directories_apart():
+    assert config.lab_id(Path("/a/.lab")) != config.lab_id(Path("/a/.lab-bench"))
+    assert config.lab_id(Path("/a/.lab")) == config.lab_id(Path("/a/.lab"))
 
 
 def test_pins_come_from_the_wrapper_module():

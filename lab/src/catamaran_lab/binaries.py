@@ -49,6 +49,8 @@ KUBE_TARGETS = (
     Target("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", True),
     Target("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", True),
     Target("kubectl", "k8s.io/kubernetes/cmd/kubectl", True),
+    Target("kubelet", "k8s.io/kubernetes/cmd/kubelet", True),
+    Target("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy", True),
 )
 KWOK_TARGETS = (
     Target("kwok", f"{KWOK_MODULE}/cmd/kwok"),

@@ -1,4 +1,4 @@
-"""`catamaran-lab build|up|down|status|env`: the lab's command line (wrapped by make lab-*)."""
+"""`catamaran-lab build|up|down|status|leftovers`: the lab's command line (wrapped by make lab-*)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import sys
 import time
 
 from . import config as lab_config
-from .binaries import BinaryCache
 from .errors import LabError
 from .lab import Lab
 
@@ -20,7 +19,10 @@ def _log(message: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="catamaran-lab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build the pinned binaries into the cache (no-op when cached)")
+    commands.add_parser(
+        "build",
+        help="install the real nodes' packages, build the pinned binaries and images into the cache (no-op when done)",
+    )
     up = commands.add_parser("up", help="start the lab clusters (reuses a healthy identical lab)")
     up.add_argument("--clusters", type=int, help="how many clusters (default: as many as lab/lab.yaml declares)")
     up.add_argument(
@@ -30,14 +32,17 @@ def main(argv: list[str] | None = None) -> None:
         help="give every cluster the same pod range (default: distinct; CATAMARAN_LAB_OVERLAP=1)",
     )
     commands.add_parser("down", help="stop every lab process and remove the lab's state")
-    commands.add_parser("status", help="list clusters, kubeconfigs, health and memory")
+    commands.add_parser("status", help="list clusters, kubeconfigs, health and memory, real nodes included")
+    commands.add_parser(
+        "leftovers", help="list what of the lab is still on the host (exit 1 if anything): processes, mounts, ..."
+    )
     args = parser.parse_args(argv)
 
     lab = Lab(log=_log)
     try:
         if args.command == "build":
             started = time.monotonic()
-            BinaryCache().ensure(_log)
+            lab.prepare(lab_config.load())
             _log(f"lab binaries: ready in {lab.cache.bin_dir} ({time.monotonic() - started:.1f}s)")
         elif args.command == "up":
             wanted = lab_config.load(clusters=args.clusters, overlapping_pod_cidrs=args.overlapping_pod_cidrs)
@@ -47,6 +52,13 @@ def main(argv: list[str] | None = None) -> None:
             lab.down()
         elif args.command == "status" and not _print_status(lab):
             sys.exit(1)
+        elif args.command == "leftovers":
+            found = lab.leftovers()
+            for line in found:
+                _log(f"left behind: {line}")
+            if found:
+                sys.exit(1)
+            _log(f"lab: nothing left on the host for {lab.root}")
     except LabError as error:
         sys.exit(f"error: {error}")
 
@@ -62,6 +74,12 @@ def _print_status(lab: Lab) -> bool:
             f"{status.name:<12} {'yes' if status.ready else 'no':<6} {status.ready_nodes:<6} "
             f"{status.rss_mib:>8.0f} {status.peak_rss_mib:>9.0f}  {status.server}  {status.kubeconfig}"
         )
+        if status.real_node:
+            node = status.real_node
+            daemons = ", ".join(f"{name} {'up' if alive else 'DOWN'}" for name, alive in node.components.items())
+            _log(
+                f"  real node {node.name}: {'Ready' if node.ready else 'NOT Ready'}, {node.rss_mib:.0f} MiB ({daemons})"
+            )
         if not status.ready:
             _log(f"  {status.detail}")
     _log(f"all contexts: {lab.merged_kubeconfig}   binaries: {lab.root / 'bin'}")

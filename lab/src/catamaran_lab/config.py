@@ -1,7 +1,8 @@
-"""The lab's shape: clusters, their ports, pod ranges and fake nodes. Pure data, no I/O but reading YAML."""
+"""The lab's shape: clusters, their ports, pod ranges, fake nodes and real nodes. Pure data, no I/O but reading YAML."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
@@ -18,6 +19,10 @@ DEFAULT_CONFIG = LAB_DIR / "lab.yaml"
 # kwok drives only nodes carrying this label; everything else (Catamaran's virtual nodes) is left alone.
 MANAGED_NODE_LABEL = "catamaran.io/lab-node"
 PROVIDER_LABEL = "catamaran.io/lab-provider"
+# Every lab node says what it is: `fake` (kwok) or `real` (kubelet, containerd, runc). The real node is
+# also tainted with it, so only workloads that ask for real containers (and tolerate it) land there.
+NODE_KIND_LABEL = "catamaran.io/lab-node-kind"
+REAL_NODE_TAINT = {"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -29,6 +34,8 @@ PORT_OFFSETS = {
     "kube-scheduler": 4,
     "kwok-controller": 5,
 }
+# Each real node lives in a network namespace of its own, joined to the host by a /30 out of this range.
+NODE_LINK_RANGE = ipaddress.IPv4Network("172.31.0.0/16")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -58,6 +65,31 @@ class NodeSpec:
 
 
 @dataclass(frozen=True)
+class RealNodeSpec:
+    """One real worker: a kubelet, containerd and kube-proxy in a network namespace of their own.
+
+    `lab_id` tells this lab's host objects (network namespace, links, cgroups) from another lab's
+    on the same machine; it is derived from the lab's state directory when the lab starts.
+    """
+
+    name: str
+    labels: dict[str, str]
+    pod_cidr: str
+    host_ip: str  # the host's end of the link: kube-apiserver is reached here from the node
+    node_ip: str  # the node's end: the kubelet's InternalIP
+    link_prefix: int
+
+    def manifest(self) -> dict:
+        """The Node, registered before the kubelet starts so its pod range, labels and taint are fixed."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": self.labels},
+            "spec": {"podCIDR": self.pod_cidr, "podCIDRs": [self.pod_cidr], "taints": [REAL_NODE_TAINT]},
+        }
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     name: str
     number: int
@@ -66,10 +98,17 @@ class ClusterSpec:
     pod_cidr: str
     ports: dict[str, int]
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
+    real_node: RealNodeSpec | None = None
 
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+
+    @property
+    def node_facing_server(self) -> str:
+        """Where processes in the real node's network (kubelet, pods) reach the kube-apiserver."""
+        host = self.real_node.host_ip if self.real_node else "127.0.0.1"
+        return f"https://{host}:{self.ports['kube-apiserver']}"
 
 
 @dataclass(frozen=True)
@@ -77,6 +116,7 @@ class LabConfig:
     base_port: int
     overlapping_pod_cidrs: bool
     clusters: tuple[ClusterSpec, ...]
+    real_nodes: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,9 +124,21 @@ class LabConfig:
     @classmethod
     def from_dict(cls, data: dict) -> LabConfig:
         clusters = tuple(
-            ClusterSpec(**{**c, "nodes": tuple(NodeSpec(**n) for n in c["nodes"])}) for c in data["clusters"]
+            ClusterSpec(
+                **{
+                    **c,
+                    "nodes": tuple(NodeSpec(**n) for n in c["nodes"]),
+                    "real_node": RealNodeSpec(**c["real_node"]) if c.get("real_node") else None,
+                }
+            )
+            for c in data["clusters"]
         )
-        return cls(base_port=data["base_port"], overlapping_pod_cidrs=data["overlapping_pod_cidrs"], clusters=clusters)
+        return cls(
+            base_port=data["base_port"],
+            overlapping_pod_cidrs=data["overlapping_pod_cidrs"],
+            clusters=clusters,
+            real_nodes=data.get("real_nodes", False),
+        )
 
     def all_ports(self) -> dict[int, str]:
         return {port: f"{cluster.name} {use}" for cluster in self.clusters for use, port in cluster.ports.items()}
@@ -103,17 +155,37 @@ def cluster_pod_cidr(number: int, overlapping: bool) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network(f"10.{100 if overlapping else 100 + number}.0.0/16")
 
 
+def real_node_pod_cidr(cluster_range: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    """The last /24 of the cluster's range: fake nodes take theirs from the start (at most 200)."""
+    return list(cluster_range.subnets(new_prefix=24))[-1]
+
+
+def node_link(apiserver_port: int) -> tuple[str, str]:
+    """Host and node addresses of a real node's link, one /30 per port block, so labs never collide."""
+    slots = NODE_LINK_RANGE.num_addresses // 4
+    base = NODE_LINK_RANGE.network_address + 4 * ((apiserver_port // 10) % slots)
+    return str(base + 1), str(base + 2)
+
+
+def lab_id(state_dir: Path) -> str:
+    """Short, stable tag for one lab's host objects (network namespaces, links, cgroups)."""
+    return hashlib.sha256(str(state_dir).encode()).hexdigest()[:6]
+
+
 def load(
     path: Path = DEFAULT_CONFIG,
     clusters: int | None = None,
     overlapping_pod_cidrs: bool | None = None,
     base_port: int | None = None,
+    real_nodes: bool | None = None,
 ) -> LabConfig:
     """Read the lab file and apply overrides (arguments first, then CATAMARAN_LAB_* variables)."""
     clusters = clusters if clusters is not None else _env_int("CATAMARAN_LAB_CLUSTERS")
     base_port = base_port if base_port is not None else _env_int("CATAMARAN_LAB_BASE_PORT")
     if overlapping_pod_cidrs is None:
         overlapping_pod_cidrs = os.environ.get("CATAMARAN_LAB_OVERLAP") == "1"
+    if real_nodes is None:
+        real_nodes = _env_flag("CATAMARAN_LAB_REAL_NODES", default=True)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
@@ -141,12 +213,24 @@ def load(
                 extra_resources=entry.get("extraResources") or [],
                 overlapping=overlapping_pod_cidrs,
                 base_port=base,
+                real_node=real_nodes,
             )
         )
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise LabError(f"cluster names in {path} must be unique: {names}")
-    return LabConfig(base_port=base, overlapping_pod_cidrs=overlapping_pod_cidrs, clusters=tuple(specs))
+    return LabConfig(
+        base_port=base, overlapping_pod_cidrs=overlapping_pod_cidrs, clusters=tuple(specs), real_nodes=real_nodes
+    )
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value not in ("0", "1"):
+        raise LabError(f"{name}={value!r} must be 0 or 1")
+    return value == "1"
 
 
 def _env_int(name: str) -> int | None:
@@ -170,6 +254,7 @@ def _cluster(
     extra_resources: list,
     overlapping: bool,
     base_port: int,
+    real_node: bool,
 ) -> ClusterSpec:
     if not DNS_LABEL.match(name):
         raise LabError(f"cluster name {name!r} is not a DNS-1123 label (lowercase letters, digits and '-')")
@@ -188,6 +273,7 @@ def _cluster(
                 name=node_name,
                 labels={
                     MANAGED_NODE_LABEL: "true",
+                    NODE_KIND_LABEL: "fake",
                     "type": "kwok",
                     "kubernetes.io/hostname": node_name,
                     "kubernetes.io/os": "linux",
@@ -210,4 +296,29 @@ def _cluster(
         pod_cidr=str(cidr),
         ports=ports,
         nodes=tuple(nodes),
+        real_node=_real_node(name, region, provider, cidr, ports["kube-apiserver"]) if real_node else None,
+    )
+
+
+def _real_node(
+    cluster: str, region: str, provider: str, cidr: ipaddress.IPv4Network, apiserver_port: int
+) -> RealNodeSpec:
+    node_name = f"{cluster}-real"
+    host_ip, node_ip = node_link(apiserver_port)
+    return RealNodeSpec(
+        name=node_name,
+        labels={
+            NODE_KIND_LABEL: "real",
+            "kubernetes.io/hostname": node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "node-role.kubernetes.io/worker": "",
+            REGION_LABEL: region,
+            ZONE_LABEL: f"{region}-real",
+            PROVIDER_LABEL: provider,
+        },
+        pod_cidr=str(real_node_pod_cidr(cidr)),
+        host_ip=host_ip,
+        node_ip=node_ip,
+        link_prefix=30,
     )

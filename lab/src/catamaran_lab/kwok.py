@@ -15,9 +15,29 @@ NODE_MONITOR_GRACE_MS = 30_000
 NODE_MONITOR_PERIOD_MS = 2_000
 
 
-def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_dir: Path) -> list[dict]:
+def kube_apiserver_args(cluster: ClusterSpec, pki_dir: Path) -> list[dict]:
+    """Reaching kubelets by address with a client certificate; with a real node, being reached from it."""
+    args = [
+        # Node names resolve nowhere in the lab: dial the addresses kubelets report.
+        {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname"},
+        # Without a client certificate a real kubelet sees system:anonymous and refuses logs and exec.
+        {"key": "kubelet-client-certificate", "value": str(pki_dir / "admin.crt")},
+        {"key": "kubelet-client-key", "value": str(pki_dir / "admin.key")},
+    ]
+    if cluster.real_node:
+        # Pods and the kubelet live in the node's network namespace and reach the host end of its link;
+        # the `kubernetes` Service points there too, so in-cluster clients work from real pods.
+        args += [
+            {"key": "bind-address", "value": "0.0.0.0", "override": True},
+            {"key": "advertise-address", "value": cluster.real_node.host_ip},
+        ]
+    return args
+
+
+def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_dir: Path, pki_dir: Path) -> list[dict]:
     """Everything kwokctl needs to start the cluster without downloading anything."""
     ports = cluster.ports
+    cert_sans = [cluster.real_node.host_ip] if cluster.real_node else []
     return [
         {
             "apiVersion": CONFIG_GROUP,
@@ -43,6 +63,7 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                 "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
                 "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
                 "nodeLeaseDurationSeconds": 40,
+                "kubeApiserverCertSANs": cert_sans,
             },
             "componentsPatches": [
                 {
@@ -55,6 +76,7 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                         {"key": "node-ip", "value": "127.0.0.1", "override": True},
                     ],
                 },
+                {"name": "kube-apiserver", "extraArgs": kube_apiserver_args(cluster, pki_dir)},
                 # One instance each: without leader election they survive an API server outage
                 # (fault tests stop it) instead of exiting when their lease cannot be renewed.
                 {"name": "kube-controller-manager", "extraArgs": [{"key": "leader-elect", "value": "false"}]},

@@ -1,4 +1,4 @@
-"""Start, stop and inspect the lab's clusters (kwokctl binary runtime on loopback)."""
+"""Start, stop and inspect the lab's clusters (kwokctl binary runtime on loopback, one real node each)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,17 @@ from pathlib import Path
 
 import yaml
 
+from . import realnode
 from .binaries import ALL_BINARIES, BinaryCache
-from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig
+from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id
 from .errors import LabError
+from .images import Image, ensure_images
 from .kwok import container_log_file, kwokctl_documents
-from .paths import state_dir
-from .preflight import check_disk, check_ports_free
+from .nodeconfig import NodeLayout
+from .packages import ensure_packages
+from .paths import GO_MODULE_DIR, state_dir
+from .preflight import check_disk, check_ports_free, check_real_node_host
+from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
 
 STATE_FILE = "lab.json"
 KWOK_WORKDIR = "kwok"
@@ -39,6 +44,7 @@ class ClusterStatus:
     ready_nodes: int
     rss_mib: float
     peak_rss_mib: float
+    real_node: RealNodeStatus | None = None
 
 
 class Lab:
@@ -48,6 +54,7 @@ class Lab:
         self.root = root or state_dir()
         self.cache = cache or BinaryCache()
         self.log = log
+        self.lab_id = lab_id(self.root)
 
     # -- layout -------------------------------------------------------------------------
 
@@ -65,6 +72,24 @@ class Lab:
     def kwok_workdir(self) -> Path:
         return self.root / KWOK_WORKDIR
 
+    def pki_dir(self, name: str) -> Path:
+        """The cluster's CA and admin certificate, made by kwokctl."""
+        return self.kwok_workdir / "clusters" / name / "pki"
+
+    def real_node(self, cluster: ClusterSpec) -> RealNode:
+        layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node", lab_id=self.lab_id, cluster=cluster.name)
+        binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
+        return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl)
+
+    def prepare(self, wanted: LabConfig) -> list[Image]:
+        """Binaries, and for real nodes the packages, host checks and images: all before anything starts."""
+        self.cache.ensure(self.log)
+        if not wanted.real_nodes:
+            return []
+        ensure_packages(self.log)
+        check_real_node_host()
+        return ensure_images(self.cache.dir, self.cache.pins.kubernetes, GO_MODULE_DIR, self.log)
+
     def recorded_config(self) -> LabConfig | None:
         path = self.root / STATE_FILE
         if not path.exists():
@@ -75,7 +100,7 @@ class Lab:
 
     def up(self, wanted: LabConfig) -> LabConfig:
         """Bring the lab to `wanted`; an identical healthy lab is reused as is."""
-        self.cache.ensure(self.log)
+        images = self.prepare(wanted)
         current = self.recorded_config()
         if current == wanted and all(status.ready for status in self.status(current)):
             self.log(f"lab: {len(wanted.clusters)} clusters already up")
@@ -93,7 +118,7 @@ class Lab:
                 timings = dict(
                     zip(
                         [c.name for c in wanted.clusters],
-                        pool.map(self._start_cluster, wanted.clusters),
+                        pool.map(lambda c: self._start_cluster(c, wanted, images), wanted.clusters),
                         strict=True,
                     )
                 )
@@ -122,13 +147,20 @@ class Lab:
                     check=False,
                 )
         killed = _kill_processes_under(self.root)
+        # Containers outlive their shims; cgroups, mounts, namespaces and caches are found by name.
+        cleaned = realnode.remove_leftovers(self.root, self.lab_id)
         recorded = self.recorded_config()
         shutil.rmtree(self.root, ignore_errors=True)
         if recorded is not None:
             _wait_ports_released(recorded.all_ports())
         if not quiet:
             extra = f" ({killed} leftover processes killed)" if killed else ""
-            self.log(f"lab: down, {self.root} removed{extra}")
+            self.log(f"lab: down, {self.root} removed{extra}" + "".join(f"; {line}" for line in cleaned))
+
+    def leftovers(self) -> list[str]:
+        """Anything of this lab still on the host (processes, mounts, namespaces, links, cgroups, rules)."""
+        found = [f"process {pid}: {_cmdline(pid)[:160]}" for pid in _processes_under(self.root)]
+        return found + realnode.leftovers(self.root, self.lab_id)
 
     def status(self, lab: LabConfig | None = None) -> list[ClusterStatus]:
         lab = lab or self.recorded_config()
@@ -137,7 +169,13 @@ class Lab:
         return [self._cluster_status(cluster) for cluster in lab.clusters]
 
     def stop_component(self, cluster: str, component: str) -> None:
-        """Stop one control-plane process (fault tests); `start_component` brings it back as it was."""
+        """Stop one process of a cluster (fault tests); `start_component` brings it back as it was.
+
+        Control-plane components are kwokctl's; `containerd`, `kubelet` and `kube-proxy` are the real node's.
+        """
+        if component in NODE_COMPONENTS:
+            self.real_node(self._recorded_cluster(cluster)).stop_component(component)
+            return
         pid_file = self.kwok_workdir / "clusters" / cluster / "pids" / f"{component}.pid"
         try:
             pid = int(pid_file.read_text().strip())
@@ -155,6 +193,12 @@ class Lab:
             time.sleep(0.1)
 
     def start_component(self, cluster: str, component: str) -> None:
+        if component in NODE_COMPONENTS:
+            node = self.real_node(self._recorded_cluster(cluster))
+            if node.pid(component) is not None:
+                raise LabError(f"{cluster}: {component} of the real node is already running")
+            node.start_component(component)
+            return
         saved_path = self.cluster_dir(cluster) / f"{component}.stopped.json"
         if not saved_path.exists():
             raise LabError(f"{cluster}: {component} was not stopped by the lab")
@@ -175,6 +219,15 @@ class Lab:
 
     # -- helpers ------------------------------------------------------------------------
 
+    def _recorded_cluster(self, name: str) -> ClusterSpec:
+        recorded = self.recorded_config()
+        if recorded is None:
+            raise LabError(f"the lab is not running (no state in {self.root})")
+        cluster = recorded.cluster(name)
+        if cluster.real_node is None:
+            raise LabError(f"{name} has no real node (the lab was started with CATAMARAN_LAB_REAL_NODES=0)")
+        return cluster
+
     def kubectl(self, cluster: str, *args: str, timeout: float = 60, check: bool = True, **kwargs):
         command = [str(self.cache.path("kubectl")), "--kubeconfig", str(self.kubeconfig(cluster)), *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
@@ -194,14 +247,18 @@ class Lab:
             link.unlink(missing_ok=True)
             link.symlink_to(self.cache.path(name))
 
-    def _start_cluster(self, cluster: ClusterSpec) -> float:
+    def _start_cluster(self, cluster: ClusterSpec, lab: LabConfig, images: list[Image]) -> float:
         started = time.monotonic()
         cluster_dir = self.cluster_dir(cluster.name)
         (cluster_dir / "exec").mkdir(parents=True, exist_ok=True)
         (cluster_dir / "container.log").write_text(container_log_file(cluster))
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
+        node = self.real_node(cluster) if cluster.real_node else None
+        if node:
+            node.create_network(lab.overlapping_pod_cidrs)
         config_path = cluster_dir / "kwokctl.yaml"
-        config_path.write_text(yaml.safe_dump_all(kwokctl_documents(cluster, binaries, cluster_dir)))
+        documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name))
+        config_path.write_text(yaml.safe_dump_all(documents))
         self.log(f"lab: starting {cluster.name} (kube-apiserver {cluster.server})")
         result = subprocess.run(
             [
@@ -240,6 +297,8 @@ class Lab:
             "--timeout=120s",
             timeout=150,
         )
+        if node:
+            node.start(images, self.log)
         return time.monotonic() - started
 
     def _write_kubeconfig(self, cluster: ClusterSpec) -> None:
@@ -293,7 +352,12 @@ class Lab:
             except (subprocess.TimeoutExpired, LabError) as error:
                 detail = str(error)[:200]
         rss, peak = _memory_of(self.kwok_workdir / "clusters" / cluster.name / "pids")
-        return ClusterStatus(cluster.name, cluster.server, kubeconfig, ready, detail, ready_nodes, rss, peak)
+        node = None
+        if cluster.real_node and kubeconfig.exists():
+            node = self.real_node(cluster).status()
+            if not node.ready:
+                ready, detail = False, f"real node {node.name}: {node.detail}"[:300]
+        return ClusterStatus(cluster.name, cluster.server, kubeconfig, ready, detail, ready_nodes, rss, peak, node)
 
 
 def _inline(entry: dict) -> dict:
@@ -323,6 +387,13 @@ def _memory_of(pid_dir: Path) -> tuple[float, float]:
         rss += int(fields.get("VmRSS", "0 kB").split()[0])
         peak += int(fields.get("VmHWM", "0 kB").split()[0])
     return rss / 1024, peak / 1024
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
 
 
 def _processes_under(root: Path) -> list[int]:

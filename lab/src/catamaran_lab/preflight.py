@@ -88,3 +88,60 @@ def check_ports_free(ports: dict[int, str], host: str = "127.0.0.1") -> None:
             + "\nStop that process (a leftover lab is removed by 'make lab-down'), "
             "or move the lab with CATAMARAN_LAB_BASE_PORT=<port>."
         )
+
+
+# CAP_NET_ADMIN (12) for namespaces, links and iptables; CAP_SYS_ADMIN (21) for mounts and nsenter.
+REQUIRED_CAPABILITIES = {12: "CAP_NET_ADMIN", 21: "CAP_SYS_ADMIN"}
+REQUIRED_CGROUP_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
+REAL_NODES_OFF = (
+    "or turn the real nodes off with CATAMARAN_LAB_REAL_NODES=0 (the tests that need them then fail, naming why)"
+)
+
+
+def check_real_node_host() -> None:
+    """Everything a real node needs from this machine, each missing piece named with its fix."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("the real nodes run containerd, runc and the kubelet as root: run the lab as root")
+    effective = _effective_capabilities()
+    for bit, name in REQUIRED_CAPABILITIES.items():
+        if effective is not None and not effective >> bit & 1:
+            problems.append(f"{name} is missing from this process's capabilities (a more privileged shell is needed)")
+    filesystems = Path("/proc/filesystems").read_text()
+    if "\toverlay\n" not in filesystems + "\n" and not _load_module("overlay"):
+        problems.append("the kernel has no overlay filesystem (containerd's snapshotter): modprobe overlay")
+    if not Path("/proc/sys/net/bridge").exists() and not _load_module("br_netfilter"):
+        problems.append("the kernel has no bridge netfilter (CNI bridge, kube-proxy): modprobe bridge br_netfilter")
+    from .host import cgroup_hierarchies, cgroup_v1_controllers
+
+    if not cgroup_hierarchies():
+        problems.append("no cgroup filesystem is mounted: mount cgroup2 on /sys/fs/cgroup")
+    else:
+        v1 = cgroup_v1_controllers()
+        unified = Path("/sys/fs/cgroup/cgroup.controllers")
+        available = v1 | (set(unified.read_text().split()) if unified.exists() else set())
+        missing = [c for c in REQUIRED_CGROUP_CONTROLLERS if c not in available and not (c == "cpuacct" and not v1)]
+        if missing:
+            problems.append(f"cgroup controllers {', '.join(missing)} are not mounted")
+    for tool in ("ip", "nsenter", "iptables", "umount"):
+        if shutil.which(tool) is None:
+            problems.append(f"'{tool}' is not on PATH (make lab-build installs the packages that provide it)")
+    if problems:
+        raise LabError(
+            "this machine cannot run the lab's real nodes:\n  - "
+            + "\n  - ".join(problems)
+            + f"\nFix these, {REAL_NODES_OFF}."
+        )
+
+
+def _effective_capabilities() -> int | None:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return None
+
+
+def _load_module(name: str) -> bool:
+    if shutil.which("modprobe") is None:
+        return False
+    return subprocess.run(["modprobe", name], capture_output=True, check=False).returncode == 0

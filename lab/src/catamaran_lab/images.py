@@ -1,0 +1,215 @@
+"""Container images built on this machine, without a registry: OCI image-layout archives.
+
+- the pause image, compiled statically from the pause source of the pinned kubernetes module;
+- a small general-purpose image from Debian's static busybox (a shell, coreutils, wget, httpd).
+
+Each archive is one uncompressed layer built deterministically, so the same inputs give the same
+digest. The real nodes' containerd imports them under the names below; pods use them with
+`imagePullPolicy: IfNotPresent` or `Never`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError
+
+PAUSE_VERSION = "3.10.2"
+PAUSE_IMAGE = f"catamaran.lab/pause:{PAUSE_VERSION}"
+BUSYBOX_BINARY = Path("/bin/busybox")
+IMAGE_PREFIX = "catamaran.lab"
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    archive: Path
+
+
+def busybox_version() -> str:
+    """`1.35.0` from the installed busybox's banner."""
+    try:
+        banner = subprocess.run([str(BUSYBOX_BINARY)], capture_output=True, text=True, check=False).stdout
+    except OSError as error:
+        raise LabError(f"cannot run {BUSYBOX_BINARY} ({error}); the busybox-static package provides it") from None
+    first = banner.splitlines()[0] if banner else ""
+    if not first.startswith("BusyBox v"):
+        raise LabError(f"{BUSYBOX_BINARY} did not print a BusyBox banner: {first!r}")
+    return first.split()[1].lstrip("v")
+
+
+def busybox_image_name() -> str:
+    return f"{IMAGE_PREFIX}/busybox:{busybox_version()}"
+
+
+def build_images(out_dir: Path, pause_c: Path, log=print) -> list[Image]:
+    """Write both archives into `out_dir` (a fresh directory); returns what was built."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        pause_binary = Path(scratch) / "pause"
+        compile_pause = ["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{PAUSE_VERSION}"]
+        result = subprocess.run(
+            [*compile_pause, "-o", str(pause_binary), str(pause_c)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise LabError(f"compiling {pause_c} failed (gcc and libc6-dev are needed):\n{result.stderr.strip()}")
+        pause_layer = _layer({"pause": pause_binary.read_bytes()}, symlinks={}, dirs={})
+        images = [
+            _write(
+                Image(PAUSE_IMAGE, out_dir / "pause.tar"),
+                pause_layer,
+                {"Entrypoint": ["/pause"], "User": "65535:65535", "Env": [PATH_ENV]},
+            ),
+            _write(
+                Image(busybox_image_name(), out_dir / "busybox.tar"),
+                _busybox_layer(),
+                {"Cmd": ["sh"], "Env": [PATH_ENV], "WorkingDir": "/"},
+            ),
+        ]
+    for image in images:
+        log(f"lab images: built {image.name} ({image.archive.stat().st_size // 1024} KiB)")
+    return images
+
+
+def _busybox_layer() -> bytes:
+    listing = subprocess.run([str(BUSYBOX_BINARY), "--list-full"], capture_output=True, text=True, check=True).stdout
+    symlinks = {}
+    for applet in listing.split():
+        if applet != "bin/busybox":
+            symlinks[applet] = "/bin/busybox"
+    files = {
+        "bin/busybox": BUSYBOX_BINARY.read_bytes(),
+        "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+        "etc/group": b"root:x:0:\nnogroup:x:65534:\n",
+    }
+    dirs = {"tmp": 0o1777, "root": 0o700, "var": 0o755, "var/www": 0o755, "usr": 0o755, "proc": 0o555}
+    return _layer(files, symlinks, dirs)
+
+
+def _layer(files: dict[str, bytes], symlinks: dict[str, str], dirs: dict[str, int]) -> bytes:
+    """A tar with fixed owners and times, parents created, entries sorted: reproducible."""
+    entries: dict[str, tuple] = {}
+
+    def add_parents(path: str) -> None:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            entries.setdefault("/".join(parts[:depth]), ("dir", 0o755))
+
+    for path, mode in dirs.items():
+        add_parents(path)
+        entries[path] = ("dir", mode)
+    for path, data in files.items():
+        add_parents(path)
+        entries[path] = ("file", data)
+    for path, target in symlinks.items():
+        add_parents(path)
+        entries[path] = ("link", target)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted(entries):
+            kind, value = entries[path]
+            info = tarfile.TarInfo(path)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, value
+                archive.addfile(info)
+            elif kind == "link":
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, value, 0o777
+                archive.addfile(info)
+            else:
+                info.size, info.mode = len(value), 0o755
+                archive.addfile(info, io.BytesIO(value))
+    return buffer.getvalue()
+
+
+def _write(image: Image, layer: bytes, container_config: dict) -> Image:
+    """One OCI image-layout archive: oci-layout, index.json and the blobs of one manifest."""
+    blobs: dict[str, bytes] = {}
+
+    def blob(data: bytes, media_type: str) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return {"mediaType": media_type, "digest": digest, "size": len(data)}
+
+    layer_descriptor = blob(layer, OCI_LAYER)
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": container_config,
+        "rootfs": {"type": "layers", "diff_ids": [layer_descriptor["digest"]]},
+        "history": [{"created_by": "catamaran-lab (built locally, no registry)"}],
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": blob(_json(config), OCI_CONFIG),
+        "layers": [layer_descriptor],
+    }
+    manifest_descriptor = blob(_json(manifest), OCI_MANIFEST)
+    tag = image.name.rsplit(":", 1)[1]
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                **manifest_descriptor,
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {"io.containerd.image.name": image.name, "org.opencontainers.image.ref.name": tag},
+            }
+        ],
+    }
+    members = {"oci-layout": _json({"imageLayoutVersion": "1.0.0"}), "index.json": _json(index)}
+    members.update({f"blobs/sha256/{digest.split(':')[1]}": data for digest, data in blobs.items()})
+    with tarfile.open(image.archive, "w") as archive:
+        for name in ("blobs", "blobs/sha256"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            archive.addfile(info)
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return image
+
+
+def _json(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def ensure_images(cache_dir: Path, kubernetes_version: str, module_dir: Path, log=print) -> list[Image]:
+    """The lab's images, built once per pinned kubernetes and busybox version into the binary cache."""
+    out_dir = cache_dir / "images"
+    stamp = out_dir / "images.json"
+    wanted = {"pause": PAUSE_IMAGE, "busybox": busybox_image_name()}
+    if stamp.exists() and json.loads(stamp.read_text()) == wanted:
+        return [Image(wanted[key], out_dir / f"{key}.tar") for key in ("pause", "busybox")]
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"],
+        cwd=module_dir,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise LabError(f"cannot find the pause source of k8s.io/kubernetes@{kubernetes_version}: {result.stderr}")
+    source = Path(json.loads(result.stdout)["Dir"]) / "build" / "pause" / "linux" / "pause.c"
+    stamp.unlink(missing_ok=True)
+    images = build_images(out_dir, source, log)
+    stamp.write_text(json.dumps(wanted))
+    return images

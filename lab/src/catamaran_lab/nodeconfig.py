@@ -1,0 +1,254 @@
+"""Configuration files of a real node: containerd, CNI, kubelet, kube-proxy, kubeconfigs. Pure: text in, text out.
+
+Every path and name comes from `NodeLayout`, so two clusters' nodes on one host never share a
+socket, a state directory, a runc root, a bridge, an IPAM store or a cgroup.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .config import ClusterSpec, RealNodeSpec
+
+CNI_BIN_DIR = "/usr/lib/cni"
+RUNC = "/usr/sbin/runc"
+BRIDGE = "cni0"
+# Inside the node's own network namespace, the kubelet and kube-proxy keep their usual ports.
+KUBELET_PORT = 10250
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where one real node keeps everything, and the host-level names it owns."""
+
+    root: Path  # .lab/<cluster>/node
+    lab_id: str
+    cluster: str
+
+    @property
+    def host_tag(self) -> str:
+        """`catamaran-<lab id>-<cluster>`: the network namespace, cgroup root and CNI network name."""
+        return f"catamaran-{self.lab_id}-{self.cluster}"
+
+    @property
+    def netns(self) -> str:
+        return self.host_tag
+
+    @property
+    def netns_path(self) -> Path:
+        return Path("/run/netns") / self.netns
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/{self.host_tag}"
+
+    @property
+    def cni_network(self) -> str:
+        return self.host_tag
+
+    def host_link(self, number: int) -> str:
+        """The host's end of the veth pair (interface names have at most 15 characters)."""
+        return f"cm{self.lab_id}h{number}"
+
+    def node_link(self, number: int) -> str:
+        return f"cm{self.lab_id}n{number}"
+
+    def path(self, *parts: str) -> Path:
+        return self.root.joinpath(*parts)
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.path("containerd.sock")
+
+
+def containerd_config(layout: NodeLayout, pause_image: str) -> str:
+    """containerd 1.6 (CRI plugin), rooted entirely under the node's directory."""
+    runc_options = {"SystemdCgroup": False, "BinaryName": RUNC, "Root": str(layout.path("runc"))}
+    config = {
+        "version": 2,
+        "root": str(layout.path("containerd", "root")),
+        "state": str(layout.path("containerd", "state")),
+        "disabled_plugins": [
+            "io.containerd.snapshotter.v1.aufs",
+            "io.containerd.snapshotter.v1.btrfs",
+            "io.containerd.snapshotter.v1.devmapper",
+            "io.containerd.snapshotter.v1.zfs",
+            "io.containerd.tracing.processor.v1.otlp",
+            "io.containerd.internal.v1.tracing",
+        ],
+        "grpc": {"address": str(layout.containerd_socket)},
+        "plugins": {
+            "io.containerd.internal.v1.opt": {"path": str(layout.path("containerd", "opt"))},
+            "io.containerd.grpc.v1.cri": {
+                "sandbox_image": pause_image,
+                # The shell lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj (REAL-NODES.md).
+                "restrict_oom_score_adj": True,
+                # Pod network namespaces under the node's state, so the lab can find and remove them.
+                "netns_mounts_under_state_dir": True,
+                "enable_selinux": False,
+                "stream_server_address": "127.0.0.1",
+                "stream_server_port": "0",
+                "containerd": {
+                    "snapshotter": "overlayfs",
+                    "default_runtime_name": "runc",
+                    "runtimes": {"runc": {"runtime_type": "io.containerd.runc.v2", "options": runc_options}},
+                },
+                "cni": {"bin_dir": CNI_BIN_DIR, "conf_dir": str(layout.path("cni", "net.d")), "max_conf_num": 1},
+            },
+        },
+    }
+    return _toml(config)
+
+
+def cni_config(layout: NodeLayout, node: RealNodeSpec) -> str:
+    """A bridge in the node's namespace; pods masquerade when they leave it (to the host, other clusters)."""
+    return json.dumps(
+        {
+            "cniVersion": "1.0.0",
+            "name": layout.cni_network,
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    "isGateway": True,
+                    "ipMasq": True,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": node.pod_cidr}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                        "dataDir": str(layout.path("cni", "ipam")),
+                    },
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+            ],
+        },
+        indent=2,
+    )
+
+
+def kubelet_config(layout: NodeLayout, node: RealNodeSpec, ca_file: Path) -> str:
+    """The settings this machine kind needs (REAL-NODES.md) plus isolation from the other nodes."""
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": node.node_ip,
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "tlsCertFile": str(layout.path("pki", "kubelet-serving.crt")),
+        "tlsPrivateKeyFile": str(layout.path("pki", "kubelet-serving.key")),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True, "cacheTTL": "30s"},
+            "x509": {"clientCAFile": str(ca_file)},
+        },
+        "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "30s", "cacheUnauthorizedTTL": "10s"}},
+        "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": layout.cgroup_root,
+        "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"],
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "oomScoreAdj": 0,
+        "podLogsDir": str(layout.path("pod-logs")),
+        "clusterDomain": "cluster.local",
+        "resolvConf": "/etc/resolv.conf",
+        # Lab images cannot be pulled again: never collect them, and never evict for a nearly full disk.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+        },
+        "serializeImagePulls": False,
+        "nodeStatusUpdateFrequency": "10s",
+        "nodeLeaseDurationSeconds": 40,
+        "maxPods": 110,
+        "protectKernelDefaults": False,
+        "shutdownGracePeriod": "0s",
+        "containerLogMaxSize": "10Mi",
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def kube_proxy_config(layout: NodeLayout, node: RealNodeSpec, cluster: ClusterSpec) -> str:
+    """iptables mode inside the node's namespace; conntrack sysctls are left as they are (0 = do not set)."""
+    config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(layout.path("kube-proxy.kubeconfig"))},
+        "hostnameOverride": node.name,
+        "bindAddress": "0.0.0.0",
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "mode": "iptables",
+        "clusterCIDR": cluster.pod_cidr,
+        "nodePortAddresses": ["primary"],
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+        "iptables": {"syncPeriod": "30s", "minSyncPeriod": "1s"},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def kubeconfig(server: str, ca_file: Path, cert_file: Path, key_file: Path, user: str) -> str:
+    def data(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": data(ca_file)}}],
+            "users": [
+                {
+                    "name": user,
+                    "user": {"client-certificate-data": data(cert_file), "client-key-data": data(key_file)},
+                }
+            ],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
+            "current-context": "lab",
+        }
+    )
+
+
+def _toml(config: dict) -> str:
+    """Just enough TOML for containerd's configuration: nested tables of strings, numbers, booleans, lists."""
+    lines: list[str] = []
+
+    def scalar(value) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, list):
+            return "[" + ", ".join(scalar(item) for item in value) + "]"
+        return json.dumps(str(value))
+
+    def table(prefix: list[str], values: dict) -> None:
+        plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
+        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
+        if prefix and plain:
+            lines.append("")
+            lines.append("[" + ".".join(json.dumps(p) if "." in p else p for p in prefix) + "]")
+        for key, value in plain.items():
+            lines.append(f"{key} = {scalar(value)}")
+        for key, value in nested.items():
+            table([*prefix, key], value)
+
+    table([], config)
+    return "\n".join(lines) + "\n"

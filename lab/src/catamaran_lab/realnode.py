@@ -1,0 +1,282 @@
+"""One real worker node per lab cluster: containerd, kubelet and kube-proxy in a network namespace of their own.
+
+Start order: network namespace and link, certificates and configuration, the Node object (pod range,
+labels, taint), containerd, image import, kubelet, kube-proxy, then wait for the node to be Ready.
+Each process runs through `nsenter --net` only, so it shares the host's mounts with the others (the
+kubelet's volume mounts must be visible to containerd) but has the node's own network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import host, nodeconfig, pki
+from .config import ClusterSpec, RealNodeSpec
+from .errors import LabError
+from .images import Image
+from .nodeconfig import NodeLayout
+
+NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+SOCKET_TIMEOUT_S = 30
+READY_TIMEOUT_S = 120
+
+
+@dataclass
+class RealNodeStatus:
+    name: str
+    ready: bool
+    detail: str
+    components: dict[str, bool]  # component -> process alive
+    rss_mib: float  # containerd, shims, kubelet, kube-proxy and the node's containers
+
+
+class RealNode:
+    def __init__(self, cluster: ClusterSpec, layout: NodeLayout, binaries: dict[str, Path], pki_dir: Path, kubectl):
+        if cluster.real_node is None:
+            raise LabError(f"{cluster.name} has no real node in its configuration")
+        self.cluster = cluster
+        self.spec: RealNodeSpec = cluster.real_node
+        self.layout = layout
+        self.binaries = binaries
+        self.pki_dir = pki_dir
+        self.kubectl = kubectl  # (cluster, *args, **kwargs) -> CompletedProcess
+
+    # -- start --------------------------------------------------------------------------
+
+    def create_network(self, overlapping_pod_cidrs: bool) -> None:
+        """Before the cluster starts: its kube-apiserver advertises the host end of this link."""
+        layout, spec = self.layout, self.spec
+        host.create_node_network(
+            layout.netns,
+            layout.host_link(self.cluster.number),
+            layout.node_link(self.cluster.number),
+            spec.host_ip,
+            spec.node_ip,
+            spec.link_prefix,
+            # Overlapping pod ranges cannot all be routed from one host; pods still reach the host.
+            pod_route=None if overlapping_pod_cidrs else spec.pod_cidr,
+        )
+
+    def start(self, images: list[Image], log) -> None:
+        for directory in ("pki", "logs", "pids", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "runc"):
+            self.layout.path(directory).mkdir(parents=True, exist_ok=True)
+        self._write_files(images)
+        self.kubectl(self.cluster.name, "apply", "-f", "-", input=json.dumps(self.spec.manifest()))
+        host.create_cgroup_root(self.layout.cgroup_root)
+        self.start_component("containerd")
+        self._wait_for_socket()
+        for image in images:
+            self._ctr("images", "import", "--snapshotter", "overlayfs", str(image.archive))
+        self.start_component("kubelet")
+        self.start_component("kube-proxy")
+        result = self.kubectl(
+            self.cluster.name,
+            "wait",
+            "--for=condition=Ready",
+            f"node/{self.spec.name}",
+            f"--timeout={READY_TIMEOUT_S}s",
+            timeout=READY_TIMEOUT_S + 30,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise LabError(
+                f"{self.cluster.name}: real node {self.spec.name} did not become Ready: {result.stderr.strip()}; "
+                f"see {self.layout.path('logs')}"
+            )
+        log(f"lab: {self.cluster.name}: real node {self.spec.name} Ready (pods {self.spec.pod_cidr})")
+
+    def _write_files(self, images: list[Image]) -> None:
+        layout, spec = self.layout, self.spec
+        ca_cert, ca_key = self.pki_dir / "ca.crt", self.pki_dir / "ca.key"
+        node_cert, node_key = pki.issue(
+            ca_cert,
+            ca_key,
+            layout.path("pki", "kubelet-client"),
+            common_name=f"system:node:{spec.name}",
+            organizations=("system:nodes",),
+        )
+        pki.issue(
+            ca_cert,
+            ca_key,
+            layout.path("pki", "kubelet-serving"),
+            common_name=f"system:node:{spec.name}",
+            organizations=("system:nodes",),
+            server_names=(spec.name,),
+            server_ips=(spec.node_ip,),
+        )
+        proxy_cert, proxy_key = pki.issue(
+            ca_cert, ca_key, layout.path("pki", "kube-proxy"), common_name="system:kube-proxy"
+        )
+        server = self.cluster.node_facing_server
+        files = {
+            "containerd.toml": nodeconfig.containerd_config(layout, _pause(images)),
+            "cni/net.d/10-lab.conflist": nodeconfig.cni_config(layout, spec),
+            "kubelet.yaml": nodeconfig.kubelet_config(layout, spec, ca_cert),
+            "kube-proxy.yaml": nodeconfig.kube_proxy_config(layout, spec, self.cluster),
+            "kubelet.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, node_cert, node_key, spec.name),
+            "kube-proxy.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, proxy_cert, proxy_key, "kube-proxy"),
+        }
+        for name, text in files.items():
+            path = layout.path(name)
+            path.write_text(text)
+            path.chmod(0o600)
+
+    def command(self, component: str) -> list[str]:
+        layout, spec = self.layout, self.spec
+        if component == "containerd":
+            return ["/usr/bin/containerd", "--config", str(layout.path("containerd.toml"))]
+        if component == "kubelet":
+            return [
+                str(self.binaries["kubelet"]),
+                f"--config={layout.path('kubelet.yaml')}",
+                f"--kubeconfig={layout.path('kubelet.kubeconfig')}",
+                f"--hostname-override={spec.name}",
+                f"--node-ip={spec.node_ip}",
+                f"--root-dir={layout.path('kubelet')}",
+                f"--cert-dir={layout.path('pki')}",
+                "--v=1",
+            ]
+        if component == "kube-proxy":
+            return [str(self.binaries["kube-proxy"]), f"--config={layout.path('kube-proxy.yaml')}", "--v=1"]
+        raise LabError(f"a real node has no component {component!r}; it has {', '.join(NODE_COMPONENTS)}")
+
+    def start_component(self, component: str) -> None:
+        argv = ["nsenter", f"--net={self.layout.netns_path}", "--", *self.command(component)]
+        with self.layout.path("logs", f"{component}.log").open("ab") as log_file:
+            process = subprocess.Popen(
+                argv,
+                cwd=self.layout.root,
+                stdout=log_file,
+                stderr=log_file,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._pid_file(component).write_text(str(process.pid))
+
+    def stop_component(self, component: str, sig: int = signal.SIGTERM) -> None:
+        pid = self.pid(component)
+        if pid is None:
+            raise LabError(f"{self.cluster.name}: {component} of the real node is not running")
+        os.kill(pid, sig)
+        deadline = time.monotonic() + 20
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+    def pid(self, component: str) -> int | None:
+        try:
+            pid = int(self._pid_file(component).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def _pid_file(self, component: str) -> Path:
+        return self.layout.path("pids", f"{component}.pid")
+
+    def _wait_for_socket(self) -> None:
+        deadline = time.monotonic() + SOCKET_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.layout.containerd_socket.exists() and self._ctr("version", check=False).returncode == 0:
+                return
+            if self.pid("containerd") is None:
+                break
+            time.sleep(0.2)
+        raise LabError(
+            f"{self.cluster.name}: containerd did not serve {self.layout.containerd_socket}; "
+            f"see {self.layout.path('logs', 'containerd.log')}"
+        )
+
+    def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        command = ["ctr", "--address", str(self.layout.containerd_socket), "--namespace", host.CRI_NAMESPACE, *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if check and result.returncode != 0:
+            raise LabError(f"{self.cluster.name}: {' '.join(command)} failed: {result.stderr.strip()}")
+        return result
+
+    # -- inspect ------------------------------------------------------------------------
+
+    def status(self) -> RealNodeStatus:
+        components = {component: self.pid(component) is not None for component in NODE_COMPONENTS}
+        ready, detail = False, "not registered"
+        result = self.kubectl(self.cluster.name, "get", "node", self.spec.name, "-o", "json", check=False, timeout=10)
+        if result.returncode == 0:
+            conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+            ready_condition = next((c for c in conditions if c["type"] == "Ready"), None)
+            ready = bool(ready_condition) and ready_condition["status"] == "True"
+            detail = (ready_condition or {}).get("message") or "no Ready condition yet"
+        dead = [name for name, alive in components.items() if not alive]
+        if dead:
+            detail = f"{', '.join(dead)} not running; " + detail
+            ready = False
+        return RealNodeStatus(self.spec.name, ready, detail, components, self.memory_mib())
+
+    def memory_mib(self) -> float:
+        """Resident memory of the node's daemons and shims, plus its containers' cgroup usage."""
+        total = 0
+        marker = str(self.layout.root)
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+                if marker not in cmdline:
+                    continue
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        pods = Path("/sys/fs/cgroup/memory") / self.layout.cgroup_root.lstrip("/") / "kubepods"
+        with contextlib.suppress(OSError, ValueError):
+            total += int((pods / "memory.usage_in_bytes").read_text())
+        return total / 1024**2
+
+
+def _pause(images: list[Image]) -> str:
+    return next(image.name for image in images if "/pause:" in image.name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def remove_leftovers(root: Path, lab_id: str) -> list[str]:
+    """Everything a real node leaves on the host, found by name and path; call after its processes are gone."""
+    done = []
+    prefix = f"catamaran-{lab_id}-"
+    killed = host.remove_cgroups(prefix)
+    if killed:
+        done.append(f"{killed} container processes killed")
+    for node_dir in root.glob("*/node"):
+        ids = host.task_ids(node_dir / "containerd" / "state")
+        for path in host.task_host_files(node_dir / "containerd.sock", ids):
+            path.unlink(missing_ok=True)
+    host.unmount_under(root)
+    host.delete_network(prefix, f"cm{lab_id}")
+    for path in host.cni_cache_entries(prefix) + host.container_log_links(root):
+        path.unlink(missing_ok=True)
+    host.remove_device_plugin_files()
+    return done
+
+
+def leftovers(root: Path, lab_id: str) -> list[str]:
+    """What of the lab is still on the host: empty after a clean `lab-down`."""
+    prefix = f"catamaran-{lab_id}-"
+    found = [f"mount {path}" for path in host.mounts_under(root)]
+    found += [f"network namespace {name}" for name in host.netns_names(prefix)]
+    found += [f"network interface {name}" for name in host.link_names(f"cm{lab_id}")]
+    found += [f"cgroup {path}" for path in host.cgroups_named(prefix)]
+    found += [f"CNI cache {path}" for path in host.cni_cache_entries(prefix)]
+    found += [f"log link {path}" for path in host.container_log_links(root)]
+    found += [f"host iptables rule: {line}" for line in host.host_iptables_mentions((prefix, f"cm{lab_id}"))]
+    return found
