@@ -9,7 +9,7 @@ from lightkube.core.exceptions import ApiError
 
 from catamaran import forge, objects, quantities
 from catamaran.constants import VIRTUAL_NODE_TAINT_KEY
-from catamaran.provider.offers import NodeSummary, PodSummary, covering_networks, offer_status
+from catamaran.provider.offers import NodeSummary, Placement, PodSummary, covering_networks, offer_status
 from catamaran.provider.shadowpods import classify_create_error, pod_from_shadow
 from catamaran.vk.node import ROUNDED_TO_ZERO, NodeSettings, node_status
 from catamaran.vk.pods import comparable_status
@@ -187,6 +187,52 @@ def test_remote_pod_is_owned_by_its_shadowpod():
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("ShadowPod", "s-1", True)
     assert pod["metadata"]["name"] == "web-1"
+
+
+REAL = (("catamaran.io/lab-node-kind", "real"),)
+REAL_TAINT = ("catamaran.io/lab-node-kind", "real", "NoSchedule")
+
+
+def placement(selector=None, tolerations=()) -> Placement:
+    return Placement.from_offer_spec({"nodeSelector": selector or {}, "tolerations": list(tolerations)})
+
+
+def test_placement_admits_nodes_it_selects_and_whose_taints_it_tolerates():
+    tainted_real = NodeSummary(True, {"cpu": "2"}, (), frozenset(), REAL, (REAL_TAINT,))
+    plain = NodeSummary(True, {"cpu": "8"}, (), frozenset(), (("other", "x"),), ())
+    real_only = placement({"catamaran.io/lab-node-kind": "real"})
+    assert not real_only.admits(tainted_real), "the taint is not tolerated"
+    assert not real_only.admits(plain)
+    exact = {"key": "catamaran.io/lab-node-kind", "operator": "Equal", "value": "real", "effect": "NoSchedule"}
+    assert placement({"catamaran.io/lab-node-kind": "real"}, [exact]).admits(tainted_real)
+    assert placement(tolerations=[{"operator": "Exists"}]).admits(tainted_real)
+    assert not placement(tolerations=[{**exact, "effect": "NoExecute"}]).admits(tainted_real)
+    assert Placement().admits(plain)
+    assert not Placement().admits(tainted_real), "an empty placement keeps off tainted nodes, as before"
+
+
+def test_offer_counts_only_the_nodes_the_placement_admits():
+    nodes = {
+        (None, "real"): NodeSummary(True, {"cpu": "2", "pods": "110"}, ("10.1.255.0/24",), frozenset(), REAL),
+        (None, "fake"): NodeSummary(True, {"cpu": "8", "pods": "110"}, ("10.1.1.0/24",), frozenset(), ()),
+    }
+    status = offer_status(nodes, {}, "t", placement({"catamaran.io/lab-node-kind": "real"}))
+    assert status["free"]["cpu"] == "2"
+    assert status["nodes"] == 1
+    assert offer_status(nodes, {}, "t")["free"]["cpu"] == "10"
+
+
+def test_placement_is_added_to_the_remote_pod_and_wins_over_the_pods_own_selector():
+    shadow = forge.shadowpod_for(local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p")
+    shadow["apiVersion"] = "offloading.catamaran.io/v1alpha1"
+    shadow["metadata"]["uid"] = "s-1"
+    shadow["spec"]["pod"]["spec"]["nodeSelector"] = {"catamaran.io/lab-node-kind": "fake", "disk": "ssd"}
+    toleration = {"key": "k", "operator": "Exists", "effect": "NoSchedule"}
+    pod = pod_from_shadow(shadow, placement({"catamaran.io/lab-node-kind": "real"}, [toleration]))
+    assert pod["spec"]["nodeSelector"] == {"catamaran.io/lab-node-kind": "real", "disk": "ssd"}
+    assert toleration in pod["spec"]["tolerations"]
+    assert pod_from_shadow(shadow, placement({}, [toleration]))["spec"]["tolerations"].count(toleration) == 1
+    assert pod_from_shadow(shadow)["spec"] == shadow["spec"]["pod"]["spec"]
 
 
 @pytest.mark.parametrize(

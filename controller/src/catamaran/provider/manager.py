@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from lightkube import AsyncClient
 
+from ..constants import LABEL_ORIGIN_CLUSTER_ID, tenant_namespace
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
-from .offers import ResourceOfferController
+from .offers import Placement, ResourceOfferController
 from .shadowpods import ShadowPodController
 from .twins import TwinNamespaceController
 
@@ -16,5 +17,14 @@ def provider_tasks(client: AsyncClient, cluster_id: str, workers: int = 8) -> li
     offers = ResourceOfferController(client, cluster_id)
     tenants: Informer = offers.tenants
     twins = TwinNamespaceController(client, cluster_id, tenants, events)
-    shadowpods = ShadowPodController(client, events, workers=workers)
+
+    def placement(twin_namespace: str) -> Placement:
+        """The placement of the tenant that owns a twin namespace (read from the manager's own labels)."""
+        namespace = twins.namespaces.get(None, twin_namespace)
+        consumer = ((namespace or {}).get("metadata", {}).get("labels") or {}).get(LABEL_ORIGIN_CLUSTER_ID)
+        return offers.placement(tenant_namespace(consumer)) if consumer else Placement()
+
+    shadowpods = ShadowPodController(
+        client, events, workers=workers, placement=placement, wait_for=(offers.offers, twins.namespaces)
+    )
     return [*offers.tasks(), *twins.tasks(), *shadowpods.tasks()]

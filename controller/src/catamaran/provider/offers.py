@@ -2,6 +2,10 @@
 
 Nodes and pods are cached in a compact form (allocatable, requests, owner tenant), so memory
 grows with the cluster's size, not with the size of its objects.
+
+An offer's spec may carry the tenant's placement (a node selector and tolerations), written by the
+provider's side of the peering; the tenant can read it but not change it. Only nodes the placement
+admits count toward the offer, and every pod made from the tenant's ShadowPods carries it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,50 @@ class NodeSummary:
     allocatable: dict
     pod_cidrs: tuple
     pressure: frozenset
+    labels: tuple = ()  # sorted (key, value) pairs
+    taints: tuple = ()  # (key, value, effect) of NoSchedule and NoExecute taints
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a tenant's pods may run on this provider."""
+
+    node_selector: tuple = ()  # sorted (key, value) pairs
+    tolerations: tuple = ()  # as the API writes them, each a tuple of sorted items
+
+    @classmethod
+    def from_offer_spec(cls, spec: dict | None) -> Placement:
+        spec = spec or {}
+        return cls(
+            node_selector=tuple(sorted((spec.get("nodeSelector") or {}).items())),
+            tolerations=tuple(tuple(sorted(t.items())) for t in spec.get("tolerations") or []),
+        )
+
+    def admits(self, node: NodeSummary) -> bool:
+        labels = dict(node.labels)
+        if any(labels.get(key) != value for key, value in self.node_selector):
+            return False
+        tolerations = [dict(t) for t in self.tolerations]
+        return all(any(tolerates(t, taint) for t in tolerations) for taint in node.taints)
+
+    def apply(self, pod_spec: dict) -> dict:
+        """The pod spec with this placement added; the provider's selector wins over the pod's own keys."""
+        if not self.node_selector and not self.tolerations:
+            return pod_spec
+        tolerations = list(pod_spec.get("tolerations") or [])
+        tolerations += [dict(t) for t in self.tolerations if dict(t) not in tolerations]
+        selector = {**(pod_spec.get("nodeSelector") or {}), **dict(self.node_selector)}
+        return {**pod_spec, "nodeSelector": selector or None, "tolerations": tolerations or None}
+
+
+def tolerates(toleration: dict, taint: tuple) -> bool:
+    """The scheduler's toleration rule, for one (key, value, effect) taint."""
+    key, value, effect = taint
+    if toleration.get("effect") and toleration["effect"] != effect:
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == key
+    return toleration.get("key") == key and (toleration.get("value") or "") == (value or "")
 
 
 @dataclass(frozen=True)
@@ -61,12 +109,14 @@ def summarize_node(node) -> NodeSummary:
         labels.get(LABEL_TYPE) != TYPE_VIRTUAL_NODE
         and not (node.spec and node.spec.unschedulable)
         and conditions.get("Ready") == "True"
-        and not any(t.effect in ("NoSchedule", "NoExecute") for t in taints)
     )
     allocatable = {k: str(v) for k, v in ((status.allocatable if status else None) or {}).items()}
     cidrs = tuple((node.spec.podCIDRs or ([node.spec.podCIDR] if node.spec.podCIDR else [])) if node.spec else ())
     pressure = frozenset(kind for kind in PRESSURE_CONDITIONS if conditions.get(kind) == "True")
-    return NodeSummary(schedulable, allocatable, cidrs, pressure)
+    hard_taints = tuple(
+        sorted((t.key, t.value or "", t.effect) for t in taints if t.effect in ("NoSchedule", "NoExecute"))
+    )
+    return NodeSummary(schedulable, allocatable, cidrs, pressure, tuple(sorted(labels.items())), hard_taints)
 
 
 def summarize_pod(pod) -> PodSummary:
@@ -78,9 +128,10 @@ def summarize_pod(pod) -> PodSummary:
     )
 
 
-def offer_status(nodes: dict, pods: dict, tenant: str) -> dict:
-    """Free resources for `tenant`: its own offloaded pods do not count against it."""
-    usable = {name: node for (_, name), node in nodes.items() if node.schedulable}
+def offer_status(nodes: dict, pods: dict, tenant: str, placement: Placement | None = None) -> dict:
+    """Free resources for `tenant` on the nodes its placement admits; its own offloaded pods do not count."""
+    placement = placement or Placement()
+    usable = {name: node for (_, name), node in nodes.items() if node.schedulable and placement.admits(node)}
     requests = (pod.requests for pod in pods.values() if pod.node in usable and pod.tenant != tenant)
     free = quantities.free_resources((node.allocatable for node in usable.values()), requests)
     allocatable = quantities.free_resources((node.allocatable for node in usable.values()), ())
@@ -131,13 +182,25 @@ class ResourceOfferController:
             labels={LABEL_TENANT: "true"},
             transform=lambda ns: (ns.metadata.labels or {}).get(LABEL_ORIGIN_CLUSTER_ID),
         )
-        self.offers = Informer(client, ResourceOffer, name="resource-offers", transform=lambda o: dict(o))
+        self.offers = Informer(
+            client,
+            ResourceOffer,
+            name="resource-offers",
+            transform=lambda offer: Placement.from_offer_spec(offer.spec),
+        )
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
         self._published: dict[str, dict] = {}
         for informer in (self.nodes, self.pods):
             informer.on_change(self._all_tenants_changed)
         self.tenants.on_change(lambda event, key, new, old: self.queue.add(key[1], RECOMPUTE_DELAY_S))
-        self.offers.on_change(lambda event, key, new, old: event == "DELETED" and self.queue.add(key[0]))
+        self.offers.on_change(self._offer_changed)
+
+    def _offer_changed(self, event, key, new, old) -> None:
+        if event == "DELETED" or new != old:  # a new placement changes which nodes count
+            self.queue.add(key[0])
+
+    def placement(self, tenant_namespace: str) -> Placement:
+        return self.offers.get(tenant_namespace, RESOURCE_OFFER_NAME) or Placement()
 
     def _all_tenants_changed(self, event, key, new, old) -> None:
         if new == old:
@@ -158,7 +221,7 @@ class ResourceOfferController:
         if tenant is None:
             self._published.pop(namespace, None)
             return None
-        status = offer_status(self.nodes.cache, self.pods.cache, tenant)
+        status = offer_status(self.nodes.cache, self.pods.cache, tenant, self.placement(namespace))
         if self.offers.get(namespace, RESOURCE_OFFER_NAME) is None:
             with tolerating(409):
                 await self.client.create(

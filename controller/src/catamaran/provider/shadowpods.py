@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -16,6 +17,7 @@ from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, condition, reference, same_conditions, set_condition, status_patch
+from .offers import Placement
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,10 @@ def classify_create_error(error: ApiError) -> tuple[str, str]:
     return "CreateFailed", message
 
 
-def pod_from_shadow(shadow: dict) -> dict:
+def pod_from_shadow(shadow: dict, placement: Placement | None = None) -> dict:
     meta = shadow["metadata"]
     template = shadow["spec"]["pod"]
+    spec = placement.apply(template["spec"]) if placement else template["spec"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -60,7 +63,7 @@ def pod_from_shadow(shadow: dict) -> dict:
                 }
             ],
         },
-        "spec": template["spec"],
+        "spec": spec,
     }
 
 
@@ -88,9 +91,19 @@ def _evicted(pod: dict) -> bool:
 class ShadowPodController:
     name = "shadowpods"
 
-    def __init__(self, client: AsyncClient, events: EventRecorder, workers: int = 8):
+    def __init__(
+        self,
+        client: AsyncClient,
+        events: EventRecorder,
+        workers: int = 8,
+        placement: Callable[[str], Placement] | None = None,
+        wait_for: tuple[Informer, ...] = (),
+    ):
         self.client = client
         self.events = events
+        # The tenant's placement for a twin namespace; the informers behind it must be synced first.
+        self.placement = placement or (lambda namespace: Placement())
+        self.wait_for = wait_for
         self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict)
         self.pods = Informer(
             client, Pod, name="shadowpod-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=as_dict
@@ -103,8 +116,8 @@ class ShadowPodController:
         return [self.shadows.run(), self.pods.run(), self._run_queue()]
 
     async def _run_queue(self):
-        await self.shadows.synced.wait()
-        await self.pods.synced.wait()
+        for informer in (self.shadows, self.pods, *self.wait_for):
+            await informer.synced.wait()
         await self.queue.run()
 
     async def reconcile(self, key) -> float | None:
@@ -167,7 +180,8 @@ class ShadowPodController:
         meta = shadow["metadata"]
         status = shadow.get("status") or {}
         try:
-            created = await self.client.create(Pod.from_dict(pod_from_shadow(shadow)))
+            placement = self.placement(meta["namespace"])
+            created = await self.client.create(Pod.from_dict(pod_from_shadow(shadow, placement)))
         except ApiError as error:
             if error.status.code == 409:
                 return 1  # an old incarnation is still terminating
