@@ -53,7 +53,15 @@ import re
 from ansible.errors import AnsibleFilterError
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-PEERING_KEYS = {"provider", "sharing_percentage", "node_labels", "health_check", "pod_cidr_remap"}
+PEERING_KEYS = {
+    "provider",
+    "sharing_percentage",
+    "node_labels",
+    "health_check",
+    "pod_cidr_remap",
+    "provider_node_selector",
+    "provider_tolerations",
+}
 NAMESPACE_KEYS = {
     "namespace",
     "pod_offloading_strategy",
@@ -105,6 +113,12 @@ def _peering(consumer, entry, clusters, where):
     sharing = entry.get("sharing_percentage", 90)
     if isinstance(sharing, bool) or not isinstance(sharing, int) or not 1 <= sharing <= 100:
         raise AnsibleFilterError("%s: sharing_percentage must be an integer from 1 to 100, got %r" % (where, sharing))
+    selector = entry.get("provider_node_selector") or {}
+    if not isinstance(selector, dict):
+        raise AnsibleFilterError("%s: provider_node_selector must be a mapping of labels, got %r" % (where, selector))
+    tolerations = entry.get("provider_tolerations") or []
+    if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
+        raise AnsibleFilterError("%s: provider_tolerations must be a list of mappings, got %r" % (where, tolerations))
     provider = clusters[provider_id]
     node_labels = dict(provider["labels"])
     node_labels.update(entry.get("node_labels") or {})
@@ -117,6 +131,8 @@ def _peering(consumer, entry, clusters, where):
         node_labels=node_labels,
         health_check=entry.get("health_check") or {},
         pod_cidr_remap=entry.get("pod_cidr_remap"),
+        provider_node_selector=dict((str(k), str(v)) for k, v in selector.items()),
+        provider_tolerations=tolerations,
     )
 
 

@@ -24,6 +24,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     MANAGED_BY_CATAMARAN,
     NODE_LEASE_NAMESPACE,
     OFFLOADING_GROUP,
+    RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     TENANT_CLUSTER_ROLE,
     TENANT_SERVICE_ACCOUNT,
@@ -50,6 +51,33 @@ CRD_API = "apiextensions.k8s.io/v1"
 CONSUMER_CRDS = ("foreignclusters.%s" % CORE_GROUP,)
 PROVIDER_CRDS = tuple("%s.%s" % (p, OFFLOADING_GROUP) for p in ("shadowpods", "twinnamespaces", "resourceoffers"))
 TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
+
+
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def check_toleration(toleration, where):
+    """A toleration as the API accepts it, refused here before anything is applied."""
+    if not isinstance(toleration, dict):
+        raise InvalidInput("%s must be a mapping, got %r" % (where, toleration))
+    operator = toleration.get("operator") or "Equal"
+    if operator not in TOLERATION_OPERATORS:
+        raise InvalidInput("%s.operator must be one of %s, got %r" % (where, ", ".join(TOLERATION_OPERATORS), operator))
+    if toleration.get("effect") and toleration["effect"] not in TAINT_EFFECTS:
+        raise InvalidInput(
+            "%s.effect must be one of %s, got %r" % (where, ", ".join(TAINT_EFFECTS), toleration["effect"])
+        )
+    if operator == "Exists" and toleration.get("value"):
+        raise InvalidInput("%s: operator Exists takes no value" % where)
+    if operator == "Equal" and not toleration.get("key"):
+        raise InvalidInput("%s: operator Equal needs a key" % where)
+
+
+def api_toleration(toleration):
+    """A module toleration (snake_case options) as the API writes it."""
+    names = {"toleration_seconds": "tolerationSeconds"}
+    return dict((names.get(key, key), value) for key, value in toleration.items() if value is not None)
 
 
 def credentials_secret_name(provider_id):
@@ -82,6 +110,11 @@ class Peering:
         for key, value in (params.get("node_labels") or {}).items():
             if not isinstance(value, str):
                 raise InvalidInput("node_labels.%s must be a string, got %r" % (key, value))
+        for key, value in (params.get("provider_node_selector") or {}).items():
+            if not isinstance(value, str):
+                raise InvalidInput("provider_node_selector.%s must be a string, got %r" % (key, value))
+        for index, toleration in enumerate(params.get("provider_tolerations") or []):
+            check_toleration(toleration, "provider_tolerations[%d]" % index)
         return consumer_id, provider_id
 
     def check_clusters(self):
@@ -123,6 +156,7 @@ class Peering:
             changes.apply(self.provider, role)
         for obj in tenant_manifests(self.consumer_id):
             changes.apply(self.provider, obj)
+        changes.apply(self.provider, self.resource_offer(params))
         token = self._token(wait=not changes.check_mode)
         server = params["provider"].get("api_server") or self.provider.server
         credential = tenant_kubeconfig(
@@ -141,6 +175,24 @@ class Peering:
             },
         )
         changes.apply(self.consumer, self.foreign_cluster(params, labels))
+
+    def resource_offer(self, params):
+        """The tenant's placement on the provider: the manager reads it, the tenant may only read it."""
+        spec = {"clusterID": self.provider_id}
+        if params.get("provider_node_selector"):
+            spec["nodeSelector"] = params["provider_node_selector"]
+        if params.get("provider_tolerations"):
+            spec["tolerations"] = [api_toleration(t) for t in params["provider_tolerations"]]
+        return {
+            "apiVersion": OFFLOADING_API,
+            "kind": "ResourceOffer",
+            "metadata": {
+                "name": RESOURCE_OFFER_NAME,
+                "namespace": self.tenant_namespace,
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            },
+            "spec": spec,
+        }
 
     def foreign_cluster(self, params, labels):
         spec = {"clusterID": self.provider_id, "credentialsSecretRef": {"name": self.secret_name, "key": "kubeconfig"}}

@@ -88,6 +88,41 @@ options:
     description: Labels the virtual node carries besides Catamaran's own (region, provider, ...).
     type: dict
     default: {}
+  provider_node_selector:
+    description:
+      - Labels a provider node must carry to run this consumer's offloaded pods.
+      - Kept on the provider (in the tenant's ResourceOffer), so the consumer cannot widen it. The provider's
+        manager adds it to every pod it creates for this consumer, and the virtual node's capacity counts only
+        the provider nodes that match it.
+    type: dict
+    default: {}
+  provider_tolerations:
+    description:
+      - Tolerations the provider's manager adds to every pod it creates for this consumer, for provider nodes
+        tainted to keep other workloads off. Nodes with a NoSchedule or NoExecute taint these do not tolerate
+        do not count toward the virtual node's capacity.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      key:
+        description: The taint key; empty with O(provider_tolerations[].operator=Exists) matches every key.
+        type: str
+      operator:
+        description: How O(provider_tolerations[].value) is compared.
+        type: str
+        choices: [Equal, Exists]
+        default: Equal
+      value:
+        description: The taint value (with V(Equal)).
+        type: str
+      effect:
+        description: The taint effect to tolerate; empty tolerates every effect.
+        type: str
+        choices: [NoSchedule, PreferNoSchedule, NoExecute]
+      toleration_seconds:
+        description: With V(NoExecute), how long a pod stays bound after the taint appears.
+        type: int
   health_check:
     description: How the virtual kubelet checks that the provider is reachable.
     type: dict
@@ -139,6 +174,13 @@ EXAMPLES = r"""
     sharing_percentage: 50
     node_labels:
       topology.kubernetes.io/region: region-b
+    # Only the provider's GPU nodes, which are tainted for borrowed workloads.
+    provider_node_selector:
+      node.example.com/pool: gpu
+    provider_tolerations:
+      - key: node.example.com/borrowed
+        operator: Exists
+        effect: NoSchedule
     health_check:
       period_seconds: 10
       failure_threshold: 3
@@ -219,6 +261,19 @@ def main():
         state=dict(type="str", choices=["present", "absent"], default="present"),
         sharing_percentage=dict(type="int", default=90),
         node_labels=dict(type="dict", default={}),
+        provider_node_selector=dict(type="dict", default={}),
+        provider_tolerations=dict(
+            type="list",
+            elements="dict",
+            default=[],
+            options=dict(
+                key=dict(type="str", no_log=False),
+                operator=dict(type="str", choices=["Equal", "Exists"], default="Equal"),
+                value=dict(type="str"),
+                effect=dict(type="str", choices=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+                toleration_seconds=dict(type="int"),
+            ),
+        ),
         health_check=dict(
             type="dict",
             default={},
