@@ -39,7 +39,7 @@ $(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.t
 	ln -sfn ../../.. .collections/ansible_collections/catamaran/federation
 	@touch $@
 
-lab-build: setup ## build the pinned Kubernetes, etcd and kwok binaries into ~/.cache/catamaran-lab (once)
+lab-build: setup ## install the real nodes' Debian packages; build the pinned binaries and images into ~/.cache/catamaran-lab (once)
 	$(LAB) build
 
 lab-up: lab-build ## start the lab clusters (CLUSTERS=n, CATAMARAN_LAB_OVERLAP=1 for overlapping pod ranges)
@@ -48,11 +48,10 @@ lab-up: lab-build ## start the lab clusters (CLUSTERS=n, CATAMARAN_LAB_OVERLAP=1
 lab-down: ## stop every lab process and remove .lab/
 	@if [ -x $(LAB) ]; then $(LAB) down; else echo "lab: nothing to do (no $(VENV))"; fi
 
-demo: lab-up ## the main job: the lab's 3 clusters, site.yml peers them and offloads `demo`, a sample app runs remotely
+demo: lab-up ## the main job: the lab's 3 clusters, site.yml peers them and offloads `demo`, a real sample app runs remotely
 	$(BIN)/ansible-playbook playbooks/site.yml
-	.lab/bin/kubectl --kubeconfig .lab/kubeconfig --context cluster-1 apply -f examples/lab/demo-app.yaml
-	.lab/bin/kubectl --kubeconfig .lab/kubeconfig --context cluster-1 -n demo rollout status deployment/hello --timeout=180s
-	examples/lab/show.sh
+	examples/lab/demo.sh deploy
+	examples/lab/demo.sh show
 
 demo-down: ## take the demo apart (playbooks/teardown.yml un-peers everything), then stop the lab
 	@if [ -f .lab/kubeconfig ] && [ -x $(BIN)/ansible-playbook ]; then \
