@@ -127,7 +127,9 @@ def main() -> None:
 
     os.environ.setdefault("CATAMARAN_LAB_DIR", str(REPO / ".lab-bench"))
     lab = Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
-    lab.up(lab_config.load(REPO / "bench" / "lab.yaml"))
+    # Control planes and kwok only: the figures are about scale, and both runs use kwok nodes alike.
+    lab.up(lab_config.load(REPO / "bench" / "lab.yaml", real_nodes=False))
+    print("bench lab: control planes + kwok fake nodes, real nodes off", flush=True)
     processes = []
     try:
         for cluster in (CONSUMER, PROVIDER):

@@ -40,6 +40,22 @@ def cluster(request, lab_config_in_use):
     return lab_config_in_use.cluster(request.param)
 
 
+def require_real_node(cluster):
+    """The cluster's real node; a lab without one fails the test, naming why (never a silent skip)."""
+    if cluster.real_node is None:
+        pytest.fail(
+            f"{cluster.name} has no real node (the lab runs with CATAMARAN_LAB_REAL_NODES=0), "
+            "so this test, which needs real containers, could not run",
+            pytrace=False,
+        )
+    return cluster.real_node
+
+
+@pytest.fixture
+def real_node(cluster):
+    return require_real_node(cluster)
+
+
 @pytest.fixture
 def namespace(lab, cluster):
     name = f"smoke-{uuid.uuid4().hex[:8]}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from catamaran import tenancy
-from catamaran.constants import SYSTEM_NAMESPACE, TENANT_SERVICE_ACCOUNT, tenant_namespace
+from catamaran.constants import RESOURCE_OFFER_NAME, SYSTEM_NAMESPACE, TENANT_SERVICE_ACCOUNT, tenant_namespace
 from catamaran_lab.errors import LabError
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT
@@ -179,3 +179,14 @@ def unpeer(lab: Lab, consumer: str, provider: str) -> None:
     lab.kubectl(consumer, "delete", "node", f"catamaran-{provider}", "--timeout=30s", check=False)
     lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "foreigncluster", provider, "--timeout=30s", check=False)
     lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "secret", f"{provider}-credentials", check=False)
+
+
+def place(lab: Lab, consumer: str, provider: str, node_selector: dict, tolerations: list[dict]) -> None:
+    """The provider's side of a peering decides where the tenant's pods run (as the peering module does)."""
+    offer = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "ResourceOffer",
+        "metadata": {"name": RESOURCE_OFFER_NAME, "namespace": tenant_namespace(consumer)},
+        "spec": {"clusterID": provider, "nodeSelector": node_selector, "tolerations": tolerations},
+    }
+    lab.kubectl(provider, "apply", "--server-side", "--field-manager=tests", "-f", "-", input=json.dumps(offer))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
+
 IMAGE = "registry.invalid/app:1"  # never pulled: kwok and the provider's kwok run nothing
 
 
@@ -20,5 +22,36 @@ def deployment(name: str, replicas: int, pod_spec: dict | None = None, namespace
             "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
             "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec or {"containers": [container()]}},
+        },
+    }
+
+
+# The lab's own image (catamaran-lab build), present on every real node and never pulled.
+BUSYBOX = "catamaran.lab/busybox:1.35.0"
+REAL_NODE_SELECTOR = {NODE_KIND_LABEL: "real"}
+REAL_NODE_TOLERATION = {**REAL_NODE_TAINT, "operator": "Equal"}
+
+
+def real_pod(name: str, command: list[str], labels: dict | None = None, **spec) -> dict:
+    """A pod for the real node: one busybox container running `command`, as nobody, restricted."""
+    container = {
+        "name": "main",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "command": command,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        **spec.pop("container", {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "nodeSelector": REAL_NODE_SELECTOR,
+            "tolerations": [REAL_NODE_TOLERATION],
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [container],
+            **spec,
         },
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from catamaran_lab.lab import Lab
-from catamaran_lab.paths import REPO_ROOT
+from catamaran_lab.paths import REPO_ROOT, state_dir
 
 LAB_INVENTORY = REPO_ROOT / "examples" / "lab" / "inventory.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -65,11 +65,24 @@ def write_inventory(directory: Path, inventory: dict, lab: Lab) -> Path:
     return path
 
 
+def ansible_env(**extra: str) -> dict[str, str]:
+    """The environment of every Ansible run of the tests.
+
+    kubernetes.core caches API discovery in the temp directory, keyed only by server address and
+    user: a cache left by an earlier lab on the same port (with other CRDs) makes its modules ask
+    for API groups that are gone (404). The temp directory lives in the lab's state directory, so
+    the cache lives and dies with the lab it describes.
+    """
+    temp = state_dir() / "tmp"
+    temp.mkdir(parents=True, exist_ok=True)
+    return dict(os.environ, ANSIBLE_NOCOLOR="1", TMPDIR=str(temp), **extra)
+
+
 def run_playbook(
     inventory: Path, *args: str, playbook: str | Path = "site.yml", json_output: bool = True
 ) -> PlaybookRun:
     """Run one of playbooks/ by name, or any playbook by path."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = ansible_env(ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"))
     if json_output:
         env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
     result = subprocess.run(

@@ -11,6 +11,8 @@ import pytest
 
 from catamaran_lab.paths import REPO_ROOT
 
+from .playbooks import ansible_env
+
 SCENARIOS = sorted(
     (path.parents[2].name, path.parent.name) for path in (REPO_ROOT / "roles").glob("*/molecule/*/molecule.yml")
 )
@@ -24,15 +26,13 @@ def test_every_role_has_a_scenario():
 @pytest.mark.parametrize(("role", "scenario"), SCENARIOS, ids=[f"{r}-{s}" for r, s in SCENARIOS])
 def test_molecule_scenario(lab, role, scenario):
     venv_bin = Path(sys.executable).parent
-    env = dict(
-        os.environ,
+    env = ansible_env(
         PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         CATAMARAN_LAB_DIR=str(lab.root),
         ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / ".collections"),
         # The deployment scenario takes one cluster; it works in its own namespace, beside local-mode processes.
         CATAMARAN_MOLECULE_KUBECONFIG=str(lab.kubeconfig("cluster-3")),
         CATAMARAN_MOLECULE_CONTEXT="cluster-3",
-        ANSIBLE_NOCOLOR="1",
         NO_COLOR="1",
     )
     result = subprocess.run(

@@ -13,6 +13,8 @@ sys.path.insert(0, str(REPO_ROOT / ".collections"))
 from ansible.errors import AnsibleFilterError
 from ansible_collections.catamaran.federation.plugins.filter.federation_model import federation_model
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import comparable, redacted
+from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, api_toleration
 
 
 def inventory(**cluster_1):
@@ -86,3 +88,45 @@ def test_secret_values_become_digests_and_other_kinds_are_untouched():
     assert secret["data"]["kubeconfig"] == "c2VjcmV0"
     config_map = {"kind": "ConfigMap", "data": {"k": "v"}}
     assert redacted(config_map) is config_map
+
+
+def test_a_peerings_placement_reaches_the_resolved_model():
+    toleration = {"key": "catamaran.io/lab-node-kind", "operator": "Equal", "value": "real", "effect": "NoSchedule"}
+    entry = {"provider": "cluster-2", "provider_node_selector": {"pool": "real"}, "provider_tolerations": [toleration]}
+    model = federation_model(inventory(catamaran_peerings=[entry]), ["h1", "h2"])
+    peering = model["peerings"]["cluster-1"][0]
+    assert peering["provider_node_selector"] == {"pool": "real"}
+    assert peering["provider_tolerations"] == [toleration]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"provider_node_selector": ["pool=real"]}, "provider_node_selector must be a mapping"),
+        ({"provider_tolerations": {"key": "k"}}, "provider_tolerations must be a list of mappings"),
+    ],
+)
+def test_a_malformed_placement_is_refused_naming_the_field(entry, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        federation_model(inventory(catamaran_peerings=[{"provider": "cluster-2", **entry}]), ["h1", "h2"])
+
+
+@pytest.mark.parametrize(
+    ("toleration", "message"),
+    [
+        ({"operator": "Equal"}, r"provider_tolerations\[0\]: operator Equal needs a key"),
+        ({"key": "k", "operator": "Exists", "value": "v"}, r"operator Exists takes no value"),
+        ({"key": "k", "effect": "Sometimes"}, r"effect must be one of"),
+    ],
+)
+def test_the_peering_module_refuses_a_bad_toleration_before_any_change(toleration, message):
+    params = {"consumer_id": "c1", "provider_id": "p1", "provider_tolerations": [toleration]}
+    with pytest.raises(InvalidInput, match=message):
+        Peering.validate(params)
+
+
+def test_module_tolerations_are_written_as_the_api_spells_them():
+    written = api_toleration(
+        {"key": "k", "operator": "Exists", "value": None, "effect": "NoExecute", "toleration_seconds": 30}
+    )
+    assert written == {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}

@@ -18,3 +18,11 @@ CACHED_OBJECTS = Gauge("catamaran_cached_objects", "Objects held by an informer 
 def serve(port: int, address: str = "127.0.0.1") -> None:
     if port:
         start_http_server(port, addr=address)
+
+
+REMOTE_EVENTS_MIRRORED = Counter(
+    "catamaran_remote_events_mirrored_total", "Events about remote pods written onto their local pods"
+)
+REMOTE_EVENTS_DELAYED = Counter(
+    "catamaran_remote_events_delayed_total", "Mirrored event writes held back by the rate limit"
+)

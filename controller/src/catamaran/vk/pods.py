@@ -30,6 +30,7 @@ from ..logs import fields
 from ..objects import as_dict, now_iso, reference, status_patch
 from .namespaces import TwinManager
 from .node import VirtualNode
+from .remote_events import RemoteEventMirror
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +133,11 @@ class PodController:
             pods_on_node=lambda namespace: [p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace],
             shadows_left=lambda twin: len(self.shadow_informers[twin].cache) if twin in self.shadow_informers else 0,
         )
-        self.twins.ready_listeners.append(self._twin_ready)
-        self.twins.removed_listeners.append(self._unwatch_twin)
+        self.remote_events = RemoteEventMirror(
+            local, provider, self.local_pods, provider_id=provider_id, node_name=node.name
+        )
+        self.twins.ready_listeners += [self._twin_ready, self.remote_events.twin_ready]
+        self.twins.removed_listeners += [self._unwatch_twin, self.remote_events.twin_removed]
         self.shadow_informers: dict[str, Informer] = {}
         self._shadow_tasks: dict[str, asyncio.Task] = {}
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
@@ -155,7 +159,7 @@ class PodController:
         return self.twins.mapped_name(local_namespace)
 
     def tasks(self):
-        return [self.local_pods.run(), *self.twins.tasks(), self._run()]
+        return [self.local_pods.run(), *self.twins.tasks(), *self.remote_events.tasks(), self._run()]
 
     async def _run(self):
         await self.local_pods.synced.wait()

@@ -1,0 +1,185 @@
+"""Events about remote pods, mirrored onto the local pods: a person runs `kubectl describe pod` on the
+consumer and sees why the provider's kubelet cannot start it (a missing ConfigMap, a failing probe, a kill).
+
+Each twin namespace gets one Event watch, selected by the server to pods only. A mirrored Event keeps the
+remote reason, type and message, names the provider as its source, and follows the remote count and last
+timestamp. Writes go through a token bucket, so an event storm on a provider cannot flood the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Event
+
+from .. import metrics
+from ..kube.informer import Informer
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict
+
+log = logging.getLogger(__name__)
+
+REPORTING_COMPONENT = "catamaran.io/virtual-kubelet"
+# Remembered per mirrored event, so an unchanged remote event is not written again; bounded.
+MEMORY = 10_000
+
+
+def compact_event(event) -> dict:
+    data = as_dict(event)
+    series = data.get("series") or {}
+    return {
+        "pod": (data.get("involvedObject") or {}).get("name"),
+        "type": data.get("type") or "Normal",
+        "reason": data.get("reason") or "",
+        "message": (data.get("message") or "")[:1024],
+        "count": series.get("count") or data.get("count") or 1,
+        "first": data.get("firstTimestamp") or data.get("eventTime"),
+        "last": series.get("lastObservedTime") or data.get("lastTimestamp") or data.get("eventTime"),
+        "host": (data.get("source") or {}).get("host") or data.get("reportingInstance") or "",
+    }
+
+
+def mirrored_event(remote_name: str, remote: dict, pod: dict, provider_id: str, node_name: str) -> dict:
+    """The local Event for a remote one: same reason, type, message and count; the provider as source."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{remote_name}.{provider_id}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "type": remote["type"],
+        "reason": remote["reason"],
+        "message": remote["message"],
+        "count": remote["count"],
+        "firstTimestamp": remote["first"],
+        "lastTimestamp": remote["last"],
+        "source": {"component": f"{provider_id} (remote)", "host": remote["host"] or node_name},
+        "reportingComponent": REPORTING_COMPONENT,
+        "reportingInstance": node_name,
+    }
+
+
+class TokenBucket:
+    """At most `rate` writes a second on average, `burst` at once."""
+
+    def __init__(self, rate: float, burst: int):
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._stamp = time.monotonic()
+
+    def delay(self) -> float:
+        """Seconds until a token is free; 0 takes one now."""
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0.0
+        return (1 - self._tokens) / self.rate
+
+
+class RemoteEventMirror:
+    name = "remote-events"
+
+    def __init__(
+        self,
+        local: AsyncClient,
+        provider: AsyncClient,
+        local_pods: Informer,
+        *,
+        provider_id: str,
+        node_name: str,
+        rate: float = 10,
+        burst: int = 50,
+    ):
+        self.local = local
+        self.provider = provider
+        self.local_pods = local_pods  # pods bound to this virtual node only
+        self.provider_id = provider_id
+        self.node_name = node_name
+        self.limiter = TokenBucket(rate, burst)
+        self.queue = WorkQueue(self.name, self.reconcile, workers=2)
+        self.informers: dict[str, Informer] = {}
+        self.origins: dict[str, str] = {}  # twin namespace -> local namespace
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._written: OrderedDict[tuple, tuple] = OrderedDict()
+
+    def twin_ready(self, origin: str, twin: str) -> None:
+        self.origins[twin] = origin
+        if twin in self.informers:
+            return
+        informer = Informer(
+            self.provider,
+            Event,
+            name="remote-pod-events",
+            namespace=twin,
+            fields={"involvedObject.kind": "Pod"},
+            transform=compact_event,
+        )
+        informer.on_change(lambda event, key, new, old: new is not None and new != old and self.queue.add(key))
+        self.informers[twin] = informer
+        self._tasks[twin] = asyncio.get_running_loop().create_task(informer.run())
+
+    def twin_removed(self, twin: str) -> None:
+        task = self._tasks.pop(twin, None)
+        if task is not None:
+            task.cancel()
+        self.informers.pop(twin, None)
+        self.origins.pop(twin, None)
+
+    def tasks(self):
+        return [self.queue.run()]
+
+    async def reconcile(self, key) -> float | None:
+        twin, name = key
+        informer = self.informers.get(twin)
+        remote = informer.get(twin, name) if informer else None
+        origin = self.origins.get(twin)
+        if remote is None or origin is None or not remote["pod"]:
+            return None
+        pod = self.local_pods.get(origin, remote["pod"])
+        if pod is None:
+            return None  # not (or no longer) a pod of this virtual node
+        written = (pod["metadata"]["uid"], remote["count"], remote["last"], remote["message"])
+        if self._written.get(key) == written:
+            return None
+        wait = self.limiter.delay()
+        if wait > 0:
+            metrics.REMOTE_EVENTS_DELAYED.inc()
+            return wait
+        await self._write(mirrored_event(name, remote, pod, self.provider_id, self.node_name))
+        self._written[key] = written
+        self._written.move_to_end(key)
+        while len(self._written) > MEMORY:
+            self._written.popitem(last=False)
+        metrics.REMOTE_EVENTS_MIRRORED.inc()
+        return None
+
+    async def _write(self, body: dict) -> None:
+        meta = body["metadata"]
+        try:
+            await self.local.create(Event.from_dict(body))
+            return
+        except ApiError as error:
+            if error.status.code != 409:
+                raise
+        patch = {key: body[key] for key in ("count", "lastTimestamp", "message", "type")}
+        try:
+            await self.local.patch(Event, meta["name"], patch, namespace=meta["namespace"])
+        except ApiError as error:
+            if error.status.code != 404:  # expired between the two calls; the next change recreates it
+                raise
+            log.debug("mirrored event expired", extra=fields(event=meta["name"]))

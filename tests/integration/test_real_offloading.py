@@ -1,0 +1,210 @@
+"""Offloaded pods as real containers: consumer cluster-1, provider cluster-3, placed on its real node.
+
+The peering's placement (the tenant's ResourceOffer) sends every pod the manager creates to the
+provider's real node, so the kubelet there checks what kwok never would: the ConfigMap a pod mounts,
+the process it runs. The tests run in file order and share one federation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from catamaran.constants import virtual_node_name
+
+from . import federation
+from .conftest import get_json, require_real_node, wait_for
+from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
+
+pytestmark = pytest.mark.integration
+
+CONSUMER, PROVIDER = "cluster-1", "cluster-3"
+NODE = virtual_node_name(PROVIDER)
+NAMESPACE = "realoff"
+TWIN = f"{NAMESPACE}-{CONSUMER}"
+HEALTH = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
+TO_VIRTUAL_NODE = {
+    "nodeSelector": {"kubernetes.io/hostname": NODE},
+    "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
+}
+
+
+@pytest.fixture(scope="module")
+def fed(lab, lab_config_in_use):
+    provider_node = require_real_node(lab_config_in_use.cluster(PROVIDER))
+    for cluster in (CONSUMER, PROVIDER):
+        federation.install_crds(lab, cluster)
+    federation.peer(lab, CONSUMER, PROVIDER, healthCheck=HEALTH)
+    federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
+    processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
+    for process in processes:
+        process.start()
+    try:
+        wait_for(lambda: node_condition(lab, CONSUMER, NODE) == "True", timeout=60, what=f"{NODE} Ready")
+        lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE)
+        wait_for(lambda: lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "sa", "default", check=False).returncode == 0)
+        yield provider_node
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, "--timeout=60s", check=False, timeout=90)
+        lab.kubectl(
+            PROVIDER, "-n", f"catamaran-tenant-{CONSUMER}", "delete", "twinnamespaces", "--all",
+            "--timeout=60s", check=False, timeout=90,
+        )  # fmt: skip
+        for process in processes:
+            process.stop()
+        federation.unpeer(lab, CONSUMER, PROVIDER)
+
+
+def node_condition(lab, cluster: str, node: str) -> str | None:
+    result = lab.kubectl(cluster, "get", "node", node, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
+
+
+def offloaded_pod(name: str, command: list[str], **spec) -> dict:
+    pod = real_pod(name, command, **spec)
+    pod["spec"].update(TO_VIRTUAL_NODE)  # the provider's placement, not the pod, picks the real node there
+    return pod
+
+
+def create(lab, pod: dict) -> None:
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(pod))
+
+
+def pod_status(lab, cluster: str, namespace: str, name: str) -> dict:
+    return get_json(lab, cluster, "pod", "-n", namespace, name)
+
+
+def main_container(status: dict) -> dict:
+    return next(iter(status["status"].get("containerStatuses") or []), {})
+
+
+def kill_container_process(container_id: str) -> int:
+    """SIGKILL the container's processes from the host, as the OOM killer would: found by their cgroup."""
+    hex_id = container_id.split("://", 1)[1]
+    killed = 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if hex_id in Path(f"/proc/{entry}/cgroup").read_text():
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def test_offloaded_pod_runs_as_a_real_container_and_its_restarts_flow_back(lab, fed):
+    create(lab, offloaded_pod("worker", ["sh", "-c", "echo working; exec sleep 3600"]))
+
+    def running_locally():
+        local = pod_status(lab, CONSUMER, NAMESPACE, "worker")
+        container = main_container(local)
+        return local["status"].get("phase") == "Running" and container.get("ready") and local
+
+    local = wait_for(running_locally, timeout=90, what="the offloaded pod Running on the consumer")
+    remote = pod_status(lab, PROVIDER, TWIN, "worker")
+    assert local["spec"]["nodeName"] == NODE
+    assert remote["spec"]["nodeName"] == fed.name, "the peering's placement sends it to the real node"
+    container_id = main_container(local)["containerID"]
+    assert re.fullmatch(r"containerd://[0-9a-f]{64}", container_id)
+    assert main_container(remote)["containerID"] == container_id
+    assert main_container(local)["restartCount"] == 0
+
+    assert kill_container_process(container_id) >= 1
+
+    def restarted():
+        now = pod_status(lab, CONSUMER, NAMESPACE, "worker")
+        container = main_container(now)
+        return (
+            container.get("restartCount", 0) >= 1
+            and container.get("containerID") not in (None, container_id)
+            and "running" in (container.get("state") or {})
+            and now
+        )
+
+    after = wait_for(restarted, timeout=90, what="the restart of the killed container on the consumer")
+    last = main_container(after)["lastState"]["terminated"]
+    assert last["exitCode"] == 137
+    assert last["containerID"] == container_id
+
+
+def test_pod_without_its_configmap_stays_creating_and_the_consumer_shows_why(lab, fed):
+    pod = offloaded_pod(
+        "needs-config",
+        ["sleep", "3600"],
+        container={"volumeMounts": [{"name": "config", "mountPath": "/config"}]},
+        volumes=[{"name": "config", "configMap": {"name": "absent-config"}}],
+    )
+    create(lab, pod)
+
+    def failed_mount_event():
+        events = get_json(
+            lab, CONSUMER, "events", "-n", NAMESPACE,
+            "--field-selector", "involvedObject.kind=Pod,involvedObject.name=needs-config,reason=FailedMount",
+        )["items"]  # fmt: skip
+        return events[0] if events else None
+
+    event = wait_for(failed_mount_event, timeout=90, what="the provider kubelet's FailedMount event on the local pod")
+    assert 'configmap "absent-config" not found' in event["message"]
+    assert event["type"] == "Warning"
+    assert event["source"]["component"] == f"{PROVIDER} (remote)"
+    assert event["involvedObject"]["uid"] == pod_status(lab, CONSUMER, NAMESPACE, "needs-config")["metadata"]["uid"]
+
+    local = pod_status(lab, CONSUMER, NAMESPACE, "needs-config")
+    assert local["status"]["phase"] == "Pending"
+    assert main_container(local)["state"]["waiting"]["reason"] == "ContainerCreating"
+    remote = pod_status(lab, PROVIDER, TWIN, "needs-config")
+    assert remote["spec"]["nodeName"] == fed.name
+    # The kubelet keeps retrying: the mirrored event's count follows the remote one.
+    wait_for(
+        lambda: (e := failed_mount_event()) and e["count"] > event["count"],
+        timeout=120,
+        what="the mirrored event's count to grow",
+    )
+
+
+def test_provider_kubelet_death_reaches_the_consumer_as_the_provider_reports_it(lab, fed):
+    create(lab, offloaded_pod("steady", ["sleep", "3600"]))
+    wait_for(
+        lambda: main_container(pod_status(lab, CONSUMER, NAMESPACE, "steady")).get("ready"),
+        timeout=90,
+        what="steady Ready on the consumer",
+    )
+    lab.stop_component(PROVIDER, "kubelet")
+    try:
+        wait_for(
+            lambda: node_condition(lab, PROVIDER, fed.name) == "Unknown",
+            timeout=90,
+            what=f"{fed.name} NotReady once its kubelet stops posting status",
+        )
+
+        def ready_condition(cluster, namespace):
+            status = pod_status(lab, cluster, namespace, "steady")
+            return next((c for c in status["status"]["conditions"] if c["type"] == "Ready"), {})
+
+        remote_ready = wait_for(
+            lambda: (c := ready_condition(PROVIDER, TWIN)).get("status") == "False" and c,
+            timeout=60,
+            what="the provider marking the pod not ready",
+        )
+        local_ready = wait_for(
+            lambda: (c := ready_condition(CONSUMER, NAMESPACE)).get("status") == "False" and c,
+            timeout=30,
+            what="the consumer showing what the provider reports",
+        )
+        assert local_ready.get("reason") == remote_ready.get("reason")
+        assert node_condition(lab, CONSUMER, NODE) == "True", "the provider's API server is still reachable"
+    finally:
+        lab.start_component(PROVIDER, "kubelet")
+    wait_for(lambda: node_condition(lab, PROVIDER, fed.name) == "True", timeout=90, what=f"{fed.name} Ready again")
+    wait_for(
+        lambda: main_container(pod_status(lab, CONSUMER, NAMESPACE, "steady")).get("ready"),
+        timeout=90,
+        what="steady Ready again on the consumer",
+    )
