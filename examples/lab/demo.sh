@@ -9,7 +9,7 @@ providers=(cluster-2 cluster-3)
 twin=demo-cluster-1
 
 deploy() {
-  $kubectl --context cluster-1 apply -f "$here/demo-app.yaml"
+  $kubectl --context cluster-1 apply -f "$here/demo-app/"
   # Until resource reflection exists (the virtual kubelet copies ConfigMaps into twin namespaces),
   # the page's ConfigMap is placed into each provider's twin namespace here, by hand.
   for provider in "${providers[@]}"; do

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import subprocess
 
 import pytest
 import yaml
@@ -20,7 +22,8 @@ from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 
 CONSUMER = "cluster-1"
 PROVIDERS = ("cluster-2", "cluster-3")
-APP = playbooks.REPO_ROOT / "examples" / "lab" / "demo-app.yaml"
+DEMO = playbooks.REPO_ROOT / "examples" / "lab" / "demo.sh"
+REPLICAS = 4
 
 
 @pytest.fixture(scope="module")
@@ -74,20 +77,32 @@ def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
     offloading = get_json(lab, CONSUMER, "-n", "demo", "namespaceoffloading", "offloading")
     assert offloading["status"]["offloadingPhase"] == "Ready"
 
-    lab.kubectl(CONSUMER, "apply", "-f", str(APP))
+    # The demo as `make demo` runs it: real containers on the providers' real nodes.
+    deploy = subprocess.run(
+        [str(DEMO), "deploy"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), capture_output=True, text=True
+    )
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
 
     def running_remotely():
         pods = get_json(lab, CONSUMER, "-n", "demo", "pods", "-l", "app=hello")["items"]
         placed = [p["spec"].get("nodeName", "") for p in pods if p["status"].get("phase") == "Running"]
-        return len(placed) == 6 and all(node.startswith("catamaran-cluster-") for node in placed) and placed
+        return len(placed) == REPLICAS and all(node.startswith("catamaran-cluster-") for node in placed) and placed
 
-    placed = wait_for(running_remotely, timeout=120, what="six demo pods Running on virtual nodes")
-    remote = sum(
-        len(get_json(lab, provider, "-n", "demo-cluster-1", "pods")["items"])
+    wait_for(running_remotely, timeout=120, what=f"{REPLICAS} demo pods Running on virtual nodes")
+    remote = [
+        pod
         for provider in PROVIDERS
-        if f"catamaran-{provider}" in placed
+        for pod in get_json(lab, provider, "-n", "demo-cluster-1", "pods", "-l", "app=hello")["items"]
+    ]
+    assert len(remote) == REPLICAS
+    assert {pod["spec"]["nodeName"] for pod in remote} <= {f"{provider}-real" for provider in PROVIDERS}
+    show = subprocess.run(
+        [str(DEMO), "show"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), capture_output=True, text=True
     )
-    assert remote == 6
+    assert show.returncode == 0, show.stdout + show.stderr
+    for pod in remote:
+        cluster = pod["spec"]["nodeName"].removesuffix("-real")
+        assert f"pod {pod['metadata']['name']} runs in {cluster}, on node {cluster}-real" in show.stdout
 
 
 def test_second_run_changes_nothing(lab, federation):
