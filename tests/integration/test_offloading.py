@@ -269,12 +269,16 @@ def test_provider_outage_turns_the_node_not_ready_and_back(lab, fed):
 
 
 def expected_allocatable(lab) -> dict[str, str]:
-    """Sharing percentage x (allocatable of schedulable provider nodes - requests of non-offloaded pods)."""
+    """Sharing percentage x (allocatable of schedulable provider nodes - requests of non-offloaded pods).
+
+    This peering has no placement, so a node tainted NoSchedule or NoExecute (the real node) does not count.
+    """
     nodes = [
         n
         for n in get_json(lab, PROVIDER, "nodes")["items"]
         if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])
         and not n["spec"].get("unschedulable")
+        and not any(t["effect"] in ("NoSchedule", "NoExecute") for t in n["spec"].get("taints") or [])
     ]
     names = {n["metadata"]["name"] for n in nodes}
     pods = [

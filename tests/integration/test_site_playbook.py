@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.integration.conftest import get_json, wait_for
+from tests.integration.conftest import get_json, require_real_node, wait_for
 
 from . import playbooks
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
@@ -28,6 +28,8 @@ REPLICAS = 4
 
 @pytest.fixture(scope="module")
 def federation(lab, tmp_path_factory):
+    for provider in PROVIDERS:  # the lab inventory places the demo on the providers' real nodes
+        require_real_node(lab.recorded_config().cluster(provider))
     directory = tmp_path_factory.mktemp("site")
     inventory = write_inventory(directory, lab_inventory(), lab)
     yield {"inventory": inventory, "directory": directory}

@@ -106,6 +106,8 @@ def test_kwokctl_is_told_every_binary_and_never_to_manage_all_nodes(tmp_path):
         assert Path(options[f"{option}Binary"]).parent == tmp_path
     assert options["kubeApiserverPort"] == cluster.ports["kube-apiserver"]
     assert options["bindAddress"] == "127.0.0.1"
+    assert options["heartbeatFactor"] == 1, "kwokctl would multiply the node monitor periods by 5"
+    assert options["kubeControllerManagerNodeMonitorGracePeriodMilliseconds"] == kwok.NODE_MONITOR_GRACE_MS
     args = {a["key"]: a for a in documents[0]["componentsPatches"][0]["extraArgs"]}
     assert args["manage-all-nodes"] == {"key": "manage-all-nodes", "value": "false", "override": True}
     assert args["manage-nodes-with-label-selector"]["value"] == f"{config.MANAGED_NODE_LABEL}=true"

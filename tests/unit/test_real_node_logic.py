@@ -9,13 +9,15 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from catamaran_lab import config, images, nodeconfig, pki
+from catamaran_lab import config, images, nodeconfig, packages, pki
+from catamaran_lab.errors import LabError
 
 
 def layout(tmp_path: Path, cluster: str = "cluster-1") -> nodeconfig.NodeLayout:
@@ -144,3 +146,20 @@ def test_node_certificates_carry_identity_and_addresses(tmp_path):
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["172.31.0.2"]
     assert cert.issuer == ca.subject
     assert oct(key_path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_missing_packages_are_named_with_the_fix(monkeypatch):
+    monkeypatch.setattr(packages.os.path, "exists", lambda path: path != "/usr/bin/containerd")
+    monkeypatch.setattr(packages.shutil, "which", lambda tool: None)
+    with pytest.raises(LabError) as error:
+        packages.ensure_packages(log=lambda message: None)
+    message = str(error.value)
+    assert "containerd" in message
+    assert "apt-get install -y -qq --no-install-recommends containerd" in message
+    assert "CATAMARAN_LAB_REAL_NODES=0" in message
+
+
+def test_nothing_is_installed_when_every_package_is_there(monkeypatch):
+    monkeypatch.setattr(packages.os.path, "exists", lambda path: True)
+    monkeypatch.setattr(packages.subprocess, "run", lambda *a, **k: pytest.fail("apt-get must not run"))
+    packages.ensure_packages(log=lambda message: None)

@@ -38,8 +38,11 @@ def run(*command: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def create_node_network(
     netns: str, host_link: str, node_link: str, host_ip: str, node_ip: str, prefix: int, pod_route: str | None
-) -> None:
-    """A namespace joined to the host by a veth pair; the node routes everything else through the host."""
+) -> str | None:
+    """A namespace joined to the host by a veth pair; the node routes everything else through the host.
+
+    Returns why the host cannot reach the node's pods directly, or None when it can.
+    """
     run("ip", "netns", "add", netns)
     run("ip", "link", "add", host_link, "type", "veth", "peer", "name", node_link)
     run("ip", "link", "set", node_link, "netns", netns)
@@ -54,8 +57,12 @@ def create_node_network(
     # Per-namespace sysctls: the host's own settings stay untouched.
     run(*inside, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
     run(*inside, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1")
-    if pod_route:
-        run("ip", "route", "add", pod_route, "via", node_ip, "dev", host_link)
+    if not pod_route:
+        return "the lab's pod ranges overlap"
+    routed = run("ip", "route", "add", pod_route, "via", node_ip, "dev", host_link, check=False)
+    if routed.returncode != 0:  # another lab on this machine uses the same range
+        return f"the host already routes {pod_route} elsewhere ({routed.stderr.strip()})"
+    return None
 
 
 def netns_names(prefix: str) -> list[str]:

@@ -63,6 +63,9 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                 "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
                 "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
                 "nodeLeaseDurationSeconds": 40,
+                # kwokctl multiplies every heartbeat setting by this factor, 5 unless told: the grace
+                # period above would silently become 150 s and the lease 200 s.
+                "heartbeatFactor": 1,
                 "kubeApiserverCertSANs": cert_sans,
             },
             "componentsPatches": [

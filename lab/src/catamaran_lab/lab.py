@@ -255,7 +255,7 @@ class Lab:
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
         node = self.real_node(cluster) if cluster.real_node else None
         if node:
-            node.create_network(lab.overlapping_pod_cidrs)
+            node.create_network(lab.overlapping_pod_cidrs, self.log)
         config_path = cluster_dir / "kwokctl.yaml"
         documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name))
         config_path.write_text(yaml.safe_dump_all(documents))

@@ -50,10 +50,10 @@ class RealNode:
 
     # -- start --------------------------------------------------------------------------
 
-    def create_network(self, overlapping_pod_cidrs: bool) -> None:
+    def create_network(self, overlapping_pod_cidrs: bool, log) -> None:
         """Before the cluster starts: its kube-apiserver advertises the host end of this link."""
         layout, spec = self.layout, self.spec
-        host.create_node_network(
+        unrouted = host.create_node_network(
             layout.netns,
             layout.host_link(self.cluster.number),
             layout.node_link(self.cluster.number),
@@ -63,6 +63,8 @@ class RealNode:
             # Overlapping pod ranges cannot all be routed from one host; pods still reach the host.
             pod_route=None if overlapping_pod_cidrs else spec.pod_cidr,
         )
+        if unrouted:
+            log(f"lab: {self.cluster.name}: pods of {spec.name} are not reachable from this host: {unrouted}")
 
     def start(self, images: list[Image], log) -> None:
         for directory in ("pki", "logs", "pids", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "runc"):
@@ -272,10 +274,12 @@ def remove_leftovers(root: Path, lab_id: str) -> list[str]:
 def leftovers(root: Path, lab_id: str) -> list[str]:
     """What of the lab is still on the host: empty after a clean `lab-down`."""
     prefix = f"catamaran-{lab_id}-"
-    found = [f"mount {path}" for path in host.mounts_under(root)]
+    cgroups = host.cgroups_named(prefix)
+    found = [f"container process {pid}" for pid in sorted(set().union(*map(host.cgroup_pids, cgroups)))]
+    found += [f"mount {path}" for path in host.mounts_under(root)]
     found += [f"network namespace {name}" for name in host.netns_names(prefix)]
     found += [f"network interface {name}" for name in host.link_names(f"cm{lab_id}")]
-    found += [f"cgroup {path}" for path in host.cgroups_named(prefix)]
+    found += [f"cgroup {path}" for path in cgroups]
     found += [f"CNI cache {path}" for path in host.cni_cache_entries(prefix)]
     found += [f"log link {path}" for path in host.container_log_links(root)]
     found += [f"host iptables rule: {line}" for line in host.host_iptables_mentions((prefix, f"cm{lab_id}"))]
