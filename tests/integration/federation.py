@@ -7,6 +7,7 @@ controller's own manifest functions, so both paths share one source of truth.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -18,10 +19,18 @@ from pathlib import Path
 import yaml
 
 from catamaran import tenancy
-from catamaran.constants import RESOURCE_OFFER_NAME, SYSTEM_NAMESPACE, TENANT_SERVICE_ACCOUNT, tenant_namespace
+from catamaran.constants import (
+    RESOURCE_OFFER_NAME,
+    SYSTEM_NAMESPACE,
+    TENANT_SERVICE_ACCOUNT,
+    tenant_namespace,
+    virtual_node_name,
+)
 from catamaran_lab.errors import LabError
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT
+
+from .conftest import wait_for
 
 CRD_DIR = REPO_ROOT / "controller" / "crds"
 
@@ -190,3 +199,37 @@ def place(lab: Lab, consumer: str, provider: str, node_selector: dict, toleratio
         "spec": {"clusterID": provider, "nodeSelector": node_selector, "tolerations": tolerations},
     }
     lab.kubectl(provider, "apply", "--server-side", "--field-manager=tests", "-f", "-", input=json.dumps(offer))
+
+
+def node_ready(lab: Lab, cluster: str, node: str) -> str | None:
+    """The node's Ready status ("True", "False", "Unknown"), None when it is not there."""
+    result = lab.kubectl(cluster, "get", "node", node, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
+
+
+@contextlib.contextmanager
+def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: list[ControllerProcess]):
+    """Run the peering's processes until the virtual node is Ready and `namespace` exists; undo all of it after.
+
+    The namespace and the twins go while the processes still run, so finalizers and remote pods are handled.
+    """
+    node = virtual_node_name(provider)
+    for process in processes:
+        process.start()
+    try:
+        wait_for(lambda: node_ready(lab, consumer, node) == "True", timeout=60, what=f"virtual node {node} Ready")
+        lab.kubectl(consumer, "create", "namespace", namespace)
+        wait_for(lambda: lab.kubectl(consumer, "-n", namespace, "get", "sa", "default", check=False).returncode == 0)
+        yield
+    finally:
+        lab.kubectl(consumer, "delete", "namespace", namespace, "--timeout=60s", check=False, timeout=90)
+        lab.kubectl(
+            provider, "-n", tenant_namespace(consumer), "delete", "twinnamespaces", "--all",
+            "--timeout=60s", check=False, timeout=90,
+        )  # fmt: skip
+        for process in processes:
+            process.stop()
+        unpeer(lab, consumer, provider)

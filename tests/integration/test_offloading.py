@@ -52,30 +52,8 @@ def fed(lab):
         "manager": federation.manager(lab, PROVIDER),
         "vk": federation.virtual_kubelet(lab, CONSUMER, PROVIDER, metrics_port=metrics_port(lab)),
     }
-    for process in processes.values():
-        process.start()
-    try:
-        wait_for(lambda: node_ready(lab) == "True", timeout=60, what=f"virtual node {NODE} Ready")
-        lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE)
-        wait_for(lambda: lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "sa", "default", check=False).returncode == 0)
+    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, list(processes.values())):
         yield processes
-    finally:
-        # Undo the peering while the processes still run, so finalizers and remote pods are handled.
-        lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, "--timeout=60s", check=False, timeout=90)
-        lab.kubectl(
-            PROVIDER,
-            "-n",
-            f"catamaran-tenant-{CONSUMER}",
-            "delete",
-            "twinnamespaces",
-            "--all",
-            "--timeout=60s",
-            check=False,
-            timeout=90,
-        )
-        for process in processes.values():
-            process.stop()
-        federation.unpeer(lab, CONSUMER, PROVIDER)
 
 
 def metrics_port(lab) -> int:
@@ -83,17 +61,7 @@ def metrics_port(lab) -> int:
 
 
 def node_ready(lab) -> str | None:
-    result = lab.kubectl(CONSUMER, "get", "node", NODE, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None
-    return next(
-        (
-            c["status"]
-            for c in json.loads(result.stdout).get("status", {}).get("conditions", [])
-            if c["type"] == "Ready"
-        ),
-        None,
-    )
+    return federation.node_ready(lab, CONSUMER, NODE)
 
 
 def offloaded_deployment(name: str, replicas: int, cpu: str = "10m") -> str:

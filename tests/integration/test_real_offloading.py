@@ -43,30 +43,8 @@ def fed(lab, lab_config_in_use):
     federation.peer(lab, CONSUMER, PROVIDER, healthCheck=HEALTH)
     federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
     processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
-    for process in processes:
-        process.start()
-    try:
-        wait_for(lambda: node_condition(lab, CONSUMER, NODE) == "True", timeout=60, what=f"{NODE} Ready")
-        lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE)
-        wait_for(lambda: lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "sa", "default", check=False).returncode == 0)
+    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
         yield provider_node
-    finally:
-        lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, "--timeout=60s", check=False, timeout=90)
-        lab.kubectl(
-            PROVIDER, "-n", f"catamaran-tenant-{CONSUMER}", "delete", "twinnamespaces", "--all",
-            "--timeout=60s", check=False, timeout=90,
-        )  # fmt: skip
-        for process in processes:
-            process.stop()
-        federation.unpeer(lab, CONSUMER, PROVIDER)
-
-
-def node_condition(lab, cluster: str, node: str) -> str | None:
-    result = lab.kubectl(cluster, "get", "node", node, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None
-    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
-    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
 
 
 def offloaded_pod(name: str, command: list[str], **spec) -> dict:
@@ -179,7 +157,7 @@ def test_provider_kubelet_death_reaches_the_consumer_as_the_provider_reports_it(
     lab.stop_component(PROVIDER, "kubelet")
     try:
         wait_for(
-            lambda: node_condition(lab, PROVIDER, fed.name) == "Unknown",
+            lambda: federation.node_ready(lab, PROVIDER, fed.name) == "Unknown",
             timeout=90,
             what=f"{fed.name} NotReady once its kubelet stops posting status",
         )
@@ -199,10 +177,12 @@ def test_provider_kubelet_death_reaches_the_consumer_as_the_provider_reports_it(
             what="the consumer showing what the provider reports",
         )
         assert local_ready.get("reason") == remote_ready.get("reason")
-        assert node_condition(lab, CONSUMER, NODE) == "True", "the provider's API server is still reachable"
+        assert federation.node_ready(lab, CONSUMER, NODE) == "True", "the provider's API server is still reachable"
     finally:
         lab.start_component(PROVIDER, "kubelet")
-    wait_for(lambda: node_condition(lab, PROVIDER, fed.name) == "True", timeout=90, what=f"{fed.name} Ready again")
+    wait_for(
+        lambda: federation.node_ready(lab, PROVIDER, fed.name) == "True", timeout=90, what=f"{fed.name} Ready again"
+    )
     wait_for(
         lambda: main_container(pod_status(lab, CONSUMER, NAMESPACE, "steady")).get("ready"),
         timeout=90,

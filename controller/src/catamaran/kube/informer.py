@@ -153,3 +153,35 @@ class Informer:
                 handler(event, key, new, old)
             except Exception:
                 log.exception("informer handler failed", extra=fields(informer=self.name, key=str(key)))
+
+
+class NamespacedInformers:
+    """One informer per namespace for one kind, started and stopped as namespaces come and go.
+
+    A tenant credential may list only inside its own namespaces, so a cluster-wide watch is not an
+    option; a namespace's informer is cancelled once the namespace (and the right to list there) is gone.
+    """
+
+    def __init__(self, make: Callable[[str], Informer]):
+        self.make = make
+        self._informers: dict[str, Informer] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    def watch(self, namespace: str) -> Informer:
+        informer = self._informers.get(namespace)
+        if informer is None:
+            informer = self._informers[namespace] = self.make(namespace)
+            self._tasks[namespace] = asyncio.get_running_loop().create_task(informer.run())
+        return informer
+
+    def unwatch(self, namespace: str) -> None:
+        task = self._tasks.pop(namespace, None)
+        if task is not None:
+            task.cancel()
+        self._informers.pop(namespace, None)
+
+    def get(self, namespace: str) -> Informer | None:
+        return self._informers.get(namespace)
+
+    def __contains__(self, namespace: str) -> bool:
+        return namespace in self._informers

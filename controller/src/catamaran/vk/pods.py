@@ -8,7 +8,6 @@ clusters and neither duplicates nor loses a pod.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from lightkube import AsyncClient
@@ -22,7 +21,7 @@ from ..constants import (
 )
 from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer
+from ..kube.informer import Informer, NamespacedInformers
 from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
@@ -131,15 +130,14 @@ class PodController:
             provider_id=provider_id,
             node_name=node.name,
             pods_on_node=lambda namespace: [p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace],
-            shadows_left=lambda twin: len(self.shadow_informers[twin].cache) if twin in self.shadow_informers else 0,
+            shadows_left=lambda twin: len(informer.cache) if (informer := self.shadow_informers.get(twin)) else 0,
         )
+        self.shadow_informers = NamespacedInformers(self._shadow_informer)
         self.remote_events = RemoteEventMirror(
             local, provider, self.local_pods, provider_id=provider_id, node_name=node.name
         )
         self.twins.ready_listeners += [self._twin_ready, self.remote_events.twin_ready]
-        self.twins.removed_listeners += [self._unwatch_twin, self.remote_events.twin_removed]
-        self.shadow_informers: dict[str, Informer] = {}
-        self._shadow_tasks: dict[str, asyncio.Task] = {}
+        self.twins.removed_listeners += [self.shadow_informers.unwatch, self.remote_events.twin_removed]
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
         self.local_pods.on_change(self._local_changed)
         node.health_listeners.append(lambda healthy: self._requeue_all())
@@ -172,25 +170,15 @@ class PodController:
             self.queue.add(key)
 
     def _twin_ready(self, origin: str, twin: str) -> None:
-        self._watch_twin(twin)
+        self.shadow_informers.watch(twin)
         for namespace, pod_name in list(self.local_pods.cache):
             if namespace == origin:
                 self.queue.add((namespace, pod_name))
 
-    def _watch_twin(self, twin: str) -> None:
-        if twin in self.shadow_informers:
-            return
+    def _shadow_informer(self, twin: str) -> Informer:
         informer = Informer(self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow)
         informer.on_change(self._shadow_changed)
-        self.shadow_informers[twin] = informer
-        self._shadow_tasks[twin] = asyncio.get_running_loop().create_task(informer.run())
-
-    def _unwatch_twin(self, twin: str) -> None:
-        """The twin is gone, and with it this tenant's right to list there: stop watching it."""
-        task = self._shadow_tasks.pop(twin, None)
-        if task is not None:
-            task.cancel()
-        self.shadow_informers.pop(twin, None)
+        return informer
 
     def _shadow_changed(self, event, key, new, old) -> None:
         shadow = new or old

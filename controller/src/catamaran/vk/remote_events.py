@@ -8,7 +8,6 @@ timestamp. Writes go through a token bucket, so an event storm on a provider can
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -18,7 +17,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event
 
 from .. import metrics
-from ..kube.informer import Informer
+from ..kube.informer import Informer, NamespacedInformers
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict
@@ -112,15 +111,11 @@ class RemoteEventMirror:
         self.node_name = node_name
         self.limiter = TokenBucket(rate, burst)
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
-        self.informers: dict[str, Informer] = {}
+        self.informers = NamespacedInformers(self._informer)
         self.origins: dict[str, str] = {}  # twin namespace -> local namespace
-        self._tasks: dict[str, asyncio.Task] = {}
         self._written: OrderedDict[tuple, tuple] = OrderedDict()
 
-    def twin_ready(self, origin: str, twin: str) -> None:
-        self.origins[twin] = origin
-        if twin in self.informers:
-            return
+    def _informer(self, twin: str) -> Informer:
         informer = Informer(
             self.provider,
             Event,
@@ -130,14 +125,14 @@ class RemoteEventMirror:
             transform=compact_event,
         )
         informer.on_change(lambda event, key, new, old: new is not None and new != old and self.queue.add(key))
-        self.informers[twin] = informer
-        self._tasks[twin] = asyncio.get_running_loop().create_task(informer.run())
+        return informer
+
+    def twin_ready(self, origin: str, twin: str) -> None:
+        self.origins[twin] = origin
+        self.informers.watch(twin)
 
     def twin_removed(self, twin: str) -> None:
-        task = self._tasks.pop(twin, None)
-        if task is not None:
-            task.cancel()
-        self.informers.pop(twin, None)
+        self.informers.unwatch(twin)
         self.origins.pop(twin, None)
 
     def tasks(self):
