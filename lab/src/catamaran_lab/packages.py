@@ -19,6 +19,8 @@ REAL_NODE_PACKAGES = {
     "conntrack": "/usr/sbin/conntrack",
     "iproute2": "/usr/sbin/ip",
     "util-linux": "/usr/bin/nsenter",
+    "procps": "/usr/sbin/sysctl",
+    "curl": "/usr/bin/curl",  # the demo fetches the remote pages with it
     "gcc": "/usr/bin/gcc",
     "libc6-dev": "/usr/include/stdio.h",
 }
