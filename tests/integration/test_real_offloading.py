@@ -158,7 +158,7 @@ def test_provider_kubelet_death_reaches_the_consumer_as_the_provider_reports_it(
     try:
         wait_for(
             lambda: federation.node_ready(lab, PROVIDER, fed.name) == "Unknown",
-            timeout=90,
+            timeout=150,
             what=f"{fed.name} NotReady once its kubelet stops posting status",
         )
 
