@@ -113,6 +113,25 @@ def test_node_status_reports_rounding_to_zero_and_health():
     assert (ready["status"], ready["reason"]) == ("False", "ProviderUnreachable")
 
 
+KUBE_API_ACCESS = {
+    "name": "kube-api-access-abc",
+    "projected": {
+        "defaultMode": 420,
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {
+                "downwardAPI": {
+                    "items": [
+                        {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                    ]
+                }
+            },
+        ],
+    },
+}
+
+
 def local_pod(**spec_extra) -> dict:
     return {
         "metadata": {
@@ -134,7 +153,7 @@ def local_pod(**spec_extra) -> dict:
                 {"key": VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},
                 {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
             ],
-            "volumes": [{"name": "kube-api-access-abc", "projected": {}}, {"name": "data", "emptyDir": {}}],
+            "volumes": [KUBE_API_ACCESS, {"name": "data", "emptyDir": {}}],
             "containers": [
                 {
                     "name": "app",
@@ -146,6 +165,28 @@ def local_pod(**spec_extra) -> dict:
         },
         "status": {},
     }
+
+
+def test_with_a_token_secret_the_token_volume_reads_the_consumers_token_ca_and_namespace():
+    shadow = forge.shadowpod_for(
+        local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p", token_secret="catamaran-token.web-1"
+    )
+    spec = shadow["spec"]["pod"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["containers"][0]["volumeMounts"][0] == {"name": "kube-api-access-abc", "mountPath": "/var/run"}
+    volume = spec["volumes"][0]
+    assert volume["projected"]["defaultMode"] == 420
+    assert volume["projected"]["sources"] == [
+        {
+            "secret": {
+                "name": "catamaran-token.web-1",
+                "items": [{"key": "kube-api-access-abc.token-0", "path": "token"}],
+            }
+        },
+        {"configMap": {"name": "catamaran-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"secret": {"name": "catamaran-token.web-1", "items": [{"key": "namespace", "path": "namespace"}]}},
+    ]
+    assert forge.token_requests(local_pod()["spec"]) == [("kube-api-access-abc.token-0", None, 3607)]
 
 
 def test_forged_spec_drops_everything_local():

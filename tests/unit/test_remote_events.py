@@ -20,7 +20,7 @@ REMOTE = {
     "lastTimestamp": "2026-11-23T01:02:00Z",
     "source": {"component": "kubelet", "host": "cluster-2-real"},
 }
-LOCAL_POD = {"metadata": {"name": "web", "namespace": "shop", "uid": "local-uid"}}
+LOCAL_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "uid": "local-uid"}}
 
 
 def test_a_mirrored_event_keeps_what_happened_and_points_at_the_local_pod():

@@ -19,9 +19,18 @@ LABEL_TENANT = "catamaran.io/tenant"
 
 MANAGED_BY_SHADOWPOD = "shadowpod"
 MANAGED_BY_CATAMARAN = "catamaran"
+MANAGED_BY_REFLECTION = "reflection"
 
 ANNOTATION_LOCAL_POD_UID = "catamaran.io/local-pod-uid"
 ANNOTATION_TWIN_OF = "catamaran.io/twin-of"
+# Reflection policy, per object: skipped under a DenyList policy, chosen under an AllowList one.
+ANNOTATION_SKIP_REFLECTION = "catamaran.io/skip-reflection"
+ANNOTATION_ALLOW_REFLECTION = "catamaran.io/allow-reflection"
+# On reflected copies: the local object's uid, and for token Secrets the pod they serve.
+ANNOTATION_LOCAL_UID = "catamaran.io/local-uid"
+ANNOTATION_TOKEN_FOR_POD = "catamaran.io/token-for-pod"
+# The consumer's CA bundle in a twin namespace; the provider keeps its own kube-root-ca.crt there.
+CONSUMER_ROOT_CA_CONFIGMAP = "catamaran-root-ca.crt"
 
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.catamaran.io/not-allowed"
 VIRTUAL_NODE_TAINT = {"key": VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from .constants import (
     ANNOTATION_LOCAL_POD_UID,
+    CONSUMER_ROOT_CA_CONFIGMAP,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -18,7 +19,9 @@ from .constants import (
 )
 
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
-SERVICE_ACCOUNT_VOLUME_PREFIX = "kube-api-access-"
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+TOKEN_NAMESPACE_KEY = "namespace"
+DEFAULT_TOKEN_EXPIRATION = 3600
 # Fields that only make sense on the consumer: placement on its nodes, its priority classes,
 # its service accounts (their tokens are not valid on the provider) and host namespaces.
 LOCAL_ONLY_SPEC_FIELDS = (
@@ -41,7 +44,66 @@ DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
 
 
-def forge_pod_spec(spec: dict) -> dict:
+def token_volumes(spec: dict) -> list[dict]:
+    """Projected volumes that carry a service-account token (the kubelet's kube-api-access-* and custom ones)."""
+    return [
+        volume
+        for volume in spec.get("volumes") or []
+        if any("serviceAccountToken" in source for source in (volume.get("projected") or {}).get("sources") or [])
+    ]
+
+
+def token_key(volume_name: str, index: int) -> str:
+    return f"{volume_name}.token-{index}"
+
+
+def token_requests(spec: dict) -> list[tuple[str, str | None, int]]:
+    """(Secret key, audience, lifetime) of each token the pod's volumes project; no audience means the API server's."""
+    requests = []
+    for volume in token_volumes(spec):
+        for index, source in enumerate(volume["projected"].get("sources") or []):
+            token = source.get("serviceAccountToken")
+            if token is not None:
+                requests.append(
+                    (
+                        token_key(volume["name"], index),
+                        token.get("audience") or None,
+                        int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION),
+                    )
+                )
+    return requests
+
+
+def _remote_token_volume(volume: dict, token_secret: str) -> dict:
+    """The volume reading the tokens the virtual kubelet stored, the consumer's CA and the local namespace."""
+    projected = dict(volume["projected"])
+    sources = []
+    for index, source in enumerate(projected.get("sources") or []):
+        if "serviceAccountToken" in source:
+            path = source["serviceAccountToken"]["path"]
+            item = {"key": token_key(volume["name"], index), "path": path}
+            sources.append({"secret": {"name": token_secret, "items": [item]}})
+        elif (source.get("configMap") or {}).get("name") == ROOT_CA_CONFIGMAP:
+            sources.append({"configMap": {**source["configMap"], "name": CONSUMER_ROOT_CA_CONFIGMAP}})
+        elif "downwardAPI" in source:
+            items = source["downwardAPI"].get("items") or []
+            # On the provider the pod's namespace is the twin's; the token speaks for the local one.
+            namespace_items = [i for i in items if (i.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"]
+            others = [i for i in items if i not in namespace_items]
+            if namespace_items:
+                secret_items = [{"key": TOKEN_NAMESPACE_KEY, "path": i["path"]} for i in namespace_items]
+                sources.append({"secret": {"name": token_secret, "items": secret_items}})
+            if others:
+                sources.append({"downwardAPI": {**source["downwardAPI"], "items": others}})
+        else:
+            sources.append(source)
+    projected["sources"] = sources
+    return {**volume, "projected": projected}
+
+
+def forge_pod_spec(spec: dict, token_secret: str | None = None) -> dict:
+    """The pod spec for the provider. With `token_secret`, token volumes read the Secret the virtual kubelet
+    keeps with the consumer's tokens; without it, they are dropped (the provider's tokens mean nothing here)."""
     forged = copy.deepcopy(spec)
     for field in LOCAL_ONLY_SPEC_FIELDS:
         forged.pop(field, None)
@@ -51,24 +113,28 @@ def forge_pod_spec(spec: dict) -> dict:
         forged["dnsPolicy"] = "ClusterFirst"
     forged["automountServiceAccountToken"] = False
     forged["tolerations"] = [t for t in forged.get("tolerations") or [] if t.get("key") != VIRTUAL_NODE_TAINT_KEY]
-    token_volumes = {
-        v["name"] for v in forged.get("volumes") or [] if v["name"].startswith(SERVICE_ACCOUNT_VOLUME_PREFIX)
-    }
-    forged["volumes"] = [v for v in forged.get("volumes") or [] if v["name"] not in token_volumes]
-    for kind in ("initContainers", "containers"):
-        for container in forged.get(kind) or []:
-            mounts = [m for m in container.get("volumeMounts") or [] if m["name"] not in token_volumes]
-            if mounts:
-                container["volumeMounts"] = mounts
-            else:
-                container.pop("volumeMounts", None)
+    token_names = {v["name"] for v in token_volumes(forged)}
+    if token_secret is not None:
+        volumes = forged.get("volumes") or []
+        forged["volumes"] = [_remote_token_volume(v, token_secret) if v["name"] in token_names else v for v in volumes]
+    else:
+        forged["volumes"] = [v for v in forged.get("volumes") or [] if v["name"] not in token_names]
+        for kind in ("initContainers", "containers"):
+            for container in forged.get(kind) or []:
+                mounts = [m for m in container.get("volumeMounts") or [] if m["name"] not in token_names]
+                if mounts:
+                    container["volumeMounts"] = mounts
+                else:
+                    container.pop("volumeMounts", None)
     for empty in ("volumes", "tolerations"):
         if not forged[empty]:
             forged.pop(empty)
     return forged
 
 
-def shadowpod_for(pod: dict, *, twin_namespace: str, consumer_id: str, provider_id: str) -> dict:
+def shadowpod_for(
+    pod: dict, *, twin_namespace: str, consumer_id: str, provider_id: str, token_secret: str | None = None
+) -> dict:
     """The ShadowPod for a local pod: same name, in the twin namespace, spec forged for the provider."""
     meta = pod["metadata"]
     identity = {
@@ -92,7 +158,7 @@ def shadowpod_for(pod: dict, *, twin_namespace: str, consumer_id: str, provider_
         "spec": {
             "pod": {
                 "metadata": {"labels": labels, "annotations": annotations},
-                "spec": forge_pod_spec(pod["spec"]),
+                "spec": forge_pod_spec(pod["spec"], token_secret),
             }
         },
     }

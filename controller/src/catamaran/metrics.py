@@ -26,3 +26,16 @@ REMOTE_EVENTS_MIRRORED = Counter(
 REMOTE_EVENTS_DELAYED = Counter(
     "catamaran_remote_events_delayed_total", "Mirrored event writes held back by the rate limit"
 )
+REFLECTED = Counter("catamaran_reflected_total", "Writes of reflected copies on the provider", ["kind", "operation"])
+REFLECTION_ERRORS = Counter("catamaran_reflection_errors_total", "Failed reflections", ["kind"])
+REFLECTION_CONFLICTS = Counter(
+    "catamaran_reflection_conflicts_total",
+    "Local objects whose name in the twin is taken by an object Catamaran did not create",
+    ["kind"],
+)
+REFLECTION_SECONDS = Histogram(
+    "catamaran_reflection_latency_seconds",
+    "From a local change seen to its copy written on the provider",
+    ["kind"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)

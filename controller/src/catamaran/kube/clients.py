@@ -40,12 +40,15 @@ def kubeconfig_from_text(text: str, origin: str) -> KubeConfig:
         raise CredentialError(f"{origin} holds an unusable kubeconfig: {type(error).__name__}") from None
 
 
-def async_client(config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15) -> AsyncClient:
+def async_client(
+    config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15, http2: bool = False
+) -> AsyncClient:
     return AsyncClient(
         config=config.get(context),
         field_manager=field_manager,
         timeout=httpx2.Timeout(timeout),
         trust_env=False,
+        http2=http2,
     )
 
 

@@ -28,19 +28,6 @@ class EventRecorder:
         digest = hashlib.sha256(f"{involved.get('uid')}/{reason}/{message}".encode()).hexdigest()[:12]
         name = f"{involved['name']}.{digest}"
         now = datetime.datetime.now(datetime.UTC)
-        try:
-            existing = await self.client.get(Event, name, namespace=namespace)
-            await self.client.patch(
-                Event,
-                name,
-                {"count": (existing.count or 1) + 1, "lastTimestamp": now.isoformat()},
-                namespace=namespace,
-            )
-            return
-        except ApiError as error:
-            if error.status.code != 404:
-                log.warning("cannot update event", extra=fields(event=name, error=str(error)))
-                return
         event = Event(
             metadata=ObjectMeta(name=name, namespace=namespace),
             involvedObject=ObjectReference(
@@ -59,6 +46,19 @@ class EventRecorder:
             count=1,
         )
         try:
-            await self.client.create(event)
+            await self.client.create(event)  # most events happen once: create first
+            return
         except ApiError as error:
-            log.warning("cannot record event", extra=fields(event=name, reason=reason, error=str(error)))
+            if error.status.code != 409:
+                log.warning("cannot record event", extra=fields(event=name, reason=reason, error=str(error)))
+                return
+        try:
+            existing = await self.client.get(Event, name, namespace=namespace)
+            await self.client.patch(
+                Event,
+                name,
+                {"count": (existing.count or 1) + 1, "lastTimestamp": now.isoformat()},
+                namespace=namespace,
+            )
+        except ApiError as error:
+            log.warning("cannot update event", extra=fields(event=name, error=str(error)))

@@ -32,6 +32,9 @@ class WorkQueue:
         self._dirty: set = set()
         self._failures: dict[Any, int] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
+        self._group: asyncio.TaskGroup | None = None
+        self._running = 0
+        self._retiring = 0  # workers to end after their current key
 
     def __len__(self) -> int:
         return len(self._queued)
@@ -60,12 +63,46 @@ class WorkQueue:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
+            self._group = group
             for _ in range(self.workers):
-                group.create_task(self._worker())
+                self._start_worker()
+            # Keeps the group open while resize() has retired every worker.
+            group.create_task(asyncio.Event().wait())
+
+    def resize(self, workers: int) -> None:
+        """Run `workers` workers from now on; fewer ones end once their current key is done."""
+        self.workers = workers
+        if self._group is None:
+            return
+        alive = self._running - self._retiring
+        for _ in range(workers - alive):
+            if self._retiring:
+                self._retiring -= 1
+            else:
+                self._start_worker()
+        if workers < alive:
+            self._retiring += alive - workers
+            for _ in range(alive - workers):
+                self._queue.put_nowait(_RETIRE)  # wakes an idle worker so that it can end
+
+    def _start_worker(self) -> None:
+        self._running += 1
+        self._group.create_task(self._worker())
 
     async def _worker(self) -> None:
+        try:
+            await self._work()
+        finally:
+            self._running -= 1
+
+    async def _work(self) -> None:
         while True:
+            if self._retiring:
+                self._retiring -= 1
+                return
             key = await self._queue.get()
+            if key is _RETIRE:
+                continue
             self._queued.discard(key)
             metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
             self._active.add(key)
@@ -94,6 +131,9 @@ class WorkQueue:
                 self.add(key)
             elif requeue_after:
                 self.add(key, requeue_after)
+
+
+_RETIRE = object()
 
 
 def _describe(error: Exception) -> str:

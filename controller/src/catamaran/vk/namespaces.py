@@ -4,6 +4,7 @@ A namespace with a NamespaceOffloading gets a twin here while the offloading's c
 matches this virtual node; when it stops matching (or the offloading is deleted) its pods on this
 node are drained first, then the twin is removed. This cluster's progress is reported as its own
 entry of the offloading's `status.clusters` (server-side apply, one field manager per cluster).
+A twin is removed only once no pod and no reflected object of Catamaran's is left in it.
 A namespace without a NamespaceOffloading whose pods were bound here by hand gets a twin under the
 default name on demand (DESIGN.md's DefaultName mapping).
 """
@@ -73,6 +74,8 @@ class TwinManager:
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.ready_listeners: list[Callable[[str, str], None]] = []
         self.removed_listeners: list[Callable[[str], None]] = []
+        # Each gets (origin, twin) when a twin is leaving, starts removing its copies there and says how many are left.
+        self.drainers: list[Callable[[str, str], int]] = []
         self.requests.on_change(self._request_changed)
         self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key[0]))
         self.node.on_change(lambda event, key, new, old: self._requeue_all())
@@ -169,6 +172,10 @@ class TwinManager:
             return 2
         if self.shadows_left(remote):
             return 2
+        copies = sum(drainer(namespace, remote) for drainer in self.drainers)
+        if copies:
+            await self._report(offloading, "Draining", remote, "Draining", f"removing {copies} reflected object(s)")
+            return 1
         if request is not None:
             if not request["metadata"].get("deletionTimestamp"):
                 with tolerating(404):

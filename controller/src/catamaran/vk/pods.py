@@ -15,11 +15,15 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
 
-from ..constants import (
-    ANNOTATION_LOCAL_POD_UID,
-    tenant_namespace,
+from ..constants import ANNOTATION_LOCAL_POD_UID, CONSUMER_ROOT_CA_CONFIGMAP, tenant_namespace
+from ..forge import (
+    ANNOTATION_LOCAL_NAMESPACE,
+    REMOTE_CONDITION,
+    ROOT_CA_CONFIGMAP,
+    IPTranslator,
+    local_pod_status,
+    shadowpod_for,
 )
-from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, NamespacedInformers
 from ..kube.ops import patch_status, tolerating
@@ -29,6 +33,8 @@ from ..logs import fields
 from ..objects import as_dict, now_iso, reference, status_patch
 from .namespaces import TwinManager
 from .node import VirtualNode
+from .reflection.reflection import Reflection
+from .reflection.tokens import token_secret_name
 from .remote_events import RemoteEventMirror
 
 log = logging.getLogger(__name__)
@@ -141,6 +147,14 @@ class PodController:
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
         self.local_pods.on_change(self._local_changed)
         node.health_listeners.append(lambda healthy: self._requeue_all())
+        self.reflection: Reflection | None = None
+
+    def attach_reflection(self, reflection: Reflection) -> None:
+        """Pods wait for their token Secret before their ShadowPod; Events about reflected objects come back."""
+        self.reflection = reflection
+        self.remote_events.reflected = reflection.local_object
+        reflection.tokens.written_listeners.append(self.queue.add)
+        self.local_pods.on_change(lambda event, key, new, old: reflection.tokens.pod_changed(key))
 
     def _local_changed(self, event, key, new, old) -> None:
         self.queue.add(key)
@@ -222,12 +236,44 @@ class PodController:
             return 1
 
         if shadow is None and pod["status"].get("phase") not in ("Succeeded", "Failed"):
-            await self._create_shadow(pod, twin)
+            token_secret, wait = self._token_secret(pod, twin)
+            if wait is not None:
+                return wait
+            await self._create_shadow(pod, twin, token_secret)
         await self._update_local_status(pod, shadow)
         return None
 
-    async def _create_shadow(self, pod: dict, twin: str) -> None:
-        body = shadowpod_for(pod, twin_namespace=twin, consumer_id=self.consumer_id, provider_id=self.provider_id)
+    def _token_secret(self, pod: dict, twin: str) -> tuple[str | None, float | None]:
+        """The Secret the remote pod reads its tokens from, once it and the consumer's CA are in the twin.
+
+        The wait is short and one-off: without it the provider's kubelet would back off mounting for minutes.
+        """
+        tokens = self.reflection.tokens if self.reflection else None
+        if tokens is None or not tokens.needed(pod):
+            return None, None
+        if not tokens.ready_for(pod, twin):
+            tokens.pod_changed((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+            return None, 5.0  # requeued as soon as the Secret is written
+        configmaps = self.reflection.reflectors["configMaps"]
+        namespace = pod["metadata"]["namespace"]
+        root_ca = configmaps.local_of(namespace, ROOT_CA_CONFIGMAP)
+        if (
+            root_ca is not None
+            and configmaps.policy.enabled
+            and configmaps.policy.allows(root_ca["metadata"].get("annotations"))
+            and configmaps.copy_of(twin, CONSUMER_ROOT_CA_CONFIGMAP) is None
+        ):
+            return None, 0.5
+        return token_secret_name(pod["metadata"]["name"]), None
+
+    async def _create_shadow(self, pod: dict, twin: str, token_secret: str | None) -> None:
+        body = shadowpod_for(
+            pod,
+            twin_namespace=twin,
+            consumer_id=self.consumer_id,
+            provider_id=self.provider_id,
+            token_secret=token_secret,
+        )
         try:
             await self.provider.create(ShadowPod(**body))
         except ApiError as error:

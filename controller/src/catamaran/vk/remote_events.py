@@ -1,7 +1,9 @@
-"""Events about remote pods, mirrored onto the local pods: a person runs `kubectl describe pod` on the
+"""Events in twin namespaces, mirrored onto the local objects: a person runs `kubectl describe pod` on the
 consumer and sees why the provider's kubelet cannot start it (a missing ConfigMap, a failing probe, a kill).
+Events about remote pods and their ShadowPods land on the local pod; events about reflected objects
+(a Service whose load balancer failed, say) land on the local object they reflect.
 
-Each twin namespace gets one Event watch, selected by the server to pods only. A mirrored Event keeps the
+Each twin namespace gets one Event watch. A mirrored Event keeps the
 remote reason, type and message, names the provider as its source, and follows the remote count and last
 timestamp. Writes go through a token bucket, so an event storm on a provider cannot flood the consumer.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -33,7 +36,8 @@ def compact_event(event) -> dict:
     data = as_dict(event)
     series = data.get("series") or {}
     return {
-        "pod": (data.get("involvedObject") or {}).get("name"),
+        "kind": (data.get("involvedObject") or {}).get("kind"),
+        "name": (data.get("involvedObject") or {}).get("name"),
         "type": data.get("type") or "Normal",
         "reason": data.get("reason") or "",
         "message": (data.get("message") or "")[:1024],
@@ -44,16 +48,18 @@ def compact_event(event) -> dict:
     }
 
 
-def mirrored_event(remote_name: str, remote: dict, pod: dict, provider_id: str, node_name: str) -> dict:
-    """The local Event for a remote one: same reason, type, message and count; the provider as source."""
-    meta = pod["metadata"]
+def mirrored_event(remote_name: str, remote: dict, target: dict, provider_id: str, node_name: str) -> dict:
+    """The local Event for a remote one: same reason, type, message and count; the provider as source.
+
+    `target` is the local object: apiVersion, kind and metadata (name, namespace, uid)."""
+    meta = target["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{remote_name}.{provider_id}", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": target["apiVersion"],
+            "kind": target["kind"],
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta["uid"],
@@ -99,6 +105,7 @@ class RemoteEventMirror:
         provider: AsyncClient,
         local_pods: Informer,
         *,
+        reflected: Callable[[str, str, str], dict | None] = lambda kind, namespace, name: None,
         provider_id: str,
         node_name: str,
         rate: float = 10,
@@ -107,6 +114,7 @@ class RemoteEventMirror:
         self.local = local
         self.provider = provider
         self.local_pods = local_pods  # pods bound to this virtual node only
+        self.reflected = reflected  # (kind, namespace, copy name) -> the local object a copy reflects
         self.provider_id = provider_id
         self.node_name = node_name
         self.limiter = TokenBucket(rate, burst)
@@ -121,7 +129,6 @@ class RemoteEventMirror:
             Event,
             name="remote-pod-events",
             namespace=twin,
-            fields={"involvedObject.kind": "Pod"},
             transform=compact_event,
         )
         informer.on_change(lambda event, key, new, old: new is not None and new != old and self.queue.add(key))
@@ -143,25 +150,31 @@ class RemoteEventMirror:
         informer = self.informers.get(twin)
         remote = informer.get(twin, name) if informer else None
         origin = self.origins.get(twin)
-        if remote is None or origin is None or not remote["pod"]:
+        if remote is None or origin is None or not remote["name"]:
             return None
-        pod = self.local_pods.get(origin, remote["pod"])
-        if pod is None:
-            return None  # not (or no longer) a pod of this virtual node
-        written = (pod["metadata"]["uid"], remote["count"], remote["last"], remote["message"])
+        target = self._target(remote["kind"], origin, remote["name"])
+        if target is None:
+            return None  # not (or no longer) an object of this virtual node
+        written = (target["metadata"]["uid"], remote["count"], remote["last"], remote["message"])
         if self._written.get(key) == written:
             return None
         wait = self.limiter.delay()
         if wait > 0:
             metrics.REMOTE_EVENTS_DELAYED.inc()
             return wait
-        await self._write(mirrored_event(name, remote, pod, self.provider_id, self.node_name))
+        await self._write(mirrored_event(name, remote, target, self.provider_id, self.node_name))
         self._written[key] = written
         self._written.move_to_end(key)
         while len(self._written) > MEMORY:
             self._written.popitem(last=False)
         metrics.REMOTE_EVENTS_MIRRORED.inc()
         return None
+
+    def _target(self, kind: str | None, origin: str, name: str) -> dict | None:
+        if kind in ("Pod", "ShadowPod"):  # a ShadowPod and its pod share the local pod's name
+            pod = self.local_pods.get(origin, name)
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]} if pod else None
+        return self.reflected(kind or "", origin, name)
 
     async def _write(self, body: dict) -> None:
         meta = body["metadata"]

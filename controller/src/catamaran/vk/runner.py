@@ -22,6 +22,8 @@ from ..logs import fields
 from ..objects import as_dict, reference, set_condition
 from .node import HealthSettings, NodeSettings, VirtualNode
 from .pods import PodController
+from .reflection.policy import settings_from_spec
+from .reflection.reflection import Reflection
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "catamaran-virtual-kubelet"
@@ -153,7 +155,8 @@ class VirtualKubelet:
             config = kubeconfig_from_text(base64.b64decode(encoded).decode(), origin)
         except (CredentialError, ValueError) as error:
             raise ForeignClusterError("CredentialInvalid", str(error), watch) from None
-        provider = async_client(config, None, FIELD_MANAGER)
+        # HTTP/2: every watch of every twin namespace shares one connection instead of one each.
+        provider = async_client(config, None, FIELD_MANAGER, http2=True)
         return foreign, provider
 
     async def _until_changed(self, watched: tuple[Watched, ...], recheck_after: float) -> None:
@@ -206,6 +209,18 @@ class VirtualKubelet:
             remap_cidr=remap,
             workers=self.workers,
         )
+        reflection = Reflection(
+            self.local,
+            provider,
+            pods.twins,
+            pods.local_pods,
+            self.events,
+            consumer_id=self.consumer_id,
+            provider_id=provider_id,
+            node_name=node.name,
+            settings=settings_from_spec(foreign["spec"].get("reflection")),
+        )
+        pods.attach_reflection(reflection)
         offers = Informer(
             provider,
             ResourceOffer,
@@ -239,6 +254,7 @@ class VirtualKubelet:
                 return
             settings, _ = settings_from(new, self.consumer_id, self.node_ip, self.kubelet_port)
             node.update_settings(settings)
+            reflection.update(settings_from_spec(new["spec"].get("reflection")))
 
         foreigns.on_change(foreign_changed)
 
@@ -264,7 +280,8 @@ class VirtualKubelet:
         log.info("virtual kubelet running", extra=fields(provider=provider_id, node=node.name))
         try:
             async with asyncio.TaskGroup() as group:
-                for task in [offers.run(), foreigns.run(), until_removed(), *node.tasks(), *pods.tasks()]:
+                loops = [offers.run(), foreigns.run(), until_removed(), *node.tasks(), *pods.tasks()]
+                for task in loops + reflection.tasks():
                     group.create_task(task)
         except* PeeringRemoved as group_error:
             removal = group_error.exceptions[0]

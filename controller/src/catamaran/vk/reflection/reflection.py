@@ -1,0 +1,105 @@
+"""The virtual kubelet's reflection room: a reflector per kind and the token reflector, sharing the twin scopes."""
+
+from __future__ import annotations
+
+from lightkube import AsyncClient
+
+from ...kube.events import EventRecorder
+from ...kube.informer import Informer
+from ..namespaces import TwinManager
+from .configmaps import ConfigMaps
+from .endpointslices import EndpointSlices
+from .ingresses import Ingresses
+from .kind import Context
+from .policy import ReflectionSettings
+from .reflector import Reflector
+from .secrets import Secrets
+from .services import Services
+from .tokens import TokenReflector
+
+KINDS = (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses)
+
+
+class Reflection:
+    def __init__(
+        self,
+        local: AsyncClient,
+        provider: AsyncClient,
+        twins: TwinManager,
+        local_pods: Informer,
+        events: EventRecorder,
+        *,
+        consumer_id: str,
+        provider_id: str,
+        node_name: str,
+        settings: ReflectionSettings,
+    ):
+        self.settings = settings
+        self.node_name = node_name
+        context = Context(settings=settings, node_name=node_name)
+        self.reflectors = {
+            kind.setting: Reflector(
+                kind(),
+                local,
+                provider,
+                twins,
+                events,
+                consumer_id=consumer_id,
+                provider_id=provider_id,
+                policy=settings.kind(kind.setting),
+                context=context,
+            )
+            for kind in KINDS
+        }
+        self.tokens = TokenReflector(
+            local,
+            provider,
+            twins,
+            self.reflectors["secrets"],
+            local_pods,
+            events,
+            consumer_id=consumer_id,
+            provider_id=provider_id,
+            policy=settings.kind("serviceAccountTokens"),
+        )
+        twins.ready_listeners.append(self.twin_ready)
+        twins.removed_listeners.append(self.twin_removed)
+        twins.drainers.append(self.drain)
+
+    def tasks(self):
+        return [task for reflector in self.reflectors.values() for task in reflector.tasks()] + self.tokens.tasks()
+
+    def twin_ready(self, origin: str, twin: str) -> None:
+        for reflector in self.reflectors.values():
+            reflector.twin_ready(origin, twin)
+        self.tokens.twin_ready(origin)
+
+    def twin_removed(self, twin: str) -> None:
+        for reflector in self.reflectors.values():
+            reflector.twin_removed(twin)
+
+    def drain(self, origin: str, twin: str) -> int:
+        """Start removing every copy in a twin that is leaving; the number still there."""
+        left = sum(reflector.drain(origin, twin) for reflector in self.reflectors.values())
+        self.tokens.twin_ready(origin)  # requeues its pods: deselected, their token Secrets go
+        return left + self.tokens.left_in(twin)
+
+    def update(self, settings: ReflectionSettings) -> None:
+        if settings == self.settings:
+            return
+        self.settings = settings
+        context = Context(settings=settings, node_name=self.node_name)
+        for name, reflector in self.reflectors.items():
+            reflector.update(settings.kind(name), context)
+        self.tokens.update(settings.kind("serviceAccountTokens"))
+
+    def local_object(self, kind: str, namespace: str, copy_name: str) -> dict | None:
+        """The local object a copy named `copy_name` reflects (for Events about it), as (apiVersion, kind, meta)."""
+        for reflector in self.reflectors.values():
+            if reflector.kind.kind == kind:
+                local_name = reflector.kind.local_name(copy_name)
+                local = reflector.local_of(namespace, local_name) if local_name else None
+                if local is None:
+                    return None
+                return {"apiVersion": reflector.kind.api_version, "kind": kind, "metadata": local["metadata"]}
+        return None

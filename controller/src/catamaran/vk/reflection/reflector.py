@@ -1,0 +1,330 @@
+"""One reflector per kind: local objects of offloaded namespaces kept as copies in their twin namespaces.
+
+The local side is one cluster-wide watch per kind; the provider side is one watch per twin namespace
+(the tenant credential may list only there). Both feed one work queue keyed by the local object, whose
+reconciliation compares the local object's reflected fields with a digest of the copy's and writes only
+on difference. The local object wins: drift and deletions on the provider are repaired, and a local
+deletion removes the copy with a UID precondition. An object in the twin that Catamaran did not write is
+never changed or deleted; the local object gets a Warning Event instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+
+from ... import metrics
+from ...constants import (
+    ANNOTATION_LOCAL_UID,
+    LABEL_DESTINATION_CLUSTER_ID,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    MANAGED_BY_REFLECTION,
+)
+from ...kube.events import EventRecorder
+from ...kube.informer import Informer, NamespacedInformers
+from ...kube.ops import delete_with_uid, tolerating
+from ...kube.workqueue import WorkQueue
+from ...logs import fields
+from ..namespaces import TwinManager
+from .kind import Context, ReflectedKind, digest
+from .policy import KindPolicy
+from .secrets import is_token_secret
+
+log = logging.getLogger(__name__)
+
+OWNER_REFLECTION = "reflection"  # a copy this reflector wrote
+OWNER_OTHER_CATAMARAN = "catamaran"  # written by another part of Catamaran (token Secrets)
+# Big and useless on a copy; dropped before caching.
+UNCACHED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def compact_local(obj) -> dict:
+    """A local object without status and bookkeeping metadata: what `content` reads, nothing more."""
+    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    meta = data.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in UNCACHED_ANNOTATIONS}
+    data["metadata"] = {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "labels": meta.get("labels") or {},
+        "annotations": annotations,
+    }
+    data.pop("status", None)
+    return data
+
+
+def immutable_change(error: ApiError) -> bool:
+    message = (error.status.message or "").lower()
+    return error.status.code == 422 and ("immutable" in message or "may not change" in message)
+
+
+class Reflector:
+    def __init__(
+        self,
+        kind: ReflectedKind,
+        local: AsyncClient,
+        provider: AsyncClient,
+        twins: TwinManager,
+        events: EventRecorder,
+        *,
+        consumer_id: str,
+        provider_id: str,
+        policy: KindPolicy,
+        context: Context,
+    ):
+        self.kind = kind
+        self.local = local
+        self.provider = provider
+        self.twins = twins
+        self.events = events
+        self.consumer_id = consumer_id
+        self.provider_id = provider_id
+        self.policy = policy
+        self.context = context
+        self.name = f"reflect-{kind.setting}"
+        self.local_objects = Informer(local, kind.resource, name=f"local-{kind.setting}", transform=compact_local)
+        self.local_objects.on_change(self._local_changed)
+        self.copies = NamespacedInformers(self._copy_informer)
+        self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
+        self.origins: dict[str, str] = {}  # twin namespace -> local namespace
+        self.copy_listeners: list[Callable[[str, str, dict | None], None]] = []  # (origin, copy name, copy)
+        self._changed_at: dict[tuple, float] = {}  # local changes not yet written: latency
+        self._conflicts: dict[tuple, str] = {}  # reported conflicts: key -> uid of the foreign object
+
+    def tasks(self):
+        return [self.local_objects.run(), self._run()]
+
+    async def _run(self):
+        await self.local_objects.synced.wait()
+        await self.queue.run()
+
+    # -- informers -------------------------------------------------------------------
+
+    def _copy_informer(self, twin: str) -> Informer:
+        informer = Informer(self.provider, self.kind.resource, name=f"remote-{self.kind.setting}", namespace=twin)
+        informer.transform = self._compact_copy
+        informer.on_change(lambda event, key, new, old: self._copy_changed(twin, key[1], new))
+        return informer
+
+    def _compact_copy(self, obj) -> dict:
+        data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+        meta = data.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        owner = None
+        if labels.get(LABEL_MANAGED_BY) == MANAGED_BY_REFLECTION and labels.get(LABEL_ORIGIN_CLUSTER_ID) == (
+            self.consumer_id
+        ):
+            owner = OWNER_OTHER_CATAMARAN if is_token_secret(data) else OWNER_REFLECTION
+        compact = {
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "owner": owner,
+            "localUID": (meta.get("annotations") or {}).get(ANNOTATION_LOCAL_UID),
+            "digest": digest(self.kind.content(data, self.context, local=False)),
+        }
+        if owner == OWNER_OTHER_CATAMARAN:
+            compact["annotations"] = meta.get("annotations") or {}
+            compact["keys"] = sorted((data.get("data") or {}).keys())
+        return compact
+
+    def _local_changed(self, event, key, new, old) -> None:
+        namespace, _ = key
+        if namespace in self.origins.values():
+            self._changed_at.setdefault(key, time.monotonic())
+            self.queue.add(key)
+
+    def _copy_changed(self, twin: str, copy_name: str, copy: dict | None) -> None:
+        origin = self.origins.get(twin)
+        if origin is None:
+            return
+        local_name = self.kind.local_name(copy_name)
+        if local_name is not None:
+            self.queue.add((origin, local_name))
+        for listener in self.copy_listeners:
+            listener(origin, copy_name, copy)
+
+    # -- the twin's lifecycle ----------------------------------------------------------
+
+    def twin_ready(self, origin: str, twin: str) -> None:
+        if self.origins.get(twin) != origin:
+            self.origins[twin] = origin
+            self.copies.watch(twin)
+        self._requeue_namespace(origin, twin)
+
+    def twin_removed(self, twin: str) -> None:
+        self.copies.unwatch(twin)
+        self.origins.pop(twin, None)
+
+    def left_in(self, twin: str) -> int:
+        """Copies this reflector wrote that are still in the twin; the twin is removed only once none is."""
+        informer = self.copies.get(twin)
+        if informer is None:
+            return 0
+        return sum(1 for copy in list(informer.cache.values()) if copy["owner"] == OWNER_REFLECTION)
+
+    def drain(self, origin: str, twin: str) -> int:
+        self._requeue_namespace(origin, twin)
+        return self.left_in(twin)
+
+    def _requeue_namespace(self, origin: str, twin: str) -> None:
+        for namespace, name in list(self.local_objects.cache):
+            if namespace == origin:
+                self.queue.add((namespace, name))
+        informer = self.copies.get(twin)
+        for _, copy_name in list(informer.cache) if informer else []:
+            local_name = self.kind.local_name(copy_name)
+            if local_name is not None:
+                self.queue.add((origin, local_name))
+
+    def update(self, policy: KindPolicy, context: Context) -> None:
+        """New settings from the ForeignCluster: every object again; copies re-read if what is compared changed."""
+        compared_changed = context != self.context
+        self.policy, self.context = policy, context
+        self.queue.resize(max(1, policy.workers))
+        for twin, origin in list(self.origins.items()):
+            if compared_changed:
+                self.copies.unwatch(twin)
+                self.copies.watch(twin)
+            self._requeue_namespace(origin, twin)
+
+    def copy_of(self, twin: str, copy_name: str) -> dict | None:
+        informer = self.copies.get(twin)
+        return informer.get(twin, copy_name) if informer else None
+
+    def local_of(self, namespace: str, name: str) -> dict | None:
+        return self.local_objects.get(namespace, name)
+
+    # -- reconciliation -----------------------------------------------------------------
+
+    def _wanted(self, namespace: str, local: dict | None) -> bool:
+        return (
+            local is not None
+            and self.policy.enabled
+            and self.twins.selected(namespace)
+            and self.twins.twin_ready(namespace)
+            and not self.kind.skipped(local)
+            and self.policy.allows(local["metadata"].get("annotations"))
+        )
+
+    async def reconcile(self, key) -> float | None:
+        namespace, name = key
+        twin = self.twins.mapped_name(namespace)
+        copies = self.copies.get(twin)
+        if copies is None:
+            self._changed_at.pop(key, None)
+            return None  # no twin here: its readiness requeues the namespace
+        if not copies.synced.is_set():
+            return 0.5
+        local = self.local_objects.get(namespace, name)
+        copy_name = self.kind.remote_name(name)
+        copy = copies.get(twin, copy_name)
+        try:
+            if not self._wanted(namespace, local):
+                self._changed_at.pop(key, None)
+                self._conflicts.pop(key, None)
+                if copy is not None and copy["owner"] == OWNER_REFLECTION:
+                    await self._delete(twin, copy_name, copy["uid"])
+                return None
+            if copy is not None and copy["owner"] != OWNER_REFLECTION:
+                await self._report_conflict(key, local, twin, copy_name, copy)
+                return None
+            self._conflicts.pop(key, None)
+            await self._reflect(key, local, twin, copy_name, copy)
+        except ApiError as error:
+            metrics.REFLECTION_ERRORS.labels(self.kind.setting).inc()
+            if local is not None and error.status.code != 409:
+                await self._record(local, "Warning", "ReflectionFailed", self._where(twin, copy_name, error))
+            raise
+        return None
+
+    async def _reflect(self, key, local: dict, twin: str, copy_name: str, copy: dict | None) -> None:
+        content = self.kind.content(local, self.context, local=True)
+        if copy is not None and copy["digest"] == digest(content) and copy["localUID"] == local["metadata"]["uid"]:
+            self._changed_at.pop(key, None)
+            return
+        body = self._body(content, local, twin, copy_name)
+        if copy is None:
+            await self.provider.create(self.kind.resource.from_dict(body))
+            metrics.REFLECTED.labels(self.kind.setting, "created").inc()
+            await self._record(local, "Normal", "Reflected", f"reflected to {self.provider_id} as {twin}/{copy_name}")
+        else:
+            body["metadata"]["resourceVersion"] = copy["resourceVersion"]
+            await self._replace(body, twin, copy_name, copy)
+            metrics.REFLECTED.labels(self.kind.setting, "updated").inc()
+            log.info(
+                "reflected copy corrected",
+                extra=fields(kind=self.kind.kind, object=f"{key[0]}/{key[1]}", twin=twin),
+            )
+        changed_at = self._changed_at.pop(key, None)
+        if changed_at is not None:
+            metrics.REFLECTION_SECONDS.labels(self.kind.setting).observe(time.monotonic() - changed_at)
+
+    async def _replace(self, body: dict, twin: str, copy_name: str, copy: dict) -> None:
+        if self.kind.keeps_allocations:
+            current = await self.provider.get(self.kind.resource, copy_name, namespace=twin)
+            body = self.kind.with_allocations(body, current.to_dict())
+        try:
+            await self.provider.replace(self.kind.resource.from_dict(body), copy_name, namespace=twin)
+        except ApiError as error:
+            if not immutable_change(error):
+                raise
+            # Immutable data or type: the copy can only be replaced by deleting it first.
+            await self._delete(twin, copy_name, copy["uid"])
+            body["metadata"].pop("resourceVersion", None)
+            await self.provider.create(self.kind.resource.from_dict(body))
+
+    def _body(self, content: dict, local: dict, twin: str, copy_name: str) -> dict:
+        metadata = content.get("metadata") or {}
+        body = {key: value for key, value in content.items() if key != "metadata"}
+        body["apiVersion"] = self.kind.api_version
+        body["kind"] = self.kind.kind
+        body["metadata"] = {
+            "name": copy_name,
+            "namespace": twin,
+            "labels": {
+                **metadata.get("labels", {}),
+                LABEL_MANAGED_BY: MANAGED_BY_REFLECTION,
+                LABEL_ORIGIN_CLUSTER_ID: self.consumer_id,
+                LABEL_DESTINATION_CLUSTER_ID: self.provider_id,
+            },
+            "annotations": {**metadata.get("annotations", {}), ANNOTATION_LOCAL_UID: local["metadata"]["uid"]},
+        }
+        return body
+
+    async def _delete(self, twin: str, copy_name: str, uid: str) -> None:
+        with tolerating(404, 409):  # gone already, or replaced by an object that is not this copy
+            await delete_with_uid(self.provider, self.kind.resource, copy_name, twin, uid)
+            metrics.REFLECTED.labels(self.kind.setting, "deleted").inc()
+
+    async def _report_conflict(self, key, local: dict, twin: str, copy_name: str, copy: dict) -> None:
+        if self._conflicts.get(key) == copy["uid"]:
+            return
+        self._conflicts[key] = copy["uid"]
+        self._changed_at.pop(key, None)
+        metrics.REFLECTION_CONFLICTS.labels(self.kind.setting).inc()
+        message = (
+            f"{self.kind.kind} {twin}/{copy_name} on {self.provider_id} was not created by Catamaran; "
+            "it is left untouched and this object is not reflected there"
+        )
+        log.warning("reflection conflict", extra=fields(kind=self.kind.kind, object=f"{key[0]}/{key[1]}", twin=twin))
+        await self._record(local, "Warning", "ReflectionConflict", message)
+
+    async def _record(self, local: dict, kind_type: str, reason: str, message: str) -> None:
+        meta = local["metadata"]
+        involved = {
+            "apiVersion": self.kind.api_version,
+            "kind": self.kind.kind,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        }
+        await self.events.record(involved, kind_type, reason, message)
+
+    def _where(self, twin: str, copy_name: str, error: ApiError) -> str:
+        return f"cannot reflect to {self.provider_id} as {twin}/{copy_name}: {error.status.message or error}"

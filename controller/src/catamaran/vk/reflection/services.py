@@ -1,0 +1,75 @@
+"""Services: ports, selector, type, session affinity and traffic policies. The provider allocates the
+cluster IP and node ports; a headless Service stays headless. `default/kubernetes` is the consumer's own."""
+
+from __future__ import annotations
+
+from lightkube.resources.core_v1 import Service
+
+from .kind import Context, ReflectedKind, present
+
+# Allocated by the provider, kept from the copy when it is replaced.
+PROVIDER_ALLOCATED = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort")
+
+
+class Services(ReflectedKind):
+    setting = "services"
+    resource = Service
+    api_version = "v1"
+    kind = "Service"
+    keeps_allocations = True
+
+    def skipped(self, local: dict) -> bool:
+        meta = local["metadata"]
+        return (meta.get("namespace"), meta.get("name")) == ("default", "kubernetes")
+
+    def content(self, obj: dict, context: Context, *, local: bool) -> dict:
+        spec = obj.get("spec") or {}
+        ports = [
+            present(
+                name=port.get("name"),
+                port=port.get("port"),
+                targetPort=port.get("targetPort"),
+                protocol=port.get("protocol") or "TCP",
+                appProtocol=port.get("appProtocol"),
+            )
+            for port in spec.get("ports") or []
+        ]
+        kind = spec.get("type") or "ClusterIP"
+        return present(
+            metadata=self.metadata(obj, context),
+            spec=present(
+                type=kind,
+                clusterIP="None" if spec.get("clusterIP") == "None" else None,
+                ports=ports,
+                selector=spec.get("selector"),
+                externalName=spec.get("externalName"),
+                sessionAffinity=spec.get("sessionAffinity"),
+                sessionAffinityConfig=spec.get("sessionAffinityConfig"),
+                externalTrafficPolicy=spec.get("externalTrafficPolicy"),
+                internalTrafficPolicy=spec.get("internalTrafficPolicy"),
+                publishNotReadyAddresses=spec.get("publishNotReadyAddresses") or None,
+                loadBalancerClass=spec.get("loadBalancerClass"),
+                allocateLoadBalancerNodePorts=spec.get("allocateLoadBalancerNodePorts"),
+                trafficDistribution=spec.get("trafficDistribution"),
+            ),
+        )
+
+    def with_allocations(self, body: dict, current: dict) -> dict:
+        """`body` with what the provider allocated on `current` (immutable or costly to change)."""
+        return keep_allocations(body, current)
+
+
+def keep_allocations(body: dict, current: dict) -> dict:
+    spec, allocated = body["spec"], current.get("spec") or {}
+    if spec.get("type") == "ExternalName" or allocated.get("type") == "ExternalName":
+        return body  # no cluster IP on either side
+    for field in PROVIDER_ALLOCATED:
+        if allocated.get(field) is not None:
+            spec.setdefault(field, allocated[field])
+    if spec.get("type") in ("NodePort", "LoadBalancer"):
+        node_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort") for p in allocated.get("ports", [])}
+        for port in spec.get("ports") or []:
+            node_port = node_ports.get((port.get("port"), port.get("protocol", "TCP")))
+            if node_port:
+                port["nodePort"] = node_port
+    return body

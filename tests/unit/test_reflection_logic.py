@@ -1,0 +1,147 @@
+"""Resource reflection: what each kind reflects, the policy knobs and the token lifetimes. Pure logic."""
+
+from __future__ import annotations
+
+import pytest
+
+from catamaran.vk.reflection.configmaps import ConfigMaps
+from catamaran.vk.reflection.endpointslices import EndpointSlices
+from catamaran.vk.reflection.ingresses import Ingresses
+from catamaran.vk.reflection.kind import Context, digest
+from catamaran.vk.reflection.policy import ALLOW_LIST, KindPolicy, ReflectionSettings, settings_from_spec
+from catamaran.vk.reflection.secrets import Secrets
+from catamaran.vk.reflection.services import Services, keep_allocations
+from catamaran.vk.reflection.tokens import refresh_delay, token_secret_name
+
+CONTEXT = Context(settings=ReflectionSettings(), node_name="catamaran-p")
+
+
+def meta(name="web", namespace="shop", **extra):
+    return {"name": name, "namespace": namespace, "uid": "u-1", **extra}
+
+
+def test_a_copy_read_back_compares_equal_to_its_local_object():
+    local = {
+        "metadata": meta(labels={"app": "web"}, annotations={"kubectl.kubernetes.io/last-applied-configuration": "{}"}),
+        "data": {"a": "1"},
+    }
+    copy = {
+        "metadata": meta(
+            namespace="shop-c",
+            uid="remote",
+            resourceVersion="9",
+            labels={"app": "web", "catamaran.io/managed-by": "reflection", "catamaran.io/origin-cluster-id": "c"},
+            annotations={"catamaran.io/local-uid": "u-1"},
+        ),
+        "data": {"a": "1"},
+    }
+    kind = ConfigMaps()
+    reflected = kind.content(local, CONTEXT, local=True)
+    assert reflected == {"metadata": {"labels": {"app": "web"}}, "data": {"a": "1"}}
+    assert digest(kind.content(copy, CONTEXT, local=False)) == digest(reflected)
+    copy["data"]["b"] = "tampered"
+    assert digest(kind.content(copy, CONTEXT, local=False)) != digest(reflected)
+
+
+def test_the_consumers_root_ca_gets_its_own_name_and_the_providers_maps_to_nothing():
+    kind = ConfigMaps()
+    assert kind.remote_name("kube-root-ca.crt") == "catamaran-root-ca.crt"
+    assert kind.local_name("catamaran-root-ca.crt") == "kube-root-ca.crt"
+    assert kind.local_name("kube-root-ca.crt") is None
+
+
+def test_service_account_token_secrets_become_opaque():
+    local = {"metadata": meta(), "type": "kubernetes.io/service-account-token", "data": {"token": "dA=="}}
+    assert Secrets().content(local, CONTEXT, local=True)["type"] == "Opaque"
+    assert Secrets().local_name("catamaran-token.web-1") is None
+
+
+def test_services_leave_allocation_to_the_provider_and_headless_stays_headless():
+    local = {
+        "metadata": meta(),
+        "spec": {
+            "type": "NodePort",
+            "clusterIP": "10.96.0.10",
+            "clusterIPs": ["10.96.0.10"],
+            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": 30080}],
+            "selector": {"app": "web"},
+            "sessionAffinity": "None",
+            "externalTrafficPolicy": "Cluster",
+        },
+    }
+    spec = Services().content(local, CONTEXT, local=True)["spec"]
+    assert "clusterIP" not in spec
+    assert "clusterIPs" not in spec
+    assert spec["ports"] == [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    headless = {"metadata": meta(), "spec": {"clusterIP": "None", "selector": {"app": "web"}}}
+    assert Services().content(headless, CONTEXT, local=True)["spec"]["clusterIP"] == "None"
+    assert Services().skipped({"metadata": meta("kubernetes", "default")})
+    current = {"spec": {"clusterIP": "10.0.0.7", "type": "NodePort", "ports": [{"port": 80, "nodePort": 31000}]}}
+    body = keep_allocations({"metadata": {}, "spec": dict(spec)}, current)
+    assert body["spec"]["clusterIP"] == "10.0.0.7"
+    assert body["spec"]["ports"][0]["nodePort"] == 31000
+
+
+def test_endpoints_already_on_this_provider_are_left_to_it():
+    local = {
+        "metadata": meta("web-abc", labels={"kubernetes.io/service-name": "web"}),
+        "addressType": "IPv4",
+        "ports": [{"port": 8080, "protocol": "TCP", "name": ""}],
+        "endpoints": [
+            {"addresses": ["10.1.0.5"], "conditions": {"ready": True}, "nodeName": "node-1", "targetRef": {}},
+            {"addresses": ["10.200.0.7"], "conditions": {"ready": False}, "nodeName": "catamaran-p"},
+            {"addresses": ["10.201.0.9"], "conditions": {"ready": True}, "nodeName": "catamaran-q"},
+        ],
+    }
+    translated = Context(settings=ReflectionSettings(), node_name="catamaran-p", translate=lambda ip: f"x{ip}")
+    content = EndpointSlices().content(local, translated, local=True)
+    assert content["endpoints"] == [
+        {"addresses": ["x10.1.0.5"], "conditions": {"ready": True}},
+        {"addresses": ["x10.201.0.9"], "conditions": {"ready": True}},
+    ]
+    assert content["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "catamaran.io/reflection"
+    assert EndpointSlices().skipped({"metadata": meta("x")})  # no Service: nothing to reflect it for
+
+
+def test_ingress_class_is_the_providers_unless_configured():
+    local = {"metadata": meta(), "spec": {"ingressClassName": "consumer-nginx", "rules": [{"host": "a"}]}}
+    assert "ingressClassName" not in Ingresses().content(local, CONTEXT, local=True)["spec"]
+    configured = Context(settings=ReflectionSettings(ingress_class="public"), node_name="n")
+    assert Ingresses().content(local, configured, local=True)["spec"]["ingressClassName"] == "public"
+    tampered = {"metadata": meta(), "spec": {"ingressClassName": "other", "rules": [{"host": "a"}]}}
+    assert Ingresses().content(tampered, configured, local=False)["spec"]["ingressClassName"] == "other"
+
+
+@pytest.mark.parametrize(
+    ("policy", "annotations", "allowed"),
+    [
+        (KindPolicy(), {}, True),
+        (KindPolicy(), {"catamaran.io/skip-reflection": "true"}, False),
+        (KindPolicy(policy=ALLOW_LIST), {}, False),
+        (KindPolicy(policy=ALLOW_LIST), {"catamaran.io/allow-reflection": "true"}, True),
+    ],
+)
+def test_deny_and_allow_lists_follow_the_annotations(policy, annotations, allowed):
+    assert policy.allows(annotations) is allowed
+
+
+def test_settings_from_the_foreign_cluster():
+    settings = settings_from_spec(
+        {
+            "kinds": {"secrets": {"workers": 0}, "configMaps": {"policy": "AllowList"}},
+            "filteredLabels": ["team/"],
+            "ingressClassName": "public",
+        }
+    )
+    assert not settings.kind("secrets").enabled
+    assert settings.kind("configMaps") == KindPolicy(policy=ALLOW_LIST, workers=4)
+    assert settings.kind("services").workers == 2
+    assert settings.labels({"team/owner": "x", "app": "y", "catamaran.io/managed-by": "z"}) == {"app": "y"}
+    assert settings.annotations({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb", "a": "b"}) == {"a": "b"}
+    assert settings.ingress_class == "public"
+
+
+def test_tokens_are_refreshed_at_80_percent_of_the_shortest_lifetime():
+    assert refresh_delay([3607.0, 600.0]) == pytest.approx(480.0)
+    assert token_secret_name("web-1") == "catamaran-token.web-1"
+    assert len(token_secret_name("x" * 250)) == 253
