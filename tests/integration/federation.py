@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ from catamaran_lab.paths import REPO_ROOT
 from .conftest import wait_for
 
 CRD_DIR = REPO_ROOT / "controller" / "crds"
+WEBHOOK = "catamaran-pod-offloading"
 
 
 def as_list(items: list[dict]) -> str:
@@ -138,6 +140,37 @@ class ControllerProcess:
 def manager(lab: Lab, cluster: str) -> ControllerProcess:
     return ControllerProcess(
         lab, f"manager-{cluster}", ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster, "manager"]
+    )
+
+
+def consumer_manager(lab: Lab, cluster: str) -> ControllerProcess:
+    """The consumer's manager with its pod webhook, served on a free local port the API server calls."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return ControllerProcess(
+        lab,
+        f"manager-{cluster}",
+        [
+            "--kubeconfig",
+            str(lab.kubeconfig(cluster)),
+            "--cluster-id",
+            cluster,
+            "manager",
+            "--webhook-port",
+            str(port),
+            "--webhook-url",
+            f"https://127.0.0.1:{port}/mutate-pods",
+            "--cert-dir",
+            str(lab.root / "webhook-certs"),
+        ],
+    )
+
+
+def webhook_registered(lab: Lab, cluster: str) -> None:
+    wait_for(
+        lambda: lab.kubectl(cluster, "get", "mutatingwebhookconfiguration", WEBHOOK, check=False).returncode == 0,
+        what="the webhook registration",
     )
 
 

@@ -8,7 +8,6 @@ kube-apiserver; pods are placed by the stock scheduler.
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -28,12 +27,6 @@ NODE_A, NODE_B = virtual_node_name(PROVIDER_A), virtual_node_name(PROVIDER_B)
 REGION = "topology.kubernetes.io/region"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def fed(lab):
     for cluster in (CONSUMER, PROVIDER_A, PROVIDER_B):
@@ -46,24 +39,7 @@ def fed(lab):
             nodeLabels={REGION: region},
             networking={"podCIDRRemap": f"10.{200 + int(provider[-1])}.0.0/16"},
         )
-    port = free_port()
-    consumer_manager = federation.ControllerProcess(
-        lab,
-        f"manager-{CONSUMER}",
-        [
-            "--kubeconfig",
-            str(lab.kubeconfig(CONSUMER)),
-            "--cluster-id",
-            CONSUMER,
-            "manager",
-            "--webhook-port",
-            str(port),
-            "--webhook-url",
-            f"https://127.0.0.1:{port}/mutate-pods",
-            "--cert-dir",
-            str(lab.root / "webhook-certs"),
-        ],
-    )
+    consumer_manager = federation.consumer_manager(lab, CONSUMER)
     processes = {
         "consumer": consumer_manager,
         **{f"manager-{p}": federation.manager(lab, p) for p in REGIONS},
@@ -75,15 +51,7 @@ def fed(lab):
     try:
         for node in (NODE_A, NODE_B):
             wait_for(lambda n=node: node_condition(lab, n) == "True", timeout=60, what=f"{node} Ready")
-        wait_for(
-            lambda: (
-                lab.kubectl(
-                    CONSUMER, "get", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False
-                ).returncode
-                == 0
-            ),
-            what="the webhook registration",
-        )
+        federation.webhook_registered(lab, CONSUMER)
         yield {"processes": processes, "namespaces": created}
     finally:
         for namespace in created:

@@ -99,7 +99,7 @@ def test_endpoints_already_on_this_provider_are_left_to_it():
         {"addresses": ["x10.1.0.5"], "conditions": {"ready": True}},
         {"addresses": ["x10.201.0.9"], "conditions": {"ready": True}},
     ]
-    assert content["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "catamaran.io/reflection"
+    assert content["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "reflection.catamaran.io"
     assert EndpointSlices().skipped({"metadata": meta("x")})  # no Service: nothing to reflect it for
 
 

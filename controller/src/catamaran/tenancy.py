@@ -20,6 +20,9 @@ from .constants import (
 
 READ = ["get", "list", "watch"]
 WRITE = ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Exactly what resource reflection does with its copies: informers, create, update (with the
+# resourceVersion it read), delete (with a UID precondition). No patch, no deletecollection.
+REFLECT = ["get", "list", "watch", "create", "update", "delete"]
 
 
 def provider_cluster_roles() -> list[dict]:
@@ -47,13 +50,10 @@ def provider_cluster_roles() -> list[dict]:
                 {"apiGroups": [OFFLOADING_GROUP], "resources": ["shadowpods/status"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["pods", "events"], "verbs": READ},
                 {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps", "secrets", "services", "persistentvolumeclaims"],
-                    "verbs": WRITE,
-                },
-                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": WRITE},
-                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": WRITE},
+                # Resource reflection (vk/reflection): the consumer's objects copied into this twin.
+                {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"], "verbs": REFLECT},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": REFLECT},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": REFLECT},
             ],
         },
     ]

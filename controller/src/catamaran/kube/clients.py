@@ -40,16 +40,23 @@ def kubeconfig_from_text(text: str, origin: str) -> KubeConfig:
         raise CredentialError(f"{origin} holds an unusable kubeconfig: {type(error).__name__}") from None
 
 
-def async_client(
-    config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15, http2: bool = False
-) -> AsyncClient:
-    return AsyncClient(
+# Every watch holds an HTTP/1.1 connection for its lifetime; a pool smaller than the watch count would
+# starve ordinary requests (the health check, status writes) once enough twin namespaces are watched.
+# HTTP/2 would share one connection, but httpcore's HTTP/2 stalls every request once three streams stay open.
+MAX_CONNECTIONS = 4096
+
+
+def async_client(config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15) -> AsyncClient:
+    client = AsyncClient(
         config=config.get(context),
         field_manager=field_manager,
         timeout=httpx2.Timeout(timeout),
         trust_env=False,
-        http2=http2,
     )
+    # lightkube has no setting for the pool; its httpx transport keeps one.
+    pool = client._client._client._transport._pool
+    pool._max_connections = MAX_CONNECTIONS
+    return client
 
 
 async def get_raw(client: AsyncClient, path: str, request_timeout: float) -> tuple[int, str]:

@@ -155,8 +155,7 @@ class VirtualKubelet:
             config = kubeconfig_from_text(base64.b64decode(encoded).decode(), origin)
         except (CredentialError, ValueError) as error:
             raise ForeignClusterError("CredentialInvalid", str(error), watch) from None
-        # HTTP/2: every watch of every twin namespace shares one connection instead of one each.
-        provider = async_client(config, None, FIELD_MANAGER, http2=True)
+        provider = async_client(config, None, FIELD_MANAGER)
         return foreign, provider
 
     async def _until_changed(self, watched: tuple[Watched, ...], recheck_after: float) -> None:

@@ -11,7 +11,7 @@ from .kind import Context, ReflectedKind, present
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 # The provider's EndpointSlice controller leaves slices with another manager alone.
-REFLECTED_SLICE_MANAGER = "catamaran.io/reflection"
+REFLECTED_SLICE_MANAGER = "reflection.catamaran.io"
 
 
 class EndpointSlices(ReflectedKind):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret, ServiceAccount
 
 from ... import metrics
@@ -194,13 +195,14 @@ class TokenReflector:
         lifetimes = []
         for key, audience, seconds in token_requests(spec):
             request = ServiceAccount.Token(
+                metadata=ObjectMeta(),
                 spec=TokenRequestSpec(
                     audiences=[audience] if audience else [],
                     expirationSeconds=seconds,
                     boundObjectRef=BoundObjectReference(
                         apiVersion="v1", kind="Pod", name=meta["name"], uid=meta["uid"]
                     ),
-                )
+                ),
             )
             issued = await self.local.create(request, service_account, namespace=meta["namespace"])
             data[key] = base64.b64encode(issued.status.token.encode()).decode()
