@@ -10,13 +10,6 @@ twin=demo-cluster-1
 
 deploy() {
   $kubectl --context cluster-1 apply -f "$here/demo-app/"
-  # Until resource reflection exists (the virtual kubelet copies ConfigMaps into twin namespaces),
-  # the page's ConfigMap is placed into each provider's twin namespace here, by hand.
-  for provider in "${providers[@]}"; do
-    $kubectl --context cluster-1 -n demo get configmap hello-page -o json \
-      | python3 -c 'import json, sys; o = json.load(sys.stdin); print(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": o["metadata"]["name"]}, "data": o["data"]}))' \
-      | $kubectl --context "$provider" -n "$twin" apply -f -
-  done
   $kubectl --context cluster-1 -n demo rollout status deployment/hello --timeout=180s
 }
 
@@ -35,6 +28,12 @@ show() {
     echo
     echo "== $provider (provider): the same pods, real containers on its real node, in $twin"
     $kubectl --context "$provider" -n "$twin" get pods -o wide 2>/dev/null || echo "(no twin namespace here)"
+  done
+  for provider in "${providers[@]}"; do
+    echo
+    echo "== $provider: the page's ConfigMap and the pods' tokens, reflected into $twin by the virtual kubelet"
+    $kubectl --context "$provider" -n "$twin" get configmaps,secrets -l catamaran.io/managed-by=reflection 2>/dev/null \
+      || echo "(no twin namespace here)"
   done
   echo
   echo "== the page, fetched from each remote pod at its pod IP (routed from this host to the provider's node)"

@@ -207,6 +207,9 @@ def test_an_offloaded_app_finds_its_configmap_secret_pull_secret_and_token_on_a_
     user = result["status"]["user"]
     assert user["username"] == f"system:serviceaccount:{NAMESPACE}:reader"
     assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [pod["metadata"]["uid"]]
+    # The virtual kubelets may read Secrets and request tokens here because this namespace is offloaded.
+    binding = local(lab, "rolebinding", "catamaran-vk-reflection")
+    assert binding["subjects"][0]["name"] == f"system:serviceaccounts:{SYSTEM_NAMESPACE}"
     token_secret = remote(lab, "secret", f"catamaran-token.{name}")
     assert token_secret["type"] == "Opaque"
     assert token_secret["metadata"]["labels"]["catamaran.io/managed-by"] == "reflection"
@@ -476,3 +479,8 @@ def test_ending_the_offloading_removes_every_copy_and_nothing_else(lab, fed):
         what="the twin removed",
     )
     assert local(lab, "configmap", "page") is not None, "the local objects stay"
+    wait_for(
+        lambda: local(lab, "rolebinding", "catamaran-vk-reflection") is None,
+        timeout=60,
+        what="the virtual kubelets' reflection rights gone with the offloading",
+    )

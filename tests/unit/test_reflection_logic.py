@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from catamaran.consumer.offloading import reflection_binding
 from catamaran.vk.reflection.configmaps import ConfigMaps
 from catamaran.vk.reflection.endpointslices import EndpointSlices
 from catamaran.vk.reflection.ingresses import Ingresses
@@ -145,3 +146,12 @@ def test_tokens_are_refreshed_at_80_percent_of_the_shortest_lifetime():
     assert refresh_delay([3607.0, 600.0]) == pytest.approx(480.0)
     assert token_secret_name("web-1") == "catamaran-token.web-1"
     assert len(token_secret_name("x" * 250)) == 253
+
+
+def test_the_reflection_role_is_bound_to_the_controllers_service_accounts_in_the_offloaded_namespace_only():
+    binding = reflection_binding("shop", "catamaran-system")
+    assert binding["metadata"]["namespace"] == "shop"
+    assert binding["roleRef"]["name"] == "catamaran-vk-reflection"
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts:catamaran-system"}
+    ]

@@ -24,7 +24,7 @@ log = logging.getLogger("catamaran")
 
 def consumer_tasks(client, args) -> list:
     events = EventRecorder(client, "catamaran-manager")
-    offloadings = NamespaceOffloadingController(client, args.cluster_id, events)
+    offloadings = NamespaceOffloadingController(client, args.cluster_id, events, args.controller_namespace)
     tasks = offloadings.tasks()
     if args.webhook_port:
         service = None
@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         "manager", help="run the manager: ShadowPods, offers and twins (provider); NamespaceOffloading and webhook"
     )
     manager.add_argument("--workers", type=int, default=8)
+    manager.add_argument(
+        "--controller-namespace",
+        default=os.environ.get("POD_NAMESPACE", SYSTEM_NAMESPACE),
+        help="namespace of the virtual kubelets' service accounts, bound per offloaded namespace for reflection",
+    )
     manager.add_argument("--webhook-port", type=int, default=0, help="serve the pod webhook on this port (0: off)")
     manager.add_argument("--webhook-url", help="URL the API server calls (out-of-cluster manager)")
     manager.add_argument("--webhook-service", help="namespace/name:port of the webhook Service (in-cluster manager)")

@@ -43,6 +43,8 @@ TWIN_FINALIZER = "catamaran.io/twin-namespace"
 RESOURCE_OFFER_NAME = "resources"
 TENANT_WORKLOAD_CLUSTER_ROLE = "catamaran-tenant-workloads"
 TENANT_CLUSTER_ROLE = "catamaran-tenant"
+# On a consumer: Secrets and service-account tokens, bound to the virtual kubelets per offloaded namespace.
+VK_REFLECTION_ROLE = "catamaran-vk-reflection"
 
 
 def tenant_namespace(consumer_cluster_id: str) -> str:

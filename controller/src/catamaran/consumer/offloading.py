@@ -3,7 +3,8 @@
 Each virtual kubelet (the only holder of its provider's credential) creates or removes its twin
 namespace and reports its own entry in `status.clusters`; this controller turns those entries and
 the set of matching virtual nodes into `offloadingPhase`, and finishes deletion once every twin is
-gone.
+gone. It also binds the virtual kubelets' reflection role (Secrets, service-account tokens) in the
+offloaded namespace, and only there, for as long as the namespace is offloaded.
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ import logging
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
-from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE, TYPE_VIRTUAL_NODE
+from ..constants import (
+    LABEL_MANAGED_BY,
+    LABEL_REMOTE_CLUSTER_ID,
+    LABEL_TYPE,
+    MANAGED_BY_CATAMARAN,
+    SYSTEM_NAMESPACE,
+    TYPE_VIRTUAL_NODE,
+    VK_REFLECTION_ROLE,
+)
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.ops import tolerating
@@ -59,10 +69,35 @@ def summarize_virtual_node(node) -> dict:
     return {"name": node.metadata.name, "labels": labels, "cluster": labels.get(LABEL_REMOTE_CLUSTER_ID, "")}
 
 
+def reflection_binding(namespace: str, controller_namespace: str) -> dict:
+    """The virtual kubelets (every service account of the controller's namespace) may read this namespace's
+    Secrets and request its service-account tokens, which reflection needs, and nowhere else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": VK_REFLECTION_ROLE,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": VK_REFLECTION_ROLE},
+        "subjects": [
+            {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Group",
+                "name": f"system:serviceaccounts:{controller_namespace}",
+            }
+        ],
+    }
+
+
 class NamespaceOffloadingController:
     name = "namespaceoffloadings"
 
-    def __init__(self, client: AsyncClient, cluster_id: str, events: EventRecorder):
+    def __init__(
+        self, client: AsyncClient, cluster_id: str, events: EventRecorder, controller_namespace: str = SYSTEM_NAMESPACE
+    ):
+        self.controller_namespace = controller_namespace  # its service accounts are the virtual kubelets'
         self.client = client
         self.cluster_id = cluster_id
         self.events = events
@@ -96,6 +131,8 @@ class NamespaceOffloadingController:
         deleting = bool(meta.get("deletionTimestamp"))
         entries = {entry["clusterID"]: entry for entry in status.get("clusters") or []}
         if deleting and not entries:
+            with tolerating(404):
+                await self.client.delete(RoleBinding, VK_REFLECTION_ROLE, namespace=namespace)
             await self._set_namespace_label(namespace, None)
             await self._remove_finalizer(offloading)
             return None
@@ -109,6 +146,7 @@ class NamespaceOffloadingController:
                     patch_type=PatchType.MERGE,
                 )
             await self._set_namespace_label(namespace, "true")
+            await self._bind_reflection(namespace)
             if status.get("observedGeneration") is None:
                 await self._report_preexisting_pods(offloading)
                 status = offloading.get("status") or {}
@@ -136,6 +174,10 @@ class NamespaceOffloadingController:
                 kind = "Warning" if phase in ("SomeFailed", "AllFailed") else "Normal"
                 await self.events.record(reference(offloading), kind, phase, message)
         return None
+
+    async def _bind_reflection(self, namespace: str) -> None:
+        body = reflection_binding(namespace, self.controller_namespace)
+        await self.client.apply(RoleBinding.from_dict(body), field_manager=FIELD_MANAGER, force=True)
 
     async def _set_namespace_label(self, namespace: str, value: str | None) -> None:
         with tolerating(404):

@@ -24,6 +24,7 @@ class ReflectedKind:
     resource: type  # the lightkube resource, namespaced
     api_version: str
     kind: str
+    watched_per_namespace = False  # True: local objects watched only in offloaded namespaces (least privilege)
     keeps_allocations = False  # copies hold fields the provider allocated: read them before a replace
 
     def with_allocations(self, body: dict, current: dict) -> dict:

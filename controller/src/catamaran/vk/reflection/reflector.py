@@ -59,6 +59,66 @@ def compact_local(obj) -> dict:
     return data
 
 
+class ClusterWideObjects:
+    """Local objects of a kind through one cluster-wide watch."""
+
+    def __init__(self, informer: Informer):
+        self.informer = informer
+
+    def tasks(self):
+        return [self.informer.run()]
+
+    async def wait_synced(self) -> None:
+        await self.informer.synced.wait()
+
+    def watch(self, namespace: str) -> None:
+        pass
+
+    def unwatch(self, namespace: str) -> None:
+        pass
+
+    def synced(self, namespace: str) -> bool:
+        return self.informer.synced.is_set()
+
+    def get(self, namespace: str, name: str) -> dict | None:
+        return self.informer.get(namespace, name)
+
+    def keys_in(self, namespace: str) -> list:
+        return [key for key in list(self.informer.cache) if key[0] == namespace]
+
+
+class PerNamespaceObjects:
+    """Local objects of a kind through one watch per offloaded namespace: for Secrets, which a virtual
+    kubelet may read only where a namespace is offloaded (the manager binds that right there)."""
+
+    def __init__(self, informers: NamespacedInformers):
+        self.informers = informers
+
+    def tasks(self):
+        return []
+
+    async def wait_synced(self) -> None:
+        pass
+
+    def watch(self, namespace: str) -> None:
+        self.informers.watch(namespace)
+
+    def unwatch(self, namespace: str) -> None:
+        self.informers.unwatch(namespace)
+
+    def synced(self, namespace: str) -> bool:
+        informer = self.informers.get(namespace)
+        return informer is not None and informer.synced.is_set()
+
+    def get(self, namespace: str, name: str) -> dict | None:
+        informer = self.informers.get(namespace)
+        return informer.get(namespace, name) if informer else None
+
+    def keys_in(self, namespace: str) -> list:
+        informer = self.informers.get(namespace)
+        return list(informer.cache) if informer else []
+
+
 def immutable_change(error: ApiError) -> bool:
     message = (error.status.message or "").lower()
     return error.status.code == 422 and ("immutable" in message or "may not change" in message)
@@ -88,8 +148,10 @@ class Reflector:
         self.policy = policy
         self.context = context
         self.name = f"reflect-{kind.setting}"
-        self.local_objects = Informer(local, kind.resource, name=f"local-{kind.setting}", transform=compact_local)
-        self.local_objects.on_change(self._local_changed)
+        if kind.watched_per_namespace:
+            self.local_objects = PerNamespaceObjects(NamespacedInformers(self._local_informer))
+        else:
+            self.local_objects = ClusterWideObjects(self._local_informer(None))
         self.copies = NamespacedInformers(self._copy_informer)
         self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
         self.origins: dict[str, str] = {}  # twin namespace -> local namespace
@@ -98,13 +160,24 @@ class Reflector:
         self._conflicts: dict[tuple, str] = {}  # reported conflicts: key -> uid of the foreign object
 
     def tasks(self):
-        return [self.local_objects.run(), self._run()]
+        return [*self.local_objects.tasks(), self._run()]
 
     async def _run(self):
-        await self.local_objects.synced.wait()
+        await self.local_objects.wait_synced()
         await self.queue.run()
 
     # -- informers -------------------------------------------------------------------
+
+    def _local_informer(self, namespace: str | None) -> Informer:
+        informer = Informer(
+            self.local,
+            self.kind.resource,
+            name=f"local-{self.kind.setting}",
+            namespace=namespace,
+            transform=compact_local,
+        )
+        informer.on_change(self._local_changed)
+        return informer
 
     def _copy_informer(self, twin: str) -> Informer:
         informer = Informer(self.provider, self.kind.resource, name=f"remote-{self.kind.setting}", namespace=twin)
@@ -155,11 +228,14 @@ class Reflector:
         if self.origins.get(twin) != origin:
             self.origins[twin] = origin
             self.copies.watch(twin)
+            self.local_objects.watch(origin)
         self._requeue_namespace(origin, twin)
 
     def twin_removed(self, twin: str) -> None:
         self.copies.unwatch(twin)
-        self.origins.pop(twin, None)
+        origin = self.origins.pop(twin, None)
+        if origin is not None:
+            self.local_objects.unwatch(origin)
 
     def left_in(self, twin: str) -> int:
         """Copies this reflector wrote that are still in the twin; the twin is removed only once none is."""
@@ -173,9 +249,8 @@ class Reflector:
         return self.left_in(twin)
 
     def _requeue_namespace(self, origin: str, twin: str) -> None:
-        for namespace, name in list(self.local_objects.cache):
-            if namespace == origin:
-                self.queue.add((namespace, name))
+        for key in self.local_objects.keys_in(origin):
+            self.queue.add(key)
         informer = self.copies.get(twin)
         for _, copy_name in list(informer.cache) if informer else []:
             local_name = self.kind.local_name(copy_name)
@@ -219,7 +294,7 @@ class Reflector:
         if copies is None:
             self._changed_at.pop(key, None)
             return None  # no twin here: its readiness requeues the namespace
-        if not copies.synced.is_set():
+        if not copies.synced.is_set() or not self.local_objects.synced(namespace):
             return 0.5
         local = self.local_objects.get(namespace, name)
         copy_name = self.kind.remote_name(name)

@@ -17,6 +17,7 @@ class Secrets(ReflectedKind):
     resource = Secret
     api_version = "v1"
     kind = "Secret"
+    watched_per_namespace = True  # a cluster-wide Secret watch would read every credential of the consumer
 
     def local_name(self, remote_name: str) -> str | None:
         return None if remote_name.startswith(TOKEN_SECRET_PREFIX) else remote_name
