@@ -12,10 +12,15 @@ short_description: Validate a federation inventory and resolve it into per-clust
 version_added: 0.1.0
 description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
-    C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_peerings),
-    C(catamaran_offloaded_namespaces)) and returns the validated federation.
+    C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
+    C(catamaran_peerings), C(catamaran_offloaded_namespaces)) and returns the validated federation.
+  - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
+    (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
+    of O(catamaran.federation.peering#module:reflection).
   - Fails with a message naming the host and the field on an invalid cluster id, a duplicate id, a peering that names
-    an unknown cluster or the consumer itself, a sharing percentage outside 1-100, or an invalid offloaded namespace.
+    an unknown cluster or the consumer itself, a sharing percentage outside 1-100, invalid reflection settings
+    (an unknown kind, a policy other than DenyList or AllowList, workers outside 0-64), or an invalid offloaded
+    namespace.
 positional: hosts
 options:
   _input:
@@ -40,9 +45,10 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - C(clusters) maps each cluster id to its connection (C(id), C(host), C(kubeconfig), C(context), C(api_server), C(labels)).
+    - C(clusters) maps each cluster id to its connection (C(id), C(host), C(kubeconfig), C(context), C(api_server)),
+      its C(labels) and, as a provider, its C(reflection) settings.
     - C(peerings) maps each consumer id to its resolved peerings, each holding the provider's connection and the
-      ForeignCluster settings.
+      ForeignCluster settings (C(reflection) merged as described above, V({}) when nothing is set).
     - C(offloadings) maps each consumer id to its offloaded namespaces.
     - C(hosts) maps each inventory host to its cluster id.
   type: dict
@@ -51,6 +57,7 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.catamaran.federation.plugins.module_utils import reflection
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PEERING_KEYS = {
@@ -61,6 +68,7 @@ PEERING_KEYS = {
     "pod_cidr_remap",
     "provider_node_selector",
     "provider_tolerations",
+    "reflection",
 }
 NAMESPACE_KEYS = {
     "namespace",
@@ -79,6 +87,14 @@ def _label(value, where):
     return value
 
 
+def _reflection(settings, where):
+    try:
+        reflection.check(settings, where)
+    except reflection.InvalidReflection as error:
+        raise AnsibleFilterError(str(error)) from None
+    return settings or {}
+
+
 def _cluster(host, variables):
     cluster_id = _label(variables.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)
     kubeconfig = variables.get("catamaran_kubeconfig")
@@ -94,6 +110,9 @@ def _cluster(host, variables):
         context=variables.get("catamaran_context") or None,
         api_server=variables.get("catamaran_api_server") or None,
         labels=dict((str(k), str(v)) for k, v in labels.items()),
+        reflection=_reflection(
+            variables.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
+        ),
     )
 
 
@@ -119,6 +138,7 @@ def _peering(consumer, entry, clusters, where):
     tolerations = entry.get("provider_tolerations") or []
     if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
         raise AnsibleFilterError("%s: provider_tolerations must be a list of mappings, got %r" % (where, tolerations))
+    settings = _reflection(entry.get("reflection"), where + ": reflection")
     provider = clusters[provider_id]
     node_labels = dict(provider["labels"])
     node_labels.update(entry.get("node_labels") or {})
@@ -133,6 +153,7 @@ def _peering(consumer, entry, clusters, where):
         pod_cidr_remap=entry.get("pod_cidr_remap"),
         provider_node_selector=dict((str(k), str(v)) for k, v in selector.items()),
         provider_tolerations=tolerations,
+        reflection=reflection.merge(provider["reflection"], settings),
     )
 
 

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import base64
 
+from ansible_collections.catamaran.federation.plugins.module_utils import reflection
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
@@ -115,6 +116,10 @@ class Peering:
                 raise InvalidInput("provider_node_selector.%s must be a string, got %r" % (key, value))
         for index, toleration in enumerate(params.get("provider_tolerations") or []):
             check_toleration(toleration, "provider_tolerations[%d]" % index)
+        try:
+            reflection.check(params.get("reflection"), "reflection")
+        except reflection.InvalidReflection as error:
+            raise InvalidInput(str(error)) from None
         return consumer_id, provider_id
 
     def check_clusters(self):
@@ -214,6 +219,9 @@ class Peering:
             spec["healthCheck"] = health_spec
         if params.get("pod_cidr_remap"):
             spec["networking"] = {"podCIDRRemap": params["pod_cidr_remap"]}
+        reflected = reflection.spec(params.get("reflection"))
+        if reflected:
+            spec["reflection"] = reflected
         return {
             "apiVersion": FOREIGN_CLUSTER_API,
             "kind": "ForeignCluster",

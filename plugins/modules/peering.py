@@ -17,7 +17,8 @@ description:
   - "On the provider: the tenant namespace C(catamaran-tenant-<consumer_id>), the ServiceAccount
     C(catamaran-consumer) with a token, and least-privilege RBAC (it reaches only its tenant's namespaces)."
   - "On the consumer: that credential as Secret C(catamaran-system/catamaran-credentials-<provider_id>) and
-    the ForeignCluster C(catamaran-system/<provider_id>) with sharing percentage, node labels and health-check settings."
+    the ForeignCluster C(catamaran-system/<provider_id>) with sharing percentage, node labels, health-check and
+    resource-reflection settings."
   - Every object is first applied as a server-side dry run on both clusters, so invalid input (for example a
     sharing percentage the API rejects) fails before anything is changed.
   - With O(state=absent), cordons and drains the virtual node (its virtual kubelet removes the offloaded pods from
@@ -140,6 +141,125 @@ options:
   pod_cidr_remap:
     description: CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
     type: str
+  reflection:
+    description:
+      - How the consumer's objects in offloaded namespaces are reflected (kept in sync) into their twin namespaces on
+        the provider, written to the ForeignCluster's C(spec.reflection). The virtual kubelet applies it.
+      - Every suboption is optional; unset ones are left out of the ForeignCluster, so the controller's defaults apply.
+      - Checked before anything changes; an unknown kind, a policy other than V(DenyList) or V(AllowList), or
+        O(reflection.kinds.config_maps.workers) (or another kind's) outside 0-64 fails with the field named.
+    type: dict
+    suboptions:
+      kinds:
+        description: Settings per reflected kind; a kind left out keeps the controller's defaults.
+        type: dict
+        suboptions:
+          config_maps:
+            description: ConfigMaps.
+            type: dict
+            suboptions:
+              policy:
+                description:
+                  - V(DenyList) (the controller's default) reflects every object except those annotated
+                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
+                    C(catamaran.io/allow-reflection=true).
+                type: str
+                choices: [DenyList, AllowList]
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
+          secrets:
+            description: Secrets.
+            type: dict
+            suboptions:
+              policy:
+                description:
+                  - V(DenyList) (the controller's default) reflects every object except those annotated
+                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
+                    C(catamaran.io/allow-reflection=true).
+                type: str
+                choices: [DenyList, AllowList]
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
+          services:
+            description: Services (cluster IPs and node ports are left to the provider).
+            type: dict
+            suboptions:
+              policy:
+                description:
+                  - V(DenyList) (the controller's default) reflects every object except those annotated
+                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
+                    C(catamaran.io/allow-reflection=true).
+                type: str
+                choices: [DenyList, AllowList]
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
+          endpoint_slices:
+            description: EndpointSlices (addresses translated for the provider).
+            type: dict
+            suboptions:
+              policy:
+                description:
+                  - V(DenyList) (the controller's default) reflects every object except those annotated
+                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
+                    C(catamaran.io/allow-reflection=true).
+                type: str
+                choices: [DenyList, AllowList]
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
+          ingresses:
+            description: Ingresses (see O(reflection.ingress_class_name)).
+            type: dict
+            suboptions:
+              policy:
+                description:
+                  - V(DenyList) (the controller's default) reflects every object except those annotated
+                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
+                    C(catamaran.io/allow-reflection=true).
+                type: str
+                choices: [DenyList, AllowList]
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 1). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
+          service_account_tokens:
+            description: Service-account tokens of offloaded pods (requested from the consumer, stored in Secrets).
+            type: dict
+            suboptions:
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
+      filtered_labels:
+        description:
+          - Label keys never reflected; an entry ending in C(/) or C(*) is a prefix.
+          - Unset, the controller filters the cloud load-balancer and kubectl keys it owns; a list replaces those
+            (V([]) filters none).
+        type: list
+        elements: str
+      filtered_annotations:
+        description:
+          - Annotation keys never reflected; an entry ending in C(/) or C(*) is a prefix.
+          - Unset, the controller filters the cloud load-balancer and kubectl keys it owns; a list replaces those
+            (V([]) filters none).
+        type: list
+        elements: str
+      ingress_class_name:
+        description: The provider's ingress class for reflected Ingresses; unset uses the provider's default class.
+        type: str
   wait:
     description: With O(state=present), wait until the virtual node is Ready.
     type: bool
@@ -184,6 +304,14 @@ EXAMPLES = r"""
     health_check:
       period_seconds: 10
       failure_threshold: 3
+    # Secrets only when annotated catamaran.io/allow-reflection=true, more ConfigMap workers, no
+    # billing labels on the copies, and Ingresses served by the provider's nginx class.
+    reflection:
+      kinds:
+        secrets: {policy: AllowList}
+        config_maps: {workers: 8}
+      filtered_labels: [billing.example.com/]
+      ingress_class_name: nginx
     wait: true
 
 - name: Un-peer them
@@ -248,6 +376,28 @@ actions:
 from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import SYSTEM_NAMESPACE
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, connect_both
+from ansible_collections.catamaran.federation.plugins.module_utils.reflection import (
+    KIND_OPTIONS,
+    POLICIES,
+    TAKES_POLICY,
+)
+
+
+def reflection_options():
+    """O(reflection): its shape; ranges are checked by Peering.validate, with the field named."""
+
+    def kind(takes_policy):
+        options = dict(workers=dict(type="int"))
+        if takes_policy:
+            options["policy"] = dict(type="str", choices=list(POLICIES))
+        return dict(type="dict", no_log=False, options=options)
+
+    return dict(
+        kinds=dict(type="dict", options=dict((option, kind(TAKES_POLICY[option])) for option in KIND_OPTIONS)),
+        filtered_labels=dict(type="list", elements="str"),
+        filtered_annotations=dict(type="list", elements="str"),
+        ingress_class_name=dict(type="str"),
+    )
 
 
 def main():
@@ -282,6 +432,7 @@ def main():
             ),
         ),
         pod_cidr_remap=dict(type="str"),
+        reflection=dict(type="dict", options=reflection_options()),
         wait=dict(type="bool", default=False),
         wait_timeout=dict(type="int", default=120),
         drain_timeout=dict(type="int", default=120),
