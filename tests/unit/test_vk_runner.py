@@ -1,6 +1,7 @@
 """The virtual kubelet's start-up: what it waits for, and that it waits by watching rather than polling.
 
-An in-memory stand-in for the local API server replaces lightkube's client; no cluster is involved.
+An in-memory stand-in for the local API server answers the lists and watches of kube/informer.py;
+no cluster is involved.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from lightkube.resources.core_v1 import Secret
 
 from catamaran.kube.resources import ForeignCluster
-from catamaran.vk.runner import ForeignClusterError, VirtualKubelet, Watched
+from catamaran.vk.peering import ForeignClusterError, PeeringWatch, provider_kubeconfig
 
 NAMESPACE = "catamaran-system"
 KUBECONFIG = """
@@ -25,6 +26,13 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: c, context: {cluster: p, user: u}}]
 current-context: c
 """
+ORIGINS = ("ForeignCluster catamaran-system/p", "Secret catamaran-system/p-credentials")
+
+
+def as_object(data: dict):
+    """What lightkube hands the informer: attribute access to metadata, to_dict() for the rest."""
+    meta = SimpleNamespace(namespace=NAMESPACE, resourceVersion="1", **data["metadata"])
+    return SimpleNamespace(metadata=meta, to_dict=lambda: data)
 
 
 class Listing:
@@ -33,25 +41,30 @@ class Listing:
 
     async def __aiter__(self):
         for item in self.items:
-            yield item
+            yield as_object(item)
 
 
 class FakeClient:
     """Objects by (resource, name); every list answers at `version`; watches follow `watch_script`."""
 
-    def __init__(self, objects: dict | None = None, version: str = "41", watch_script=None):
+    def __init__(self, objects: dict | None = None, version: str = "41", watch_script=None, refuse: bool = False):
         self.objects = objects or {}
         self.version = version
         self.watch_script = watch_script or {}
+        self.refuse = refuse
+        self.lists: list[tuple] = []
         self.watches: list[tuple] = []
 
-    def list(self, resource, *, namespace, fields):
+    def list(self, resource, *, chunk_size, namespace, labels, fields):
         assert namespace == NAMESPACE
+        if self.refuse:
+            raise ConnectionError("connection refused")
+        self.lists.append((resource, fields["metadata.name"]))
         found = self.objects.get((resource, fields["metadata.name"]))
         return Listing([found] if found else [], self.version)
 
-    def watch(self, resource, *, namespace, fields, resource_version, server_timeout):
-        self.watches.append((resource, namespace, fields["metadata.name"], resource_version))
+    def watch(self, resource, *, resource_version, server_timeout, namespace, labels, fields):
+        self.watches.append((resource, fields["metadata.name"], resource_version))
         return self.watch_script.get(resource, never)()
 
 
@@ -60,26 +73,21 @@ async def never():
     yield  # pragma: no cover
 
 
-def after(delay: float, *events: tuple[str, int]):
-    """A watch that sends these (event, generation) pairs after `delay`, then stays open."""
+def after(delay: float, *events: tuple[str, dict]):
+    """A watch that sends these (event, object) pairs after `delay`, then stays open."""
 
     async def watch():
         await asyncio.sleep(delay)
-        for event, generation in events:
-            yield event, SimpleNamespace(metadata=SimpleNamespace(generation=generation))
+        for event, data in events:
+            yield event, as_object(data)
         await asyncio.Event().wait()
 
     return watch
 
 
-async def broken():
-    raise ConnectionError("refused")
-    yield  # pragma: no cover
-
-
-def foreign(secret: str = "p-credentials") -> dict:
+def foreign(secret: str = "p-credentials", generation: int = 3) -> dict:
     return {
-        "metadata": {"name": "p", "generation": 3},
+        "metadata": {"name": "p", "generation": generation},
         "spec": {"clusterID": "p", "credentialsSecretRef": {"name": secret}},
     }
 
@@ -88,79 +96,97 @@ def secret(text: str) -> dict:
     return {"metadata": {"name": "p-credentials"}, "data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
 
 
-def kubelet(client: FakeClient) -> VirtualKubelet:
-    return VirtualKubelet(client, foreign_cluster="p", namespace=NAMESPACE, consumer_id="c", node_ip="127.0.0.1")
+async def read(client: FakeClient, within: float = 5):
+    peering = PeeringWatch(client, NAMESPACE, "p")
+    task = asyncio.get_running_loop().create_task(peering.foreigns.run())
+    try:
+        return await peering.read(within)
+    finally:
+        task.cancel()
+        peering.stop_secret()
 
 
-def connect_error(client: FakeClient) -> ForeignClusterError:
+def read_error(client: FakeClient, within: float = 5) -> ForeignClusterError:
     with pytest.raises(ForeignClusterError) as caught:
-        asyncio.run(kubelet(client)._connect())
+        asyncio.run(read(client, within))
     return caught.value
 
 
-def test_missing_foreign_cluster_is_watched_from_the_version_it_was_missing_at():
-    error = connect_error(FakeClient(version="41"))
+def test_missing_foreign_cluster_is_reported_and_watched_from_its_list():
+    client = FakeClient(version="41")
+    error = read_error(client)
     assert error.reason == "ForeignClusterMissing"
-    assert error.watch == (Watched(ForeignCluster, "p", "41", None),)
+    assert client.watches == [(ForeignCluster, "p", "41")]
 
 
-def test_missing_secret_is_watched_along_with_the_foreign_cluster_that_names_it():
-    error = connect_error(FakeClient({(ForeignCluster, "p"): foreign()}))
+def test_missing_secret_is_watched_by_name_along_with_the_foreign_cluster():
+    client = FakeClient({(ForeignCluster, "p"): foreign()})
+    error = read_error(client)
     assert error.reason == "CredentialMissing"
     assert "p-credentials" in str(error)
-    # The ForeignCluster's generation, so that its status updates do not count as a change.
-    assert error.watch == (Watched(ForeignCluster, "p", "41", 3), Watched(Secret, "p-credentials", "41", None))
+    assert client.watches == [(ForeignCluster, "p", "41"), (Secret, "p-credentials", "41")]
 
 
-def test_unusable_secret_is_watched_for_a_fix():
-    client = FakeClient({(ForeignCluster, "p"): foreign(), (Secret, "p-credentials"): secret("[not: yaml")})
-    error = connect_error(client)
+def test_unusable_secret_is_reported_without_its_content():
+    error = read_error(FakeClient({(ForeignCluster, "p"): foreign(), (Secret, "p-credentials"): secret("[x: s3cr3t")}))
     assert error.reason == "CredentialInvalid"
-    assert [w.resource for w in error.watch] == [ForeignCluster, Secret]
+    assert "s3cr3t" not in str(error)
 
 
-def test_usable_peering_connects():
+def test_usable_peering_gives_the_provider_kubeconfig():
     client = FakeClient({(ForeignCluster, "p"): foreign(), (Secret, "p-credentials"): secret(KUBECONFIG)})
-
-    async def connect():
-        found, provider = await kubelet(client)._connect()
-        await provider.close()
-        return found
-
-    assert asyncio.run(connect())["spec"]["clusterID"] == "p"
+    found, config = asyncio.run(read(client))
+    assert found["spec"]["clusterID"] == "p"
+    assert config.get().cluster.server == "https://127.0.0.1:1"
 
 
-def wait_seconds(client: FakeClient, watched, recheck_after: float) -> float:
-    start = time.monotonic()
-    asyncio.run(kubelet(client)._until_changed(watched, recheck_after))
-    return time.monotonic() - start
+def test_an_unreadable_foreign_cluster_names_the_error_after_the_recheck_bound():
+    started = time.monotonic()
+    error = read_error(FakeClient(refuse=True), within=0.3)
+    assert error.reason == "ForeignClusterUnreadable"
+    assert "connection refused" in str(error)
+    assert time.monotonic() - started < 5
 
 
-def test_first_event_ends_the_wait_long_before_the_fallback():
-    client = FakeClient(watch_script={ForeignCluster: after(0.05, ("ADDED", 1))})
-    watched = (Watched(ForeignCluster, "p", "41"), Watched(Secret, "s", "41"))
-    waited = wait_seconds(client, watched, recheck_after=30)
-    assert waited < 5
-    assert client.watches == [
-        (ForeignCluster, NAMESPACE, "p", "41"),
-        (Secret, NAMESPACE, "s", "41"),
-    ]
+def test_key_missing_from_the_secret_is_named():
+    with pytest.raises(ForeignClusterError, match="has no key 'kubeconfig'"):
+        provider_kubeconfig(foreign(), {"metadata": {}, "data": {}}, ORIGINS)
 
 
-def test_broken_watch_waits_for_the_fallback_instead_of_spinning():
-    client = FakeClient(watch_script={ForeignCluster: broken})
-    assert wait_seconds(client, (Watched(ForeignCluster, "p", "41"),), recheck_after=0.3) >= 0.25
-    assert len(client.watches) == 1
+async def changed_within(client: FakeClient, within: float) -> bool:
+    peering = PeeringWatch(client, NAMESPACE, "p")
+    task = asyncio.get_running_loop().create_task(peering.foreigns.run())
+    try:
+        with pytest.raises(ForeignClusterError):
+            await peering.read(5)
+        started = time.monotonic()
+        await peering.until_changed(within)
+        return time.monotonic() - started < within * 0.9
+    finally:
+        task.cancel()
+        peering.stop_secret()
 
 
-def test_nothing_to_watch_still_rechecks_after_the_fallback():
-    assert 0.25 <= wait_seconds(FakeClient(), (), recheck_after=0.3) < 5
+def test_the_foreign_cluster_appearing_ends_the_wait_long_before_the_recheck():
+    client = FakeClient(watch_script={ForeignCluster: after(0.05, ("ADDED", foreign()))})
+    assert asyncio.run(changed_within(client, 30))
+
+
+def test_the_secret_appearing_ends_the_wait():
+    client = FakeClient(
+        {(ForeignCluster, "p"): foreign()}, watch_script={Secret: after(0.05, ("ADDED", secret(KUBECONFIG)))}
+    )
+    assert asyncio.run(changed_within(client, 30))
 
 
 def test_status_updates_do_not_end_the_wait_but_spec_changes_do():
-    status_only = FakeClient(watch_script={ForeignCluster: after(0, ("MODIFIED", 3), ("MODIFIED", 3))})
-    assert wait_seconds(status_only, (Watched(ForeignCluster, "p", "41", 3),), recheck_after=0.3) >= 0.25
-    respecified = FakeClient(watch_script={ForeignCluster: after(0, ("MODIFIED", 3), ("MODIFIED", 4))})
-    assert wait_seconds(respecified, (Watched(ForeignCluster, "p", "41", 3),), recheck_after=30) < 5
-    deleted = FakeClient(watch_script={ForeignCluster: after(0, ("DELETED", 3))})
-    assert wait_seconds(deleted, (Watched(ForeignCluster, "p", "41", 3),), recheck_after=30) < 5
+    status_only = FakeClient(
+        {(ForeignCluster, "p"): foreign()},
+        watch_script={ForeignCluster: after(0.1, ("MODIFIED", foreign()), ("MODIFIED", foreign()))},
+    )
+    assert not asyncio.run(changed_within(status_only, 0.5))
+    respecified = FakeClient(
+        {(ForeignCluster, "p"): foreign()},
+        watch_script={ForeignCluster: after(0.1, ("MODIFIED", foreign(secret="other", generation=4)))},
+    )
+    assert asyncio.run(changed_within(respecified, 30))

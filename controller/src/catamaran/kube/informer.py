@@ -55,6 +55,7 @@ class Informer:
         self.cache: dict[Key, Any] = {}
         self.synced = asyncio.Event()
         self.healthy = False
+        self.last_error: str | None = None  # why the last list or watch failed, for status reports
         self._versions: dict[Key, str] = {}
         self._handlers: list[Handler] = []
 
@@ -100,6 +101,8 @@ class Informer:
 
     def _unhealthy(self, error: Exception, backoff: float) -> None:
         self.healthy = False
+        status = getattr(error, "status", None)
+        self.last_error = (getattr(status, "message", None) or str(error) or type(error).__name__)[:300]
         metrics.WATCH_RESTARTS.labels(self.name, type(error).__name__).inc()
         log.warning(
             "watch interrupted; relisting",

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import logging
-from typing import NamedTuple
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
 from ..constants import RESOURCE_OFFER_NAME, tenant_namespace, virtual_node_name
-from ..kube.clients import CredentialError, async_client, kubeconfig_from_text
+from ..kube.clients import async_client
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.resources import ForeignCluster, ResourceOffer
 from ..logs import fields
 from ..objects import as_dict, reference, set_condition
 from .node import HealthSettings, NodeSettings, VirtualNode
+from .peering import ForeignClusterError, PeeringWatch
 from .pods import PodController
 from .reflection.policy import settings_from_spec
 from .reflection.reflection import Reflection
@@ -30,27 +27,6 @@ FIELD_MANAGER = "catamaran-virtual-kubelet"
 # Watches wake the virtual kubelet as soon as its peering appears; this bounds the wait when one
 # breaks or misses something, and is the only retry when there is nothing to watch.
 RECHECK_SECONDS = 10.0
-
-
-class Watched(NamedTuple):
-    """An object to wait on, as last read."""
-
-    resource: type
-    name: str
-    version: str | None  # the list's resourceVersion: the watch starts after it
-    generation: int | None = None  # set to ignore changes that leave the spec alone (status updates)
-
-
-class ForeignClusterError(Exception):
-    """The ForeignCluster or its credential cannot be used; reported on its status.
-
-    `watch` names the objects whose next change may make it usable.
-    """
-
-    def __init__(self, reason: str, message: str, watch: tuple[Watched, ...] = ()):
-        super().__init__(message)
-        self.reason = reason
-        self.watch = watch
 
 
 class PeeringRemoved(Exception):
@@ -102,98 +78,27 @@ class VirtualKubelet:
 
         Raises PeeringRemoved once the ForeignCluster is deleted and the virtual node cleaned up.
         """
-        while True:
-            try:
-                foreign, provider = await self._connect()
-                break
-            except ForeignClusterError as error:
-                log.error(
-                    "foreign cluster unusable",
-                    extra=fields(foreign_cluster=self.foreign_cluster, reason=error.reason, error=str(error)),
-                )
-                await self._report(error.reason, str(error), ready=False)
-                await self._until_changed(error.watch, RECHECK_SECONDS)
-        await self._serve(foreign, provider)
-
-    async def _read(self, resource, name: str, reason: str, origin: str) -> tuple[dict | None, str | None]:
-        """The object (None if missing) and the list resourceVersion to watch it from.
-
-        A list by name rather than a get: its resourceVersion exists even when the object does not,
-        so no creation between this read and the watch can be missed.
-        """
+        peering = PeeringWatch(self.local, self.namespace, self.foreign_cluster)
+        watching = asyncio.get_running_loop().create_task(peering.foreigns.run())
         try:
-            listing = self.local.list(resource, namespace=self.namespace, fields={"metadata.name": name})
-            found = [as_dict(obj) async for obj in listing]
-        except ApiError as error:
-            raise ForeignClusterError(reason, f"{origin}: {error.status.message}") from None
-        return (found[0] if found else None), listing.resourceVersion
-
-    async def _connect(self) -> tuple[dict, AsyncClient]:
-        origin = f"ForeignCluster {self.namespace}/{self.foreign_cluster}"
-        foreign, version = await self._read(ForeignCluster, self.foreign_cluster, "ForeignClusterMissing", origin)
-        generation = foreign["metadata"].get("generation") if foreign else None
-        # The generation lets the wait skip status updates, or our own report would wake it at once.
-        watch = (Watched(ForeignCluster, self.foreign_cluster, version, generation),)
-        if foreign is None:
-            raise ForeignClusterError("ForeignClusterMissing", f"{origin} not found", watch)
-        ref = foreign["spec"]["credentialsSecretRef"]
-        key = ref.get("key", "kubeconfig")
-        origin = f"Secret {self.namespace}/{ref['name']}"
-        try:
-            secret, version = await self._read(Secret, ref["name"], "CredentialMissing", origin)
-        except ForeignClusterError as error:
-            error.watch = watch  # the ForeignCluster may still point elsewhere
-            raise
-        # A new Secret fixes it, and so does the ForeignCluster naming another one.
-        watch += (Watched(Secret, ref["name"], version),)
-        if secret is None:
-            raise ForeignClusterError("CredentialMissing", f"{origin} not found", watch)
-        encoded = (secret.get("data") or {}).get(key)
-        if not encoded:
-            raise ForeignClusterError("CredentialInvalid", f"{origin} has no key {key!r}", watch)
-        try:
-            config = kubeconfig_from_text(base64.b64decode(encoded).decode(), origin)
-        except (CredentialError, ValueError) as error:
-            raise ForeignClusterError("CredentialInvalid", str(error), watch) from None
-        provider = async_client(config, None, FIELD_MANAGER)
-        return foreign, provider
-
-    async def _until_changed(self, watched: tuple[Watched, ...], recheck_after: float) -> None:
-        """Return at the first change to a watched object since the version it was read at, or after `recheck_after`."""
-
-        async def first_event(resource, name: str, version: str | None, generation: int | None) -> None:
-            try:
-                events = self.local.watch(
-                    resource,
-                    namespace=self.namespace,
-                    fields={"metadata.name": name},
-                    resource_version=version,
-                    server_timeout=int(recheck_after) + 30,
-                )
-                async with contextlib.aclosing(events):
-                    async for event, obj in events:
-                        if event == "MODIFIED" and generation is not None and obj.metadata.generation == generation:
-                            continue
-                        return
-            except Exception as error:  # 410 Gone, refused or reset connections: the fallback re-checks
-                log.warning(
-                    "cannot watch for the peering; re-checking later",
-                    extra=fields(resource=resource.__name__, name=name, error=str(error)[:300], retry_in=recheck_after),
-                )
-            # A failed watch must not end the wait early, or a persistent failure would spin.
-            await asyncio.sleep(recheck_after)
-
-        waiters = [asyncio.create_task(first_event(*w)) for w in watched]
-        if not waiters:  # nothing could be read to watch from, e.g. the local API server refused the list
-            waiters.append(asyncio.create_task(asyncio.sleep(recheck_after)))
-        try:
-            await asyncio.wait(waiters, timeout=recheck_after, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                try:
+                    foreign, config = await peering.read(RECHECK_SECONDS)
+                    break
+                except ForeignClusterError as error:
+                    log.error(
+                        "foreign cluster unusable",
+                        extra=fields(foreign_cluster=self.foreign_cluster, reason=error.reason, error=str(error)),
+                    )
+                    await self._report(error.reason, str(error), ready=False)
+                    await peering.until_changed(RECHECK_SECONDS)
+            provider = async_client(config, None, FIELD_MANAGER)
+            await self._serve(peering, foreign, provider)
         finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+            watching.cancel()
+            peering.stop_secret()
 
-    async def _serve(self, foreign: dict, provider: AsyncClient) -> None:
+    async def _serve(self, peering: PeeringWatch, foreign: dict, provider: AsyncClient) -> None:
         node_settings, health = settings_from(foreign, self.consumer_id, self.node_ip, self.kubelet_port)
         provider_id = node_settings.provider_id
         node = VirtualNode(self.local, provider, node_settings, health, self.events)
@@ -236,14 +141,7 @@ class VirtualKubelet:
                 pods.update_pod_cidrs(status.get("podCIDRs") or [])
 
         offers.on_change(offer_changed)
-        foreigns = Informer(
-            self.local,
-            ForeignCluster,
-            name="foreign-cluster",
-            namespace=self.namespace,
-            fields={"metadata.name": self.foreign_cluster},
-            transform=as_dict,
-        )
+        foreigns = peering.foreigns  # running since run() began
 
         removed = asyncio.Event()
 
@@ -279,7 +177,7 @@ class VirtualKubelet:
         log.info("virtual kubelet running", extra=fields(provider=provider_id, node=node.name))
         try:
             async with asyncio.TaskGroup() as group:
-                loops = [offers.run(), foreigns.run(), until_removed(), *node.tasks(), *pods.tasks()]
+                loops = [offers.run(), until_removed(), *node.tasks(), *pods.tasks()]
                 for task in loops + reflection.tasks():
                     group.create_task(task)
         except* PeeringRemoved as group_error:

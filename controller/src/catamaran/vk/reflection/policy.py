@@ -14,13 +14,15 @@ from ...constants import (
 
 DENY_LIST = "DenyList"
 ALLOW_LIST = "AllowList"
+# Workers are coroutines: cheap. Each write waits for two round trips (the copy, then its Event), so a
+# kind needs a dozen or so to keep up with a burst of a thousand objects.
 DEFAULT_WORKERS = {
-    "configMaps": 4,
-    "secrets": 4,
-    "services": 2,
-    "endpointSlices": 4,
-    "ingresses": 1,
-    "serviceAccountTokens": 2,
+    "configMaps": 16,
+    "secrets": 16,
+    "services": 8,
+    "endpointSlices": 16,
+    "ingresses": 4,
+    "serviceAccountTokens": 8,
 }
 # Keys that describe the consumer's own infrastructure (its cloud load balancers, its kubectl history);
 # on a provider they would configure the wrong thing or nothing.
