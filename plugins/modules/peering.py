@@ -167,7 +167,7 @@ options:
                 choices: [DenyList, AllowList]
               workers:
                 description:
-                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
+                  - Concurrent workers (0-64; the controller's default is 8). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
           secrets:
@@ -183,7 +183,7 @@ options:
                 choices: [DenyList, AllowList]
               workers:
                 description:
-                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
+                  - Concurrent workers (0-64; the controller's default is 8). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
           services:
@@ -199,7 +199,7 @@ options:
                 choices: [DenyList, AllowList]
               workers:
                 description:
-                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
+                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
           endpoint_slices:
@@ -215,7 +215,7 @@ options:
                 choices: [DenyList, AllowList]
               workers:
                 description:
-                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
+                  - Concurrent workers (0-64; the controller's default is 8). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
           ingresses:
@@ -231,7 +231,7 @@ options:
                 choices: [DenyList, AllowList]
               workers:
                 description:
-                  - Concurrent workers (0-64; the controller's default is 1). V(0) turns the kind off and removes
+                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
           service_account_tokens:
@@ -240,7 +240,7 @@ options:
             suboptions:
               workers:
                 description:
-                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
+                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
       filtered_labels:

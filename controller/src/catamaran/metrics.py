@@ -26,6 +26,7 @@ REMOTE_EVENTS_MIRRORED = Counter(
 REMOTE_EVENTS_DELAYED = Counter(
     "catamaran_remote_events_delayed_total", "Mirrored event writes held back by the rate limit"
 )
+EVENTS_DROPPED = Counter("catamaran_events_dropped_total", "Informational events dropped under a burst")
 REFLECTED = Counter("catamaran_reflected_total", "Writes of reflected copies on the provider", ["kind", "operation"])
 REFLECTION_ERRORS = Counter("catamaran_reflection_errors_total", "Failed reflections", ["kind"])
 REFLECTION_CONFLICTS = Counter(

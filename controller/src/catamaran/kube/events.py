@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import logging
@@ -12,15 +13,41 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
+from .. import metrics
 from ..logs import fields
 
 log = logging.getLogger(__name__)
 
 
+# Informational events waiting to be written; beyond this they are dropped (and counted), never queued forever.
+DEFERRED_LIMIT = 10_000
+
+
 class EventRecorder:
-    def __init__(self, client: AsyncClient, component: str):
+    def __init__(self, client: AsyncClient, component: str, deferred_writers: int = 2):
         self.client = client
         self.component = component
+        self.deferred_writers = deferred_writers
+        self._deferred: asyncio.Queue | None = None
+
+    def later(self, involved: dict, kind_type: str, reason: str, message: str) -> None:
+        """Record an informational event off the caller's path: a burst of successes must not slow the work."""
+        if self._deferred is None:
+            self._deferred = asyncio.Queue(maxsize=DEFERRED_LIMIT)
+            loop = asyncio.get_running_loop()
+            self._writers = [loop.create_task(self._write_deferred()) for _ in range(self.deferred_writers)]
+        try:
+            self._deferred.put_nowait((involved, kind_type, reason, message))
+        except asyncio.QueueFull:
+            metrics.EVENTS_DROPPED.inc()
+
+    async def _write_deferred(self) -> None:
+        while True:
+            event = await self._deferred.get()
+            try:
+                await self.record(*event)
+            except Exception:  # record() logs API errors; anything else must not end the writer
+                log.exception("cannot record deferred event")
 
     async def record(self, involved: dict, kind_type: str, reason: str, message: str) -> None:
         """`involved` holds apiVersion, kind, namespace, name and uid of the object."""

@@ -14,15 +14,15 @@ from ...constants import (
 
 DENY_LIST = "DenyList"
 ALLOW_LIST = "AllowList"
-# Workers are coroutines: cheap. Each write waits for two round trips (the copy, then its Event), so a
-# kind needs a dozen or so to keep up with a burst of a thousand objects.
+# Measured with bench/reflection.py: past about eight concurrent writes the process is CPU-bound in its
+# HTTP client, and more workers only add connections for the pool to scan on every request.
 DEFAULT_WORKERS = {
-    "configMaps": 16,
-    "secrets": 16,
-    "services": 8,
-    "endpointSlices": 16,
-    "ingresses": 4,
-    "serviceAccountTokens": 8,
+    "configMaps": 8,
+    "secrets": 8,
+    "services": 4,
+    "endpointSlices": 8,
+    "ingresses": 2,
+    "serviceAccountTokens": 4,
 }
 # Keys that describe the consumer's own infrastructure (its cloud load balancers, its kubectl history);
 # on a provider they would configure the wrong thing or nothing.

@@ -327,7 +327,9 @@ class Reflector:
         if copy is None:
             await self.provider.create(self.kind.resource.from_dict(body))
             metrics.REFLECTED.labels(self.kind.setting, "created").inc()
-            await self._record(local, "Normal", "Reflected", f"reflected to {self.provider_id} as {twin}/{copy_name}")
+            self.events.later(
+                self._involved(local), "Normal", "Reflected", f"reflected to {self.provider_id} as {twin}/{copy_name}"
+            )
         else:
             body["metadata"]["resourceVersion"] = copy["resourceVersion"]
             await self._replace(body, twin, copy_name, copy)
@@ -390,16 +392,18 @@ class Reflector:
         log.warning("reflection conflict", extra=fields(kind=self.kind.kind, object=f"{key[0]}/{key[1]}", twin=twin))
         await self._record(local, "Warning", "ReflectionConflict", message)
 
-    async def _record(self, local: dict, kind_type: str, reason: str, message: str) -> None:
+    def _involved(self, local: dict) -> dict:
         meta = local["metadata"]
-        involved = {
+        return {
             "apiVersion": self.kind.api_version,
             "kind": self.kind.kind,
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta["uid"],
         }
-        await self.events.record(involved, kind_type, reason, message)
+
+    async def _record(self, local: dict, kind_type: str, reason: str, message: str) -> None:
+        await self.events.record(self._involved(local), kind_type, reason, message)
 
     def _where(self, twin: str, copy_name: str, error: ApiError) -> str:
         return f"cannot reflect to {self.provider_id} as {twin}/{copy_name}: {error.status.message or error}"
