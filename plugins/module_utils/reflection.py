@@ -20,18 +20,21 @@ KINDS = (
     ("endpoint_slices", "endpointSlices", True),
     ("ingresses", "ingresses", True),
     ("service_account_tokens", "serviceAccountTokens", False),
+    ("persistent_volume_claims", "persistentVolumeClaims", True),
 )
 POLICIES = ("DenyList", "AllowList")
 MAX_WORKERS = 64
 # (option, ForeignCluster field)
 KEY_FILTERS = (("filtered_labels", "filteredLabels"), ("filtered_annotations", "filteredAnnotations"))
-OPTIONS = ("kinds", "filtered_labels", "filtered_annotations", "ingress_class_name")
+# (option, ForeignCluster field): the provider's class for reflected objects; unset or empty, its default.
+CLASS_NAMES = (("ingress_class_name", "ingressClassName"), ("storage_class_name", "storageClassName"))
+OPTIONS = ("kinds", "filtered_labels", "filtered_annotations", "ingress_class_name", "storage_class_name")
 KIND_OPTIONS = tuple(kind[0] for kind in KINDS)
 TAKES_POLICY = dict((kind[0], kind[2]) for kind in KINDS)
 CAMEL_CASE = dict(
     [(kind[1], kind[0]) for kind in KINDS if kind[1] != kind[0]]
     + [(field, option) for option, field in KEY_FILTERS]
-    + [("ingressClassName", "ingress_class_name")]
+    + [(field, option) for option, field in CLASS_NAMES]
 )
 
 
@@ -95,9 +98,10 @@ def check(reflection, where="reflection"):
         for index, key in enumerate(keys):
             if not isinstance(key, str) or not key:
                 raise InvalidReflection("%s.%s[%d] must be a non-empty string, got %r" % (where, option, index, key))
-    ingress_class = reflection.get("ingress_class_name")
-    if ingress_class is not None and not isinstance(ingress_class, str):
-        raise InvalidReflection("%s.ingress_class_name must be a string, got %r" % (where, ingress_class))
+    for option in (class_name[0] for class_name in CLASS_NAMES):
+        class_name = reflection.get(option)
+        if class_name is not None and not isinstance(class_name, str):
+            raise InvalidReflection("%s.%s must be a string, got %r" % (where, option, class_name))
 
 
 def _overlay(base, override):
@@ -126,7 +130,7 @@ def spec(reflection):
     """The ForeignCluster's C(spec.reflection) for checked settings, or None when every setting is left unset.
 
     Unset (None) options are left out, so the controller applies its defaults; an empty list of filtered
-    keys is kept (it means: filter no key) and an empty ingress class means the provider's default.
+    keys is kept (it means: filter no key) and an empty ingress or storage class means the provider's default.
     """
     reflection = reflection or {}
     kinds = reflection.get("kinds") or {}
@@ -146,6 +150,7 @@ def spec(reflection):
     for option, field in KEY_FILTERS:
         if reflection.get(option) is not None:
             result[field] = list(reflection[option])
-    if reflection.get("ingress_class_name"):
-        result["ingressClassName"] = reflection["ingress_class_name"]
+    for option, field in CLASS_NAMES:
+        if reflection.get(option):
+            result[field] = reflection[option]
     return result or None

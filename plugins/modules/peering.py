@@ -243,6 +243,26 @@ options:
                   - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
                     its reflected copies.
                 type: int
+          persistent_volume_claims:
+            description:
+              - PersistentVolumeClaims of the consumer's C(catamaran) storage class, reflected once a pod that uses
+                one is scheduled to the virtual node (see O(reflection.storage_class_name)).
+              - A local PersistentVolume bound to the claim stands for the provider's volume; deleting the claim
+                deletes the provider's copy.
+            type: dict
+            suboptions:
+              policy:
+                description:
+                  - V(DenyList) (the controller's default) reflects every object except those annotated
+                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
+                    C(catamaran.io/allow-reflection=true).
+                type: str
+                choices: [DenyList, AllowList]
+              workers:
+                description:
+                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
+                    its reflected copies.
+                type: int
       filtered_labels:
         description:
           - Label keys never reflected; an entry ending in C(/) or C(*) is a prefix.
@@ -259,6 +279,11 @@ options:
         elements: str
       ingress_class_name:
         description: The provider's ingress class for reflected Ingresses; unset uses the provider's default class.
+        type: str
+      storage_class_name:
+        description:
+          - The provider's storage class for reflected PersistentVolumeClaims; unset uses the provider's default
+            class.
         type: str
   wait:
     description: With O(state=present), wait until the virtual node is Ready.
@@ -305,13 +330,15 @@ EXAMPLES = r"""
       period_seconds: 10
       failure_threshold: 3
     # Secrets only when annotated catamaran.io/allow-reflection=true, more ConfigMap workers, no
-    # billing labels on the copies, and Ingresses served by the provider's nginx class.
+    # billing labels on the copies, Ingresses served by the provider's nginx class, and claims of the
+    # catamaran storage class provisioned by the provider's fast-ssd class.
     reflection:
       kinds:
         secrets: {policy: AllowList}
-        config_maps: {workers: 8}
+        config_maps: {workers: 16}
       filtered_labels: [billing.example.com/]
       ingress_class_name: nginx
+      storage_class_name: fast-ssd
     wait: true
 
 - name: Un-peer them
@@ -397,6 +424,7 @@ def reflection_options():
         filtered_labels=dict(type="list", elements="str"),
         filtered_annotations=dict(type="list", elements="str"),
         ingress_class_name=dict(type="str"),
+        storage_class_name=dict(type="str"),
     )
 
 

@@ -168,10 +168,12 @@ def test_reflection_settings_become_the_foreign_clusters_spec_in_camel_case():
             "secrets": {"policy": "AllowList"},
             "endpoint_slices": {"policy": "DenyList", "workers": 0},
             "service_account_tokens": {"workers": 1},
+            "persistent_volume_claims": {"policy": "AllowList", "workers": 3},
         },
         filtered_labels=["billing.example.com/", "team"],
         filtered_annotations=[],
         ingress_class_name="nginx",
+        storage_class_name="fast-ssd",
     )
     Peering.validate(peering_params(reflection=reflection))
     assert foreign_spec({"reflection": reflection})["reflection"] == {
@@ -180,14 +182,26 @@ def test_reflection_settings_become_the_foreign_clusters_spec_in_camel_case():
             "secrets": {"policy": "AllowList"},
             "endpointSlices": {"policy": "DenyList", "workers": 0},
             "serviceAccountTokens": {"workers": 1},
+            "persistentVolumeClaims": {"policy": "AllowList", "workers": 3},
         },
         "filteredLabels": ["billing.example.com/", "team"],
         "filteredAnnotations": [],  # kept: filter no key, unlike unset (the controller's defaults)
         "ingressClassName": "nginx",
+        "storageClassName": "fast-ssd",
     }
 
 
-@pytest.mark.parametrize("reflection", [None, {}, module_reflection(), module_reflection(ingress_class_name="")])
+@pytest.mark.parametrize(
+    "reflection",
+    [
+        None,
+        {},
+        module_reflection(),
+        module_reflection(ingress_class_name=""),
+        module_reflection(storage_class_name=""),
+        module_reflection(kinds={"persistent_volume_claims": {}}),
+    ],
+)
 def test_unset_reflection_settings_leave_the_spec_without_reflection(reflection):
     Peering.validate(peering_params(reflection=reflection))
     assert "reflection" not in foreign_spec({"reflection": reflection})
@@ -222,6 +236,20 @@ def test_unset_reflection_settings_leave_the_spec_without_reflection(reflection)
         ({"filtered_annotations": ["a/", ""]}, r"reflection\.filtered_annotations\[1\] must be a non-empty string"),
         ({"ingress_class_name": 7}, r"reflection\.ingress_class_name must be a string"),
         ({"ingressClassName": "nginx"}, r"reflection: unknown ingressClassName .*\(write ingress_class_name\)"),
+        ({"storage_class_name": ["fast"]}, r"reflection\.storage_class_name must be a string, got \['fast'\]"),
+        ({"storageClassName": "fast"}, r"reflection: unknown storageClassName .*\(write storage_class_name\)"),
+        (
+            {"kinds": {"persistentVolumeClaims": {}}},
+            r"unknown persistentVolumeClaims .*\(write persistent_volume_claims\)",
+        ),
+        (
+            {"kinds": {"persistent_volume_claims": {"policy": "allow"}}},
+            r"reflection\.kinds\.persistent_volume_claims\.policy must be one of DenyList, AllowList, got 'allow'",
+        ),
+        (
+            {"kinds": {"persistent_volume_claims": {"workers": 65}}},
+            r"reflection\.kinds\.persistent_volume_claims\.workers must be an integer from 0 to 64, got 65",
+        ),
         (["kinds"], r"reflection must be a mapping"),
     ],
 )
@@ -242,6 +270,12 @@ def test_the_peering_module_refuses_bad_reflection_settings_naming_the_field(ref
             {"kinds": {"secrets": {"workers": "many"}}},
             "'workers' is of type str found in 'reflection -> kinds -> secrets'",
         ),
+        (
+            {"kinds": {"persistent_volume_claims": {"policy": "Allow"}}},
+            "policy must be one of: DenyList, AllowList, got: Allow found in reflection -> kinds -> "
+            "persistent_volume_claims",
+        ),
+        ({"storageClassName": "fast"}, "reflection.storageClassName. Supported parameters include:"),
     ],
 )
 def test_the_modules_argument_spec_already_refuses_unknown_kinds_and_policies(reflection, message):
@@ -274,19 +308,26 @@ def test_a_peerings_reflection_overrides_its_providers_key_by_key():
         ]
     )
     hosts["h2"]["catamaran_provider_reflection"] = {
-        "kinds": {"ingresses": {"policy": "AllowList", "workers": 0}, "services": {"workers": 1}},
+        "kinds": {
+            "ingresses": {"policy": "AllowList", "workers": 0},
+            "services": {"workers": 1},
+            "persistent_volume_claims": {"workers": 1},
+        },
         "filtered_labels": ["a/", "b/"],
         "ingress_class_name": "nginx",
+        "storage_class_name": "fast-ssd",
     }
     (peering,) = federation_model(hosts, ["h1", "h2"])["peerings"]["cluster-1"]
     assert peering["reflection"] == {
         "kinds": {
             "ingresses": {"policy": "AllowList", "workers": 2},
             "services": {"workers": 1},
+            "persistent_volume_claims": {"workers": 1},
             "secrets": {"policy": "AllowList"},
         },
         "filtered_labels": ["team"],
         "ingress_class_name": "nginx",
+        "storage_class_name": "fast-ssd",
     }
 
 
@@ -308,6 +349,16 @@ def test_without_reflection_settings_the_model_carries_an_empty_mapping():
             "provider",
             {"kinds": {"secrets": {"workers": 100}}},
             r"host h2: catamaran_provider_reflection\.kinds\.secrets\.workers",
+        ),
+        (
+            "provider",
+            {"storage_class_name": 7},
+            r"host h2: catamaran_provider_reflection\.storage_class_name must be a string",
+        ),
+        (
+            "peering",
+            {"kinds": {"persistent_volume_claims": {"workers": -1}}},
+            r"catamaran_peerings\[0\]: reflection\.kinds\.persistent_volume_claims\.workers .* got -1",
         ),
     ],
 )
@@ -334,7 +385,10 @@ def test_the_tenant_reflects_with_exactly_the_verbs_reflection_uses():
         ("", "services"),
         ("discovery.k8s.io", "endpointslices"),
         ("networking.k8s.io", "ingresses"),
+        ("", "persistentvolumeclaims"),
     ]
     for key in reflected:
         assert granted[key] == {"get", "list", "watch", "create", "update", "delete"}, key
-    assert ("", "persistentvolumeclaims") not in granted
+    # The provider's volumes are its own: the tenant neither reads nor makes PersistentVolumes or classes.
+    assert ("", "persistentvolumes") not in granted
+    assert ("storage.k8s.io", "storageclasses") not in granted

@@ -51,7 +51,11 @@ def provider_cluster_roles() -> list[dict]:
                 {"apiGroups": [""], "resources": ["pods", "events"], "verbs": READ},
                 {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
                 # Resource reflection (vk/reflection): the consumer's objects copied into this twin.
-                {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"], "verbs": REFLECT},
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps", "secrets", "services", "persistentvolumeclaims"],
+                    "verbs": REFLECT,
+                },
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": REFLECT},
                 {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": REFLECT},
             ],
