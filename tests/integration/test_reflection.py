@@ -451,6 +451,109 @@ def test_policy_knobs_change_what_is_reflected(lab, fed):
     wait_for(lambda: remote(lab, "secret", "late-secret"), timeout=30, what="Secrets back")
 
 
+def test_a_claim_is_provisioned_on_the_provider_and_a_local_volume_stands_for_it(lab, fed):
+    # The provider's storage: a local volume on its real node, of a class the peering names.
+    path = lab.root / "volumes" / "reflect-data"
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
+    provider_class = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "lab-local"},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    provider_volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "lab-reflect-data"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "lab-local",
+            "local": {"path": str(path)},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [f"{PROVIDER}-real"]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    apply(lab, provider_class, provider_volume, cluster=PROVIDER)
+    reflection_settings(lab, {"storageClassName": "lab-local"})
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": NAMESPACE},
+        "spec": {
+            "storageClassName": "catamaran",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "10Mi"}},
+        },
+    }
+    template = app_deployment()["spec"]["template"]["spec"]
+    writer = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "writer", "namespace": NAMESPACE},
+        "spec": {
+            "securityContext": template["securityContext"],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "writer",
+                    "image": BUSYBOX,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "echo written-on-the-provider > /data/proof; exec sleep 3600"],
+                    "securityContext": template["containers"][0]["securityContext"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }
+    try:
+        apply(lab, claim, writer)
+        wait_for(
+            lambda: (local(lab, "pod", "writer") or {}).get("status", {}).get("phase") == "Running",
+            timeout=120,
+            what="the pod with the claim Running",
+        )
+        bound = local(lab, "pvc", "data")
+        assert bound["status"]["phase"] == "Bound"
+        volume = get_json(lab, CONSUMER, "pv", bound["spec"]["volumeName"])
+        terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"][0]["values"] == [NODE], "the local volume stands for the virtual node"
+        copy = remote(lab, "pvc", "data")
+        assert copy["spec"]["storageClassName"] == "lab-local"
+        assert copy["spec"]["volumeName"] == "lab-reflect-data"
+        wait_for(lambda: (path / "proof").exists(), timeout=30, what="the file written through the provider's volume")
+        assert (path / "proof").read_text() == "written-on-the-provider\n"
+
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "writer", "--grace-period=1")
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pvc", "data", "--timeout=60s")
+        wait_for(
+            lambda: remote(lab, "pvc", "data") is None,
+            timeout=60,
+            what="the provider's claim deleted with the local one",
+        )
+        wait_for(
+            lambda: lab.kubectl(CONSUMER, "get", "pv", volume["metadata"]["name"], check=False).returncode != 0,
+            timeout=60,
+            what="the released local volume removed",
+        )
+    finally:
+        reflection_settings(lab, None)
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "writer", "--ignore-not-found", "--grace-period=1")
+        lab.kubectl(PROVIDER, "delete", "pv", "lab-reflect-data", "--ignore-not-found", "--wait=false")
+
+
 def test_ending_the_offloading_removes_every_copy_and_nothing_else(lab, fed):
     apply(
         lab,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catamaran.consumer.offloading import reflection_binding
+from catamaran.vk.reflection.claims import PersistentVolumeClaims
 from catamaran.vk.reflection.configmaps import ConfigMaps
 from catamaran.vk.reflection.endpointslices import EndpointSlices
 from catamaran.vk.reflection.ingresses import Ingresses
@@ -13,6 +14,7 @@ from catamaran.vk.reflection.policy import ALLOW_LIST, KindPolicy, ReflectionSet
 from catamaran.vk.reflection.secrets import Secrets
 from catamaran.vk.reflection.services import Services, keep_allocations
 from catamaran.vk.reflection.tokens import refresh_delay, token_secret_name
+from catamaran.vk.reflection.volumes import volume_for
 
 CONTEXT = Context(settings=ReflectionSettings(), node_name="catamaran-p")
 
@@ -76,7 +78,7 @@ def test_services_leave_allocation_to_the_provider_and_headless_stays_headless()
     assert spec["ports"] == [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]
     headless = {"metadata": meta(), "spec": {"clusterIP": "None", "selector": {"app": "web"}}}
     assert Services().content(headless, CONTEXT, local=True)["spec"]["clusterIP"] == "None"
-    assert Services().skipped({"metadata": meta("kubernetes", "default")})
+    assert Services().skipped({"metadata": meta("kubernetes", "default")}, CONTEXT)
     current = {"spec": {"clusterIP": "10.0.0.7", "type": "NodePort", "ports": [{"port": 80, "nodePort": 31000}]}}
     body = keep_allocations({"metadata": {}, "spec": dict(spec)}, current)
     assert body["spec"]["clusterIP"] == "10.0.0.7"
@@ -101,7 +103,7 @@ def test_endpoints_already_on_this_provider_are_left_to_it():
         {"addresses": ["x10.201.0.9"], "conditions": {"ready": True}},
     ]
     assert content["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "reflection.catamaran.io"
-    assert EndpointSlices().skipped({"metadata": meta("x")})  # no Service: nothing to reflect it for
+    assert EndpointSlices().skipped({"metadata": meta("x")}, CONTEXT)  # no Service: nothing to reflect it for
 
 
 def test_ingress_class_is_the_providers_unless_configured():
@@ -154,4 +156,30 @@ def test_the_reflection_role_is_bound_to_the_controllers_service_accounts_in_the
     assert binding["roleRef"]["name"] == "catamaran-vk-reflection"
     assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts:catamaran-system"}
+    ]
+
+
+def test_claims_are_reflected_once_the_scheduler_picked_this_virtual_node():
+    claim = {
+        "metadata": meta("data", annotations={"volume.kubernetes.io/selected-node": "catamaran-p"}),
+        "spec": {
+            "storageClassName": "catamaran",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeMode": "Filesystem",
+        },
+    }
+    kind = PersistentVolumeClaims()
+    assert not kind.skipped(claim, CONTEXT)
+    elsewhere = {**claim, "metadata": meta("data", annotations={"volume.kubernetes.io/selected-node": "node-1"})}
+    assert kind.skipped(elsewhere, CONTEXT)
+    configured = Context(settings=ReflectionSettings(storage_class="fast"), node_name="catamaran-p")
+    assert kind.content(claim, configured, local=True)["spec"]["storageClassName"] == "fast"
+    assert "storageClassName" not in kind.content(claim, CONTEXT, local=True)["spec"]
+    volume = volume_for({**claim, "metadata": {**claim["metadata"], "uid": "u-9"}}, "catamaran-p", "p", "shop-c")
+    assert volume["metadata"]["name"] == "pvc-u-9"
+    assert volume["spec"]["claimRef"]["uid"] == "u-9"
+    assert volume["spec"]["capacity"] == {"storage": "1Gi"}
+    assert volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "catamaran-p"
     ]

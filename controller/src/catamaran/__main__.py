@@ -13,6 +13,7 @@ from pathlib import Path
 from . import logs, metrics
 from .constants import SYSTEM_NAMESPACE
 from .consumer.offloading import NamespaceOffloadingController
+from .consumer.storage import keep_virtual_storage_class
 from .consumer.webhook import PodWebhook
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
 from .kube.events import EventRecorder
@@ -25,7 +26,7 @@ log = logging.getLogger("catamaran")
 def consumer_tasks(client, args) -> list:
     events = EventRecorder(client, "catamaran-manager")
     offloadings = NamespaceOffloadingController(client, args.cluster_id, events, args.controller_namespace)
-    tasks = offloadings.tasks()
+    tasks = [*offloadings.tasks(), keep_virtual_storage_class(client)]
     if args.webhook_port:
         service = None
         if args.webhook_service:

@@ -45,6 +45,10 @@ TENANT_WORKLOAD_CLUSTER_ROLE = "catamaran-tenant-workloads"
 TENANT_CLUSTER_ROLE = "catamaran-tenant"
 # On a consumer: Secrets and service-account tokens, bound to the virtual kubelets per offloaded namespace.
 VK_REFLECTION_ROLE = "catamaran-vk-reflection"
+# On a consumer: the storage class whose claims the virtual kubelets provision on their providers.
+VIRTUAL_STORAGE_CLASS = "catamaran"
+VIRTUAL_STORAGE_PROVISIONER = "catamaran.io/virtual-storage"
+LABEL_VIRTUAL_VOLUME_NODE = "catamaran.io/virtual-node"
 
 
 def tenant_namespace(consumer_cluster_id: str) -> str:

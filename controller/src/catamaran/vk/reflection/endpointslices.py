@@ -20,7 +20,7 @@ class EndpointSlices(ReflectedKind):
     api_version = "discovery.k8s.io/v1"
     kind = "EndpointSlice"
 
-    def skipped(self, local: dict) -> bool:
+    def skipped(self, local: dict, context: Context) -> bool:
         meta = local["metadata"]
         service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
         return not service or (meta.get("namespace"), service) == ("default", "kubernetes")

@@ -25,7 +25,11 @@ class ReflectedKind:
     api_version: str
     kind: str
     watched_per_namespace = False  # True: local objects watched only in offloaded namespaces (least privilege)
-    keeps_allocations = False  # copies hold fields the provider allocated: read them before a replace
+    keeps_allocations = False
+    recreates_on_immutable = True  # an immutable field changed: the copy is deleted and created again
+    # Copies that hold data: a policy change or the kind turned off stops new copies but deletes none;
+    # only the local object's deletion or the end of the offloading does.
+    keeps_copies_on_policy_change = False  # copies hold fields the provider allocated: read them before a replace
 
     def with_allocations(self, body: dict, current: dict) -> dict:
         return body
@@ -37,7 +41,7 @@ class ReflectedKind:
         """The local object a copy of this name comes from; None when no local object maps to it."""
         return remote_name
 
-    def skipped(self, local: dict) -> bool:
+    def skipped(self, local: dict, context: Context) -> bool:
         """Objects of this kind that are never reflected, whatever the policy."""
         return False
 

@@ -23,6 +23,7 @@ DEFAULT_WORKERS = {
     "endpointSlices": 8,
     "ingresses": 2,
     "serviceAccountTokens": 4,
+    "persistentVolumeClaims": 2,
 }
 # Keys that describe the consumer's own infrastructure (its cloud load balancers, its kubectl history);
 # on a provider they would configure the wrong thing or nothing.
@@ -65,6 +66,7 @@ class ReflectionSettings:
     filtered_labels: tuple[str, ...] = DEFAULT_FILTERED_LABELS
     filtered_annotations: tuple[str, ...] = DEFAULT_FILTERED_ANNOTATIONS
     ingress_class: str | None = None
+    storage_class: str | None = None  # the provider's class for reflected claims; None: its default
 
     def kind(self, name: str) -> KindPolicy:
         return self.kinds.get(name) or KindPolicy(workers=DEFAULT_WORKERS[name])
@@ -106,4 +108,5 @@ def settings_from_spec(spec: dict | None) -> ReflectionSettings:
         filtered_labels=tuple(labels) if labels is not None else DEFAULT_FILTERED_LABELS,
         filtered_annotations=tuple(annotations) if annotations is not None else DEFAULT_FILTERED_ANNOTATIONS,
         ingress_class=spec.get("ingressClassName") or None,
+        storage_class=spec.get("storageClassName") or None,
     )

@@ -7,6 +7,7 @@ from lightkube import AsyncClient
 from ...kube.events import EventRecorder
 from ...kube.informer import Informer
 from ..namespaces import TwinManager
+from .claims import PersistentVolumeClaims
 from .configmaps import ConfigMaps
 from .endpointslices import EndpointSlices
 from .ingresses import Ingresses
@@ -16,8 +17,9 @@ from .reflector import Reflector
 from .secrets import Secrets
 from .services import Services
 from .tokens import TokenReflector
+from .volumes import VirtualVolumes
 
-KINDS = (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses)
+KINDS = (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses, PersistentVolumeClaims)
 
 
 class Reflection:
@@ -62,12 +64,16 @@ class Reflection:
             provider_id=provider_id,
             policy=settings.kind("serviceAccountTokens"),
         )
+        self.volumes = VirtualVolumes(
+            local, twins, self.reflectors["persistentVolumeClaims"], node_name=node_name, provider_id=provider_id
+        )
         twins.ready_listeners.append(self.twin_ready)
         twins.removed_listeners.append(self.twin_removed)
         twins.drainers.append(self.drain)
 
     def tasks(self):
-        return [task for reflector in self.reflectors.values() for task in reflector.tasks()] + self.tokens.tasks()
+        reflectors = [task for reflector in self.reflectors.values() for task in reflector.tasks()]
+        return reflectors + self.tokens.tasks() + self.volumes.tasks()
 
     def twin_ready(self, origin: str, twin: str) -> None:
         for reflector in self.reflectors.values():

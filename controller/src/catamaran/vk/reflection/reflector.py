@@ -190,8 +190,12 @@ class Reflector:
         meta = data.get("metadata") or {}
         labels = meta.get("labels") or {}
         owner = None
-        if labels.get(LABEL_MANAGED_BY) == MANAGED_BY_REFLECTION and labels.get(LABEL_ORIGIN_CLUSTER_ID) == (
-            self.consumer_id
+        # Labels alone do not make a copy: the provider's EndpointSlice controller gives a reflected Service's
+        # labels to the slices it makes. The local uid annotation is written by Catamaran only.
+        if (
+            labels.get(LABEL_MANAGED_BY) == MANAGED_BY_REFLECTION
+            and labels.get(LABEL_ORIGIN_CLUSTER_ID) == self.consumer_id
+            and ANNOTATION_LOCAL_UID in (meta.get("annotations") or {})
         ):
             owner = OWNER_OTHER_CATAMARAN if is_token_secret(data) else OWNER_REFLECTION
         compact = {
@@ -283,7 +287,7 @@ class Reflector:
             and self.policy.enabled
             and self.twins.selected(namespace)
             and self.twins.twin_ready(namespace)
-            and not self.kind.skipped(local)
+            and not self.kind.skipped(local, self.context)
             and self.policy.allows(local["metadata"].get("annotations"))
         )
 
@@ -303,7 +307,8 @@ class Reflector:
             if not self._wanted(namespace, local):
                 self._changed_at.pop(key, None)
                 self._conflicts.pop(key, None)
-                if copy is not None and copy["owner"] == OWNER_REFLECTION:
+                kept = self.kind.keeps_copies_on_policy_change and local is not None and self.twins.selected(namespace)
+                if copy is not None and copy["owner"] == OWNER_REFLECTION and not kept:
                     await self._delete(twin, copy_name, copy["uid"])
                 return None
             if copy is not None and copy["owner"] != OWNER_REFLECTION:
@@ -349,7 +354,7 @@ class Reflector:
         try:
             await self.provider.replace(self.kind.resource.from_dict(body), copy_name, namespace=twin)
         except ApiError as error:
-            if not immutable_change(error):
+            if not immutable_change(error) or not self.kind.recreates_on_immutable:
                 raise
             # Immutable data or type: the copy can only be replaced by deleting it first.
             await self._delete(twin, copy_name, copy["uid"])

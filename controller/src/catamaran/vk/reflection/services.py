@@ -18,7 +18,7 @@ class Services(ReflectedKind):
     kind = "Service"
     keeps_allocations = True
 
-    def skipped(self, local: dict) -> bool:
+    def skipped(self, local: dict, context: Context) -> bool:
         meta = local["metadata"]
         return (meta.get("namespace"), meta.get("name")) == ("default", "kubernetes")
 

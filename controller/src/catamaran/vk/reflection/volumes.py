@@ -1,0 +1,127 @@
+"""Local PersistentVolumes that stand for the provider's: the consumer's scheduler binds pods to them.
+
+For each claim reflected to the provider (claims.py) this creates a PersistentVolume pre-bound to the
+claim, with node affinity to this virtual node, so the claim binds and the pod's scheduling completes;
+the pod itself runs on the provider with the copy of the claim. When the claim is deleted the volume is
+Released, and, its reclaim policy being Delete, removed here (this virtual kubelet is its provisioner).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import PersistentVolume
+
+from ...constants import LABEL_VIRTUAL_VOLUME_NODE, VIRTUAL_STORAGE_CLASS, VIRTUAL_STORAGE_PROVISIONER
+from ...kube.informer import Informer
+from ...kube.ops import tolerating
+from ...kube.workqueue import WorkQueue
+from ...logs import fields
+from ...objects import as_dict
+from ..namespaces import TwinManager
+from .claims import claimed_here
+from .reflector import Reflector
+
+log = logging.getLogger(__name__)
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+
+def volume_name(claim: dict) -> str:
+    return f"pvc-{claim['metadata']['uid']}"
+
+
+def volume_for(claim: dict, node_name: str, provider_id: str, twin: str) -> dict:
+    """The local PersistentVolume standing for the provider's copy of `claim`. Pure."""
+    meta, spec = claim["metadata"], claim["spec"]
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": volume_name(claim),
+            "labels": {LABEL_VIRTUAL_VOLUME_NODE: node_name},
+            "annotations": {PROVISIONED_BY: VIRTUAL_STORAGE_PROVISIONER},
+        },
+        "spec": {
+            "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+            "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+            "volumeMode": spec.get("volumeMode") or "Filesystem",
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": VIRTUAL_STORAGE_CLASS,
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+            # Never mounted here: the path only says where the data lives.
+            "local": {"path": f"/catamaran/{provider_id}/{twin}/{meta['name']}"},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+class VirtualVolumes:
+    name = "virtual-volumes"
+
+    def __init__(self, local: AsyncClient, twins: TwinManager, claims: Reflector, *, node_name: str, provider_id: str):
+        self.local = local
+        self.twins = twins
+        self.claims = claims
+        self.node_name = node_name
+        self.provider_id = provider_id
+        self.volumes = Informer(
+            local,
+            PersistentVolume,
+            name="virtual-volumes",
+            labels={LABEL_VIRTUAL_VOLUME_NODE: node_name},
+            transform=as_dict,
+        )
+        self.queue = WorkQueue(self.name, self.reconcile, workers=2)
+        claims.local_objects.informer.on_change(lambda event, key, new, old: self.queue.add(("claim", *key)))
+        self.volumes.on_change(lambda event, key, new, old: self.queue.add(("volume", key[1])))
+
+    def tasks(self):
+        return [self.volumes.run(), self._run()]
+
+    async def _run(self):
+        await self.volumes.synced.wait()
+        await self.claims.local_objects.wait_synced()
+        await self.queue.run()
+
+    async def reconcile(self, key) -> float | None:
+        if key[0] == "volume":
+            return await self._release(key[1])
+        _, namespace, name = key
+        claim = self.claims.local_of(namespace, name)
+        if claim is None or not claimed_here(claim, self.node_name) or (claim.get("spec") or {}).get("volumeName"):
+            return None
+        if not self.twins.twin_ready(namespace):
+            self.twins.want(namespace)
+            return 2.0  # the twin comes first: the pod cannot run before it
+        if self.volumes.get(None, volume_name(claim)) is None:
+            body = volume_for(claim, self.node_name, self.provider_id, self.twins.mapped_name(namespace))
+            with tolerating(409):
+                await self.local.create(PersistentVolume.from_dict(body))
+                log.info("virtual volume created", extra=fields(claim=f"{namespace}/{name}", volume=volume_name(claim)))
+        return None
+
+    async def _release(self, name: str) -> None:
+        volume = self.volumes.get(None, name)
+        if volume is None or (volume.get("status") or {}).get("phase") not in ("Released", "Failed"):
+            return None
+        with tolerating(404):
+            await self.local.delete(PersistentVolume, name)
+            log.info("released virtual volume deleted", extra=fields(volume=name))
+        return None
