@@ -29,7 +29,8 @@ ANNOTATION_ALLOW_REFLECTION = "catamaran.io/allow-reflection"
 # On reflected copies: the local object's uid, and for token Secrets the pod they serve.
 ANNOTATION_LOCAL_UID = "catamaran.io/local-uid"
 ANNOTATION_TOKEN_FOR_POD = "catamaran.io/token-for-pod"
-# The consumer's CA bundle in a twin namespace; the provider keeps its own kube-root-ca.crt there.
+# Every namespace's CA bundle; in a twin the consumer's goes by another name, the provider keeps its own.
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 CONSUMER_ROOT_CA_CONFIGMAP = "catamaran-root-ca.crt"
 
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.catamaran.io/not-allowed"

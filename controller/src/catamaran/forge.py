@@ -14,12 +14,12 @@ from .constants import (
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
+    ROOT_CA_CONFIGMAP,
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
 
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 TOKEN_NAMESPACE_KEY = "namespace"
 DEFAULT_TOKEN_EXPIRATION = 3600
 # Fields that only make sense on the consumer: placement on its nodes, its priority classes,

@@ -19,9 +19,9 @@ from ..constants import (
     VIRTUAL_STORAGE_PROVISIONER,
 )
 from ..logs import fields
+from .offloading import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
-FIELD_MANAGER = "catamaran-manager"
 
 
 def virtual_storage_class() -> dict:

@@ -28,7 +28,8 @@ class EventRecorder:
         self.client = client
         self.component = component
         self.deferred_writers = deferred_writers
-        self._deferred: asyncio.Queue | None = None
+        self._deferred: asyncio.Queue | None = None  # made, with its writers, on first use (needs the loop)
+        self._writers: list[asyncio.Task] = []
 
     def later(self, involved: dict, kind_type: str, reason: str, message: str) -> None:
         """Record an informational event off the caller's path: a burst of successes must not slow the work."""

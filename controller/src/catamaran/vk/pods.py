@@ -15,15 +15,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
 
-from ..constants import ANNOTATION_LOCAL_POD_UID, CONSUMER_ROOT_CA_CONFIGMAP, tenant_namespace
-from ..forge import (
-    ANNOTATION_LOCAL_NAMESPACE,
-    REMOTE_CONDITION,
-    ROOT_CA_CONFIGMAP,
-    IPTranslator,
-    local_pod_status,
-    shadowpod_for,
-)
+from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, tenant_namespace
+from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, NamespacedInformers
 from ..kube.ops import patch_status, tolerating
@@ -254,15 +247,7 @@ class PodController:
         if not tokens.ready_for(pod, twin):
             tokens.pod_changed((pod["metadata"]["namespace"], pod["metadata"]["name"]))
             return None, 5.0  # requeued as soon as the Secret is written
-        configmaps = self.reflection.reflectors["configMaps"]
-        namespace = pod["metadata"]["namespace"]
-        root_ca = configmaps.local_of(namespace, ROOT_CA_CONFIGMAP)
-        if (
-            root_ca is not None
-            and configmaps.policy.enabled
-            and configmaps.policy.allows(root_ca["metadata"].get("annotations"))
-            and configmaps.copy_of(twin, CONSUMER_ROOT_CA_CONFIGMAP) is None
-        ):
+        if self.reflection.reflectors["configMaps"].pending(pod["metadata"]["namespace"], ROOT_CA_CONFIGMAP):
             return None, 0.5
         return token_secret_name(pod["metadata"]["name"]), None
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from lightkube.resources.core_v1 import ConfigMap
 
-from ...constants import CONSUMER_ROOT_CA_CONFIGMAP
+from ...constants import CONSUMER_ROOT_CA_CONFIGMAP, ROOT_CA_CONFIGMAP
 from .kind import Context, ReflectedKind, present
-
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 
 
 class ConfigMaps(ReflectedKind):

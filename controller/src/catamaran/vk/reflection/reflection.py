@@ -78,7 +78,7 @@ class Reflection:
     def twin_ready(self, origin: str, twin: str) -> None:
         for reflector in self.reflectors.values():
             reflector.twin_ready(origin, twin)
-        self.tokens.twin_ready(origin)
+        self.tokens.requeue_namespace(origin)
 
     def twin_removed(self, twin: str) -> None:
         for reflector in self.reflectors.values():
@@ -87,7 +87,7 @@ class Reflection:
     def drain(self, origin: str, twin: str) -> int:
         """Start removing every copy in a twin that is leaving; the number still there."""
         left = sum(reflector.drain(origin, twin) for reflector in self.reflectors.values())
-        self.tokens.twin_ready(origin)  # requeues its pods: deselected, their token Secrets go
+        self.tokens.requeue_namespace(origin)  # deselected, its pods' token Secrets go
         return left + self.tokens.left_in(twin)
 
     def update(self, settings: ReflectionSettings) -> None:

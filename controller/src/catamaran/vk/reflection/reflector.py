@@ -30,6 +30,7 @@ from ...kube.informer import Informer, NamespacedInformers
 from ...kube.ops import delete_with_uid, tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
+from ...objects import as_dict, reference
 from ..namespaces import TwinManager
 from .kind import Context, ReflectedKind, digest
 from .policy import KindPolicy
@@ -43,9 +44,18 @@ OWNER_OTHER_CATAMARAN = "catamaran"  # written by another part of Catamaran (tok
 UNCACHED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 
+def identity_labels(consumer_id: str, provider_id: str) -> dict:
+    """The labels every copy carries: written by reflection, for this peering."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY_REFLECTION,
+        LABEL_ORIGIN_CLUSTER_ID: consumer_id,
+        LABEL_DESTINATION_CLUSTER_ID: provider_id,
+    }
+
+
 def compact_local(obj) -> dict:
     """A local object without status and bookkeeping metadata: what `content` reads, nothing more."""
-    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    data = as_dict(obj)
     meta = data.get("metadata") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in UNCACHED_ANNOTATIONS}
     data["metadata"] = {
@@ -180,13 +190,18 @@ class Reflector:
         return informer
 
     def _copy_informer(self, twin: str) -> Informer:
-        informer = Informer(self.provider, self.kind.resource, name=f"remote-{self.kind.setting}", namespace=twin)
-        informer.transform = self._compact_copy
+        informer = Informer(
+            self.provider,
+            self.kind.resource,
+            name=f"remote-{self.kind.setting}",
+            namespace=twin,
+            transform=self._compact_copy,
+        )
         informer.on_change(lambda event, key, new, old: self._copy_changed(twin, key[1], new))
         return informer
 
     def _compact_copy(self, obj) -> dict:
-        data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+        data = as_dict(obj)
         meta = data.get("metadata") or {}
         labels = meta.get("labels") or {}
         owner = None
@@ -207,7 +222,6 @@ class Reflector:
         }
         if owner == OWNER_OTHER_CATAMARAN:
             compact["annotations"] = meta.get("annotations") or {}
-            compact["keys"] = sorted((data.get("data") or {}).keys())
         return compact
 
     def _local_changed(self, event, key, new, old) -> None:
@@ -241,12 +255,12 @@ class Reflector:
         if origin is not None:
             self.local_objects.unwatch(origin)
 
-    def left_in(self, twin: str) -> int:
-        """Copies this reflector wrote that are still in the twin; the twin is removed only once none is."""
+    def left_in(self, twin: str, owner: str = OWNER_REFLECTION) -> int:
+        """Copies of `owner` still in the twin; the twin is removed only once none is."""
         informer = self.copies.get(twin)
         if informer is None:
             return 0
-        return sum(1 for copy in list(informer.cache.values()) if copy["owner"] == OWNER_REFLECTION)
+        return sum(1 for copy in list(informer.cache.values()) if copy["owner"] == owner)
 
     def drain(self, origin: str, twin: str) -> int:
         self._requeue_namespace(origin, twin)
@@ -271,6 +285,14 @@ class Reflector:
                 self.copies.unwatch(twin)
                 self.copies.watch(twin)
             self._requeue_namespace(origin, twin)
+
+    def pending(self, namespace: str, name: str) -> bool:
+        """Is this local object to be reflected while its copy is not in the twin yet?"""
+        copy_name = self.kind.remote_name(name)
+        twin = self.twins.mapped_name(namespace)
+        return (
+            self._wanted(namespace, self.local_objects.get(namespace, name)) and self.copy_of(twin, copy_name) is None
+        )
 
     def copy_of(self, twin: str, copy_name: str) -> dict | None:
         informer = self.copies.get(twin)
@@ -369,12 +391,7 @@ class Reflector:
         body["metadata"] = {
             "name": copy_name,
             "namespace": twin,
-            "labels": {
-                **metadata.get("labels", {}),
-                LABEL_MANAGED_BY: MANAGED_BY_REFLECTION,
-                LABEL_ORIGIN_CLUSTER_ID: self.consumer_id,
-                LABEL_DESTINATION_CLUSTER_ID: self.provider_id,
-            },
+            "labels": {**metadata.get("labels", {}), **identity_labels(self.consumer_id, self.provider_id)},
             "annotations": {**metadata.get("annotations", {}), ANNOTATION_LOCAL_UID: local["metadata"]["uid"]},
         }
         return body
@@ -398,14 +415,7 @@ class Reflector:
         await self._record(local, "Warning", "ReflectionConflict", message)
 
     def _involved(self, local: dict) -> dict:
-        meta = local["metadata"]
-        return {
-            "apiVersion": self.kind.api_version,
-            "kind": self.kind.kind,
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta["uid"],
-        }
+        return reference({"apiVersion": self.kind.api_version, "kind": self.kind.kind, **local})
 
     async def _record(self, local: dict, kind_type: str, reason: str, message: str) -> None:
         await self.events.record(self._involved(local), kind_type, reason, message)

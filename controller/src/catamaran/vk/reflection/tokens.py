@@ -27,10 +27,6 @@ from ... import metrics
 from ...constants import (
     ANNOTATION_LOCAL_UID,
     ANNOTATION_TOKEN_FOR_POD,
-    LABEL_DESTINATION_CLUSTER_ID,
-    LABEL_MANAGED_BY,
-    LABEL_ORIGIN_CLUSTER_ID,
-    MANAGED_BY_REFLECTION,
 )
 from ...forge import TOKEN_NAMESPACE_KEY, token_requests
 from ...kube.events import EventRecorder
@@ -38,10 +34,11 @@ from ...kube.informer import Informer
 from ...kube.ops import delete_with_uid, tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
+from ...objects import reference
 from ..namespaces import TwinManager
 from .kind import digest
 from .policy import KindPolicy
-from .reflector import OWNER_OTHER_CATAMARAN, Reflector
+from .reflector import OWNER_OTHER_CATAMARAN, Reflector, identity_labels
 from .secrets import TOKEN_SECRET_PREFIX as SECRET_PREFIX
 
 log = logging.getLogger(__name__)
@@ -100,7 +97,7 @@ class TokenReflector:
     def pod_changed(self, key) -> None:
         self.queue.add(key)
 
-    def twin_ready(self, origin: str) -> None:
+    def requeue_namespace(self, origin: str) -> None:
         for namespace, name in list(self.local_pods.cache):
             if namespace == origin:
                 self.queue.add((namespace, name))
@@ -125,10 +122,7 @@ class TokenReflector:
         return copy is not None and copy.get("localUID") == pod["metadata"]["uid"]
 
     def left_in(self, twin: str) -> int:
-        informer = self.secrets.copies.get(twin)
-        if informer is None:
-            return 0
-        return sum(1 for copy in list(informer.cache.values()) if copy["owner"] == OWNER_OTHER_CATAMARAN)
+        return self.secrets.left_in(twin, OWNER_OTHER_CATAMARAN)
 
     async def reconcile(self, key) -> float | None:
         namespace, pod_name = key
@@ -217,11 +211,7 @@ class TokenReflector:
             "metadata": {
                 "name": secret_name,
                 "namespace": twin,
-                "labels": {
-                    LABEL_MANAGED_BY: MANAGED_BY_REFLECTION,
-                    LABEL_ORIGIN_CLUSTER_ID: self.consumer_id,
-                    LABEL_DESTINATION_CLUSTER_ID: self.provider_id,
-                },
+                "labels": identity_labels(self.consumer_id, self.provider_id),
                 "annotations": {
                     ANNOTATION_TOKEN_FOR_POD: meta["name"],
                     ANNOTATION_LOCAL_UID: meta["uid"],
@@ -249,6 +239,4 @@ class TokenReflector:
         )
 
     async def _event(self, pod: dict, kind_type: str, reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        involved = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"]}
-        await self.events.record({**involved, "uid": meta["uid"]}, kind_type, reason, message)
+        await self.events.record(reference({"apiVersion": "v1", "kind": "Pod", **pod}), kind_type, reason, message)
