@@ -187,6 +187,8 @@ def test_pins_come_from_the_wrapper_module():
     assert pins.etcd.startswith("v3.")
     assert pins.kubernetes in pins.cache_key
     assert pins.kwok in pins.cache_key
+    assert pins.metrics_server.startswith("v0.")
+    assert pins.metrics_server in pins.cache_key
 
 
 def test_pins_without_kubernetes_are_an_error(tmp_path):

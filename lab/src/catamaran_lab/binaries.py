@@ -1,8 +1,9 @@
 """Build and cache the lab's upstream binaries from pinned Go modules.
 
-The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module); kwok's
-pin lives here. The cache directory name is derived from all pins plus a digest of the
-module files, so changing a pin builds into a fresh directory and never mixes versions.
+The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module), metrics-server's
+in `lab/gomod-metrics-server/go.mod` (a wrapper module of its own); kwok's pin lives here. The
+cache directory name is derived from all pins plus a digest of the module files, so changing a
+pin builds into a fresh directory and never mixes versions.
 A build is staged in a sibling `.partial` directory and renamed into place only when every
 binary is present; a manifest with sizes and digests lets a later run detect a half-built
 or damaged cache and rebuild it.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LabError
-from .paths import GO_MODULE_DIR, cache_root
+from .paths import GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR, cache_root
 from .preflight import check_disk, check_go
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -34,13 +35,17 @@ COLD_BUILD_DISK_BYTES = 10 * 1024**3
 MANIFEST = "manifest.json"
 
 
+METRICS_SERVER_MODULE = "sigs.k8s.io/metrics-server"
+
+
 @dataclass(frozen=True)
 class Target:
-    """One binary the lab needs and the Go package that produces it."""
+    """One binary the lab needs, the Go package that produces it and the wrapper module it is built in."""
 
     name: str
     package: str
     kubernetes_version_stamp: bool = False
+    module_dir: Path = GO_MODULE_DIR
 
 
 KUBE_TARGETS = (
@@ -52,11 +57,14 @@ KUBE_TARGETS = (
     Target("kubelet", "k8s.io/kubernetes/cmd/kubelet", True),
     Target("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy", True),
 )
+METRICS_SERVER_TARGET = Target(
+    "metrics-server", f"{METRICS_SERVER_MODULE}/cmd/metrics-server", module_dir=METRICS_SERVER_MODULE_DIR
+)
 KWOK_TARGETS = (
     Target("kwok", f"{KWOK_MODULE}/cmd/kwok"),
     Target("kwokctl", f"{KWOK_MODULE}/cmd/kwokctl"),
 )
-ALL_BINARIES = tuple(t.name for t in KUBE_TARGETS + KWOK_TARGETS)
+ALL_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
 
 
 @dataclass(frozen=True)
@@ -67,35 +75,66 @@ class Pins:
     etcd: str
     kwok: str
     go_minimum: str
+    metrics_server: str = ""
 
     @property
     def cache_key(self) -> str:
         digest = hashlib.sha256()
-        for name in ("go.mod", "go.sum"):
-            digest.update((GO_MODULE_DIR / name).read_bytes())
+        for module_dir in (GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR):
+            for name in ("go.mod", "go.sum"):
+                digest.update((module_dir / name).read_bytes())
         digest.update(self.kwok.encode())
-        return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}_{digest.hexdigest()[:10]}"
+        return (
+            f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}_ms-{self.metrics_server}_"
+            f"{digest.hexdigest()[:10]}"
+        )
 
 
-def read_pins(go_mod: Path = GO_MODULE_DIR / "go.mod") -> Pins:
-    """Parse the pinned versions out of the wrapper module's go.mod."""
-    text = go_mod.read_text()
+def read_pins(
+    go_mod: Path = GO_MODULE_DIR / "go.mod", metrics_server_go_mod: Path = METRICS_SERVER_MODULE_DIR / "go.mod"
+) -> Pins:
+    """Parse the pinned versions out of the wrapper modules' go.mod files; Go must satisfy both."""
+    main = _go_mod(go_mod)
+    metrics_server = _go_mod(metrics_server_go_mod)
+    go_minimum = max(main.go, metrics_server.go, key=_version_key)
+    return Pins(
+        kubernetes=main.required("k8s.io/kubernetes"),
+        etcd=main.required("go.etcd.io/etcd/server/v3"),
+        kwok=KWOK_VERSION,
+        go_minimum=go_minimum,
+        metrics_server=metrics_server.required(METRICS_SERVER_MODULE),
+    )
 
-    def required(module: str) -> str:
-        match = re.search(rf"^\s*{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+
+@dataclass(frozen=True)
+class _GoMod:
+    path: Path
+    text: str
+    go: str
+
+    def required(self, module: str) -> str:
+        match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", self.text, re.MULTILINE)
         if not match:
-            raise LabError(f"{go_mod} does not require {module}; the lab cannot tell which version to build")
+            raise LabError(f"{self.path} does not require {module}; the lab cannot tell which version to build")
         return match.group(1)
 
+
+def _go_mod(path: Path) -> _GoMod:
+    text = path.read_text()
     go_directive = re.search(r"^go\s+(\S+)", text, re.MULTILINE)
     if not go_directive:
-        raise LabError(f"{go_mod} has no 'go' directive")
-    return Pins(
-        kubernetes=required("k8s.io/kubernetes"),
-        etcd=required("go.etcd.io/etcd/server/v3"),
-        kwok=KWOK_VERSION,
-        go_minimum=go_directive.group(1),
-    )
+        raise LabError(f"{path} has no 'go' directive")
+    return _GoMod(path, text, go_directive.group(1))
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def metrics_server_ldflags(version: str) -> str:
+    """metrics-server's release stamp (its Makefile's VERSION_LDFLAGS); kwokctl parses `--version`."""
+    stamps = {"gitVersion": version, "gitTreeState": "clean", "buildDate": "1970-01-01T00:00:00Z"}
+    return "-s -w " + " ".join(f"-X 'k8s.io/client-go/pkg/version.{key}={value}'" for key, value in stamps.items())
 
 
 def kubernetes_ldflags(version: str) -> str:
@@ -168,7 +207,10 @@ class BinaryCache:
         env = _go_env()
         for target in KUBE_TARGETS:
             flags = ["-ldflags", kubernetes_ldflags(self.pins.kubernetes)] if target.kubernetes_version_stamp else []
-            _go_build(target, staging / "bin" / target.name, GO_MODULE_DIR, flags, env, log, started)
+            _go_build(target, staging / "bin" / target.name, target.module_dir, flags, env, log, started)
+        target = METRICS_SERVER_TARGET
+        flags = ["-ldflags", metrics_server_ldflags(self.pins.metrics_server)]
+        _go_build(target, staging / "bin" / target.name, target.module_dir, flags, env, log, started)
         for target in KWOK_TARGETS:
             _go_install(target, self.pins.kwok, staging / "bin", env, log, started)
         manifest = {

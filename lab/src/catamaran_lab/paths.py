@@ -9,6 +9,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 LAB_DIR = PACKAGE_DIR.parent.parent
 REPO_ROOT = LAB_DIR.parent
 GO_MODULE_DIR = LAB_DIR / "gomod"
+# metrics-server has a wrapper module of its own (its tools.go says why).
+METRICS_SERVER_MODULE_DIR = LAB_DIR / "gomod-metrics-server"
 
 
 def state_dir() -> Path:
