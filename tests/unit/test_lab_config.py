@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from catamaran_lab import binaries, config, kwok, preflight
+from catamaran_lab import binaries, config, kwok, pki, preflight
 from catamaran_lab.errors import LabError
 
 
@@ -115,18 +115,32 @@ def test_kwokctl_is_told_every_binary_and_never_to_manage_all_nodes(tmp_path):
     assert {"ClusterLogs", "ClusterExec"} <= set(kinds)
 
 
-def test_kube_apiserver_reaches_kubelets_by_address_with_a_client_certificate(tmp_path):
+def test_kube_apiserver_verifies_kubelets_and_presents_its_own_client_certificate(tmp_path):
     cluster = config.load(real_nodes=True).clusters[0]
     paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
     documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
     patches = {p["name"]: p for p in documents[0]["componentsPatches"]}
     args = {a["key"]: a["value"] for a in patches["kube-apiserver"]["extraArgs"]}
     assert args["kubelet-preferred-address-types"].startswith("InternalIP")
-    assert args["kubelet-client-certificate"] == str(tmp_path / "pki" / "admin.crt")
+    assert args["kubelet-certificate-authority"] == str(tmp_path / "pki" / "ca.crt")
+    assert args["kubelet-client-certificate"] == str(tmp_path / "pki" / "kube-apiserver-kubelet-client.crt")
     # Pods and kubelets in the real node's namespace reach the API server at the host end of the link.
     assert args["advertise-address"] == cluster.real_node.host_ip
     assert args["bind-address"] == "0.0.0.0"
-    assert documents[0]["options"]["kubeApiserverCertSANs"] == [cluster.real_node.host_ip]
+    kcm = {a["key"]: a["value"] for a in patches["kube-controller-manager"]["extraArgs"]}
+    assert kcm["cluster-signing-cert-file"] == str(tmp_path / "pki" / "ca.crt")
+    assert kcm["cluster-signing-key-file"] == str(tmp_path / "pki" / "ca.key")
+    kwok_args = {a["key"]: a["value"] for a in patches["kwok-controller"]["extraArgs"]}
+    assert kwok_args["tls-cert-file"] == str(tmp_path / "pki" / "kwok-kubelet-serving.crt")
+
+
+def test_lab_rbac_grants_kubelet_access_without_system_masters():
+    bindings = {o["metadata"]["name"]: o for o in kwok.lab_rbac() if o["kind"] == "ClusterRoleBinding"}
+    apiserver = bindings["catamaran-lab:kube-apiserver-kubelet-client"]
+    assert apiserver["roleRef"]["name"] == "system:kubelet-api-admin"
+    assert apiserver["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": pki.KUBE_APISERVER_KUBELET_CLIENT}
+    ]
 
 
 def test_without_real_nodes_the_api_server_stays_on_loopback(tmp_path):

@@ -14,7 +14,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from catamaran_lab import config, images, nodeconfig, packages, pki
 from catamaran_lab.errors import LabError
@@ -146,6 +146,38 @@ def test_node_certificates_carry_identity_and_addresses(tmp_path):
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["172.31.0.2"]
     assert cert.issuer == ca.subject
     assert oct(key_path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_cluster_pki_is_what_kwokctl_expects_plus_the_lab_identities(tmp_path):
+    cluster_pki = pki.ClusterPKI(tmp_path / "pki")
+    cluster_pki.create("cluster-9", ("172.31.0.1",))
+    ca = x509.load_pem_x509_certificate(cluster_pki.ca_cert.read_bytes())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+
+    def load(name):
+        cert = x509.load_pem_x509_certificate(cluster_pki.cert(name).read_bytes())
+        cert.verify_directly_issued_by(ca)
+        usages = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+        return cert, cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value, usages
+
+    admin, cn, usages = load("admin")
+    assert cn == "kwok-admin"
+    assert usages == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    ips = {
+        str(ip)
+        for ip in admin.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.IPAddress
+        )
+    }
+    assert {"127.0.0.1", "172.31.0.1", pki.KUBERNETES_SERVICE_IP} <= ips
+    _, cn, usages = load("kube-apiserver-kubelet-client")
+    assert cn == pki.KUBE_APISERVER_KUBELET_CLIENT
+    assert usages == {ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert not load("kube-apiserver-kubelet-client")[0].subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    kwok_serving, _, usages = load("kwok-kubelet-serving")
+    assert usages == {ExtendedKeyUsageOID.SERVER_AUTH}
+    sans = kwok_serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
 
 
 def test_missing_packages_are_named_with_the_fix(monkeypatch):

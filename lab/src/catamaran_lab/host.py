@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +64,21 @@ def create_node_network(
     if routed.returncode != 0:  # another lab on this machine uses the same range
         return f"the host already routes {pod_route} elsewhere ({routed.stderr.strip()})"
     return None
+
+
+def interface_addresses() -> list[str]:
+    """The host's own addresses (kwokctl put them all in the API server's certificate; so does the lab)."""
+    result = run("ip", "-j", "address", "show", check=False)
+    try:
+        interfaces = json.loads(result.stdout or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [
+        info["local"]
+        for interface in interfaces
+        for info in interface.get("addr_info", [])
+        if info.get("local") and info.get("scope") != "link"
+    ]
 
 
 def netns_names(prefix: str) -> list[str]:

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import yaml
 
-from . import realnode
+from . import host, realnode
 from .binaries import ALL_BINARIES, BinaryCache
 from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id
 from .errors import LabError
 from .images import Image, ensure_images
-from .kwok import container_log_file, kwokctl_documents
+from .kwok import container_log_file, kwokctl_documents, lab_rbac
 from .nodeconfig import NodeLayout
 from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
+from .pki import ClusterPKI
 from .preflight import check_disk, check_ports_free, check_real_node_host
 from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
 
@@ -73,8 +74,12 @@ class Lab:
         return self.root / KWOK_WORKDIR
 
     def pki_dir(self, name: str) -> Path:
-        """The cluster's CA and admin certificate, made by kwokctl."""
+        """The cluster's CA and certificates (`pki.ClusterPKI`), where kwokctl looks for its own."""
         return self.kwok_workdir / "clusters" / name / "pki"
+
+    def ca_file(self, name: str) -> Path:
+        """The cluster CA: clients, kubelets and kubelet-serving CSRs are all certified by it."""
+        return ClusterPKI(self.pki_dir(name)).ca_cert
 
     def real_node(self, cluster: ClusterSpec) -> RealNode:
         layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node", lab_id=self.lab_id, cluster=cluster.name)
@@ -256,6 +261,11 @@ class Lab:
         node = self.real_node(cluster) if cluster.real_node else None
         if node:
             node.create_network(lab.overlapping_pod_cidrs, self.log)
+        # The lab's own PKI, in place before kwokctl looks (it keeps an existing pki directory). The API
+        # server's certificate names every real node link of the lab: clusters start in parallel.
+        link_ips = [c.real_node.host_ip for c in lab.clusters if c.real_node]
+        pki = ClusterPKI(self.pki_dir(cluster.name))
+        pki.create(cluster.name, tuple(dict.fromkeys([*host.interface_addresses(), *link_ips])))
         config_path = cluster_dir / "kwokctl.yaml"
         documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name))
         config_path.write_text(yaml.safe_dump_all(documents))
@@ -285,6 +295,14 @@ class Lab:
                 + "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
             )
         self._write_kubeconfig(cluster)
+        # Before any kubelet is dialled: the API server's rights on kubelets.
+        self.kubectl(
+            cluster.name,
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": lab_rbac()}),
+        )
         manifests = {"apiVersion": "v1", "kind": "List", "items": [node.manifest() for node in cluster.nodes]}
         self.kubectl(cluster.name, "apply", "-f", "-", input=json.dumps(manifests))
         self.kubectl(

@@ -1,19 +1,100 @@
-"""Certificates for a real node, signed by its cluster's CA (the one kwokctl made for the cluster)."""
+"""The lab's certificates: one CA per cluster, made by the lab before kwokctl starts, and what it signs.
+
+kwokctl generates a cluster's PKI only when its `pki` directory does not exist yet, so the lab writes
+that directory first, in the layout kwokctl expects (`ca.*` and `admin.*`), plus the certificates
+kwokctl would not make: the kube-apiserver's kubelet client and the serving certificate of kwok's
+kubelet server. Every kubelet endpoint (kwok's, the real node's, Catamaran's virtual kubelets') is
+verified by the kube-apiserver against this one CA, and kube-controller-manager signs CSRs with it.
+"""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=365)
+CA_VALIDITY = datetime.timedelta(days=3650)
+
+# Identities (certificate CN, and O where it matters) the lab gives its components.
+ADMIN_USER = "kwok-admin"  # kwokctl's admin: kubectl, kwok, the control plane's own clients
+ADMIN_GROUP = "system:masters"
+KUBE_APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # bound to system:kubelet-api-admin
+KWOK_KUBELET_SERVING = "kwok-kubelet-serving"
+
+# The `kubernetes` Service's address: the first of kube-apiserver's default range (kwokctl sets none).
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+# The names kwokctl gives its admin certificate, which also serves the kube-apiserver.
+APISERVER_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+    "localhost",
+)
+
+
+@dataclass(frozen=True)
+class ClusterPKI:
+    """File names in a cluster's `pki` directory (kwokctl's, `.lab/kwok/clusters/<name>/pki`)."""
+
+    dir: Path
+
+    def cert(self, name: str) -> Path:
+        return self.dir / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        return self.dir / f"{name}.key"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.cert("ca")
+
+    @property
+    def ca_key(self) -> Path:
+        return self.key("ca")
+
+    def create(self, cluster_name: str, apiserver_ips: tuple[str, ...]) -> None:
+        """The CA and every certificate the lab's control plane and kwok start with."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        write_key(ca_key, self.ca_key)
+        self.ca_cert.write_bytes(_ca_certificate(ca_key, f"catamaran-lab {cluster_name} CA"))
+        # kwokctl's one certificate for everything: kube-apiserver's serving certificate, the admin
+        # client, and (its key) the service account signing key, so RSA like kwokctl's own.
+        issue(
+            self.ca_cert,
+            self.ca_key,
+            self.dir / "admin",
+            common_name=ADMIN_USER,
+            organizations=(ADMIN_GROUP,),
+            server_names=APISERVER_NAMES,
+            server_ips=tuple(dict.fromkeys(("127.0.0.1", "::1", KUBERNETES_SERVICE_IP, *apiserver_ips))),
+            client=True,
+            rsa_key=True,
+        )
+        issue(
+            self.ca_cert,
+            self.ca_key,
+            self.dir / "kube-apiserver-kubelet-client",
+            common_name=KUBE_APISERVER_KUBELET_CLIENT,
+        )
+        issue(
+            self.ca_cert,
+            self.ca_key,
+            self.dir / "kwok-kubelet-serving",
+            common_name=KWOK_KUBELET_SERVING,
+            server_names=("localhost",),
+            server_ips=("127.0.0.1",),
+        )
 
 
 def issue(
@@ -25,18 +106,30 @@ def issue(
     organizations: tuple[str, ...] = (),
     server_names: tuple[str, ...] = (),
     server_ips: tuple[str, ...] = (),
+    client: bool | None = None,
+    rsa_key: bool = False,
 ) -> tuple[Path, Path]:
-    """Write `<prefix>.crt` and `<prefix>.key`: a client certificate, and a serving one when names are given."""
+    """Write `<prefix>.crt` and `<prefix>.key`: a client certificate, and a serving one when names are given.
+
+    `client=True` makes a serving certificate a client one as well.
+    """
     with warnings.catch_warnings():
-        # kwokctl's CA carries a serial number RFC 5280 forbids; it still signs what we need.
+        # A CA made by kwokctl carries a serial number RFC 5280 forbids; it still signs what we need.
         warnings.simplefilter("ignore", CryptographyDeprecationWarning)
         ca_cert = x509.load_pem_x509_certificate(ca_cert_path.read_bytes())
     ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        if rsa_key
+        else ec.generate_private_key(ec.SECP256R1())
+    )
     subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
     subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     now = datetime.datetime.now(datetime.UTC)
     serving = bool(server_names or server_ips)
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if serving else []
+    if client or not serving:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name(subject))
@@ -44,12 +137,12 @@ def issue(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        .not_valid_after(min(now + VALIDITY, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
-                key_encipherment=False,
+                key_encipherment=rsa_key,
                 content_commitment=False,
                 data_encipherment=False,
                 key_agreement=False,
@@ -60,10 +153,8 @@ def issue(
             ),
             critical=True,
         )
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH] if serving else [ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if serving:
         names = [x509.DNSName(name) for name in server_names]
@@ -72,8 +163,44 @@ def issue(
     certificate = builder.sign(ca_key, hashes.SHA256())
     cert_path, key_path = out_prefix.with_suffix(".crt"), out_prefix.with_suffix(".key")
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
+    write_key(key, key_path)
+    return cert_path, key_path
+
+
+def write_key(key, path: Path) -> None:
+    path.write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
-    key_path.chmod(0o600)
-    return cert_path, key_path
+    path.chmod(0o600)
+
+
+def _ca_certificate(key: rsa.RSAPrivateKey, common_name: str) -> bytes:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + CA_VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=True,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM)
