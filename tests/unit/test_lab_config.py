@@ -124,6 +124,7 @@ def test_kube_apiserver_verifies_kubelets_and_presents_its_own_client_certificat
     assert args["kubelet-preferred-address-types"].startswith("InternalIP")
     assert args["kubelet-certificate-authority"] == str(tmp_path / "pki" / "ca.crt")
     assert args["kubelet-client-certificate"] == str(tmp_path / "pki" / "kube-apiserver-kubelet-client.crt")
+    assert args["requestheader-allowed-names"] == pki.FRONT_PROXY_CLIENT
     # Pods and kubelets in the real node's namespace reach the API server at the host end of the link.
     assert args["advertise-address"] == cluster.real_node.host_ip
     assert args["bind-address"] == "0.0.0.0"
@@ -134,6 +135,35 @@ def test_kube_apiserver_verifies_kubelets_and_presents_its_own_client_certificat
     assert kwok_args["tls-cert-file"] == str(tmp_path / "pki" / "kwok-kubelet-serving.crt")
 
 
+def test_metrics_server_verifies_kubelets_with_its_own_identity(tmp_path):
+    cluster = config.load().clusters[0]
+    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
+    documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
+    options = documents[0]["options"]
+    assert options["enableMetricsServer"] is True
+    assert options["metricsServerBinary"] == str(tmp_path / "metrics-server")
+    assert options["metricsServerPort"] == cluster.ports["metrics-server"]
+    # A local kustomization: kwokctl would download the release manifest otherwise.
+    assert options["metricsServerManifests"] == [str(tmp_path / kwok.METRICS_SERVER_MANIFEST_DIR)]
+    patches = {p["name"]: p for p in documents[0]["componentsPatches"]}
+    args = [(a["key"], a["value"]) for a in patches["metrics-server"]["extraArgs"]]
+    # kwokctl passes a bare --kubelet-insecure-tls; only a later =false turns it off.
+    assert ("kubelet-insecure-tls", "false") in args
+    assert ("kubelet-certificate-authority", str(tmp_path / "pki" / "ca.crt")) in args
+    assert ("kubelet-client-certificate", str(tmp_path / "pki" / "metrics-server-kubelet-client.crt")) in args
+    kinds = {d["kind"] for d in documents}
+    assert {"Metric", "ClusterResourceUsage"} <= kinds
+
+
+def test_metrics_server_manifests_survive_kwokctls_rewriting():
+    manifests = kwok.metrics_server_manifests(b"CA")
+    # kwokctl keeps only these kinds of a metrics-server manifest (and fails on any it does not know).
+    assert {m["kind"] for m in manifests} == {"Service", "APIService"}
+    service = next(m for m in manifests if m["kind"] == "APIService")["spec"]
+    assert service["caBundle"] == "Q0E="
+    assert "insecureSkipTLSVerify" not in service
+
+
 def test_lab_rbac_grants_kubelet_access_without_system_masters():
     bindings = {o["metadata"]["name"]: o for o in kwok.lab_rbac() if o["kind"] == "ClusterRoleBinding"}
     apiserver = bindings["catamaran-lab:kube-apiserver-kubelet-client"]
@@ -141,6 +171,13 @@ def test_lab_rbac_grants_kubelet_access_without_system_masters():
     assert apiserver["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": pki.KUBE_APISERVER_KUBELET_CLIENT}
     ]
+    assert bindings["system:metrics-server"]["subjects"][0]["name"] == pki.METRICS_SERVER_KUBELET_CLIENT
+
+
+def test_fake_nodes_name_their_resource_metrics_path():
+    node = config.load().clusters[0].nodes[0]
+    annotations = node.manifest()["metadata"]["annotations"]
+    assert annotations[config.RESOURCE_METRICS_PATH_ANNOTATION] == f"/metrics/nodes/{node.name}/metrics/resource"
 
 
 def test_without_real_nodes_the_api_server_stays_on_loopback(tmp_path):

@@ -178,6 +178,10 @@ def test_cluster_pki_is_what_kwokctl_expects_plus_the_lab_identities(tmp_path):
     assert usages == {ExtendedKeyUsageOID.SERVER_AUTH}
     sans = kwok_serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert load("metrics-server-kubelet-client")[1] == pki.METRICS_SERVER_KUBELET_CLIENT
+    assert load("front-proxy-client")[1] == pki.FRONT_PROXY_CLIENT
+    metrics_serving = load("metrics-server")[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "metrics-server.kube-system.svc" in metrics_serving.get_values_for_type(x509.DNSName)
 
 
 def test_missing_packages_are_named_with_the_fix(monkeypatch):

@@ -74,6 +74,9 @@ def _print_status(lab: Lab) -> bool:
             f"{status.name:<12} {'yes' if status.ready else 'no':<6} {status.ready_nodes:<6} "
             f"{status.rss_mib:>8.0f} {status.peak_rss_mib:>9.0f}  {status.server}  {status.kubeconfig}"
         )
+        if status.processes:
+            processes = ", ".join(f"{name} {'up' if alive else 'DOWN'}" for name, alive in status.processes.items())
+            _log(f"  control plane: {processes}; metrics API: {status.metrics_api}")
         if status.real_node:
             node = status.real_node
             daemons = ", ".join(f"{name} {'up' if alive else 'DOWN'}" for name, alive in node.components.items())

@@ -33,7 +33,11 @@ PORT_OFFSETS = {
     "kube-controller-manager": 3,
     "kube-scheduler": 4,
     "kwok-controller": 5,
+    "metrics-server": 6,
 }
+# kwok serves each fake node's resource metrics under its own path; metrics-server reads it from this
+# annotation (nodes without it, like real and virtual kubelets, are scraped at /metrics/resource).
+RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
 # Each real node lives in a network namespace of its own, joined to the host by a /30 out of this range.
 NODE_LINK_RANGE = ipaddress.IPv4Network("172.31.0.0/16")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -54,7 +58,11 @@ class NodeSpec:
             "metadata": {
                 "name": self.name,
                 "labels": self.labels,
-                "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+                "annotations": {
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "kwok.x-k8s.io/node": "fake",
+                    RESOURCE_METRICS_PATH_ANNOTATION: f"/metrics/nodes/{self.name}/metrics/resource",
+                },
             },
             "spec": {"podCIDR": self.pod_cidr, "podCIDRs": [self.pod_cidr]},
             "status": {

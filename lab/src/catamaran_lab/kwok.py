@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 from .config import MANAGED_NODE_LABEL, ClusterSpec
-from .pki import KUBE_APISERVER_KUBELET_CLIENT, ClusterPKI
+from .pki import FRONT_PROXY_CLIENT, KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT, ClusterPKI
 
 CONFIG_GROUP = "config.kwok.x-k8s.io/v1alpha1"
 KWOK_GROUP = "kwok.x-k8s.io/v1alpha1"
@@ -16,6 +17,22 @@ KWOK_GROUP = "kwok.x-k8s.io/v1alpha1"
 # them). Well above kwok's, the kubelets' and the virtual kubelet's ~10 s renewals.
 NODE_MONITOR_GRACE_MS = 60_000
 NODE_MONITOR_PERIOD_MS = 2_000
+
+
+# kwok's resource metrics emulation: every container of a pod on a fake node uses this much, unless the
+# pod says otherwise in these annotations (kwok's own convention). Nodes report the sum of their pods
+# plus a constant system share: metrics-server drops a node whose CPU or memory reads zero.
+POD_CPU_USAGE = "5m"
+POD_MEMORY_USAGE = "16Mi"
+NODE_SYSTEM_CPU_CORES = 0.05
+NODE_SYSTEM_MEMORY_BYTES = 256 * 1024**2
+USAGE_CPU_ANNOTATION = "kwok.x-k8s.io/usage-cpu"
+USAGE_MEMORY_ANNOTATION = "kwok.x-k8s.io/usage-memory"
+# How often metrics-server scrapes every kubelet (kwokctl's setting); the metrics API needs two scrapes
+# of a node before it reports its CPU.
+METRICS_RESOLUTION = "15s"
+METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
+METRICS_SERVER_MANIFEST_DIR = "metrics-server"
 
 
 def kube_apiserver_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
@@ -29,6 +46,15 @@ def kube_apiserver_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
         # Its own identity towards kubelets, bound to system:kubelet-api-admin (as kubeadm does), not an admin.
         {"key": "kubelet-client-certificate", "value": str(pki.cert("kube-apiserver-kubelet-client"))},
         {"key": "kubelet-client-key", "value": str(pki.key("kube-apiserver-kubelet-client"))},
+        # The aggregator (metrics.k8s.io) proxies as front-proxy-client and passes the caller in headers;
+        # aggregated API servers trust those headers only from that name, certified by the cluster CA.
+        {"key": "proxy-client-cert-file", "value": str(pki.cert("front-proxy-client")), "override": True},
+        {"key": "proxy-client-key-file", "value": str(pki.key("front-proxy-client")), "override": True},
+        {"key": "requestheader-client-ca-file", "value": str(pki.ca_cert)},
+        {"key": "requestheader-allowed-names", "value": FRONT_PROXY_CLIENT},
+        {"key": "requestheader-username-headers", "value": "X-Remote-User"},
+        {"key": "requestheader-group-headers", "value": "X-Remote-Group"},
+        {"key": "requestheader-extra-headers-prefix", "value": "X-Remote-Extra-"},
     ]
     if cluster.real_node:
         # Pods and the kubelet live in the node's network namespace and reach the host end of its link;
@@ -38,6 +64,25 @@ def kube_apiserver_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
             {"key": "advertise-address", "value": cluster.real_node.host_ip},
         ]
     return args
+
+
+def metrics_server_args(pki: ClusterPKI) -> list[dict]:
+    """kwokctl's metrics-server, made to verify kubelets and to scrape them as its own identity.
+
+    kwokctl passes --kubelet-insecure-tls (without a value, so no override matches it); a later
+    `=false` wins. The API-facing kubeconfig stays kwokctl's admin one: it is read before the lab can
+    create any RBAC, and only the kubelet-facing identity is seen by kubelets.
+    """
+    return [
+        {"key": "kubelet-insecure-tls", "value": "false"},
+        {"key": "kubelet-certificate-authority", "value": str(pki.ca_cert)},
+        {"key": "kubelet-client-certificate", "value": str(pki.cert("metrics-server-kubelet-client"))},
+        {"key": "kubelet-client-key", "value": str(pki.key("metrics-server-kubelet-client"))},
+        {"key": "metric-resolution", "value": METRICS_RESOLUTION, "override": True},
+        # Serving as metrics-server.kube-system.svc, so the aggregator verifies it with the APIService's caBundle.
+        {"key": "tls-cert-file", "value": str(pki.cert("metrics-server")), "override": True},
+        {"key": "tls-private-key-file", "value": str(pki.key("metrics-server")), "override": True},
+    ]
 
 
 def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_dir: Path, pki_dir: Path) -> list[dict]:
@@ -57,6 +102,7 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                 "kubeControllerManagerPort": ports["kube-controller-manager"],
                 "kubeSchedulerPort": ports["kube-scheduler"],
                 "kwokControllerPort": ports["kwok-controller"],
+                "metricsServerPort": ports["metrics-server"],
                 "securePort": True,
                 "kubeAuthorization": True,
                 "kubeAdmission": True,
@@ -66,6 +112,11 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                 "kubectlBinary": str(binaries["kubectl"]),
                 "etcdBinary": str(binaries["etcd"]),
                 "kwokControllerBinary": str(binaries["kwok"]),
+                "enableMetricsServer": True,
+                "metricsServerBinary": str(binaries["metrics-server"]),
+                # A local kustomization (the APIService and its Service): kwokctl would fetch the release's
+                # components.yaml from GitHub otherwise.
+                "metricsServerManifests": [str(cluster_dir / METRICS_SERVER_MANIFEST_DIR)],
                 "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
                 "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
                 "nodeLeaseDurationSeconds": 40,
@@ -106,6 +157,7 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                     ],
                 },
                 {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
+                {"name": "metrics-server", "extraArgs": metrics_server_args(pki)},
             ],
         },
         {
@@ -120,12 +172,133 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
             "metadata": {"name": "lab-exec"},
             "spec": {"execs": [{"containers": [], "local": {"workDir": str(cluster_dir / "exec")}}]},
         },
+        *metrics_emulation_documents(),
+    ]
+
+
+def metrics_emulation_documents() -> list[dict]:
+    """kwok's resource metrics for fake nodes: a constant usage per container, served per node.
+
+    The Metric is kwok's `kustomize/metrics/resource` (what a kubelet's /metrics/resource reports);
+    kwok serves it at /metrics/nodes/<node>/metrics/resource, the path the nodes' annotation names.
+    """
+
+    def usage(annotation: str, default: str) -> dict:
+        return {
+            "expression": f'"{annotation}" in pod.metadata.annotations'
+            f' ? Quantity(pod.metadata.annotations["{annotation}"]) : Quantity("{default}")'
+        }
+
+    pod_labels = [
+        {"name": "namespace", "value": "pod.metadata.namespace"},
+        {"name": "pod", "value": "pod.metadata.name"},
+    ]
+    container_labels = [{"name": "container", "value": "container.name"}, *pod_labels]
+
+    def metric(name: str, dimension: str, kind: str, value: str, labels: list | None = None) -> dict:
+        entry = {"name": name, "dimension": dimension, "kind": kind, "help": name, "value": value}
+        if labels:
+            entry["labels"] = labels
+        return entry
+
+    return [
+        {
+            "apiVersion": KWOK_GROUP,
+            "kind": "ClusterResourceUsage",
+            "metadata": {"name": "lab-usage"},
+            "spec": {
+                "usages": [
+                    {
+                        "usage": {
+                            "cpu": usage(USAGE_CPU_ANNOTATION, POD_CPU_USAGE),
+                            "memory": usage(USAGE_MEMORY_ANNOTATION, POD_MEMORY_USAGE),
+                        }
+                    }
+                ]
+            },
+        },
+        {
+            "apiVersion": KWOK_GROUP,
+            "kind": "Metric",
+            "metadata": {"name": "lab-metrics-resource"},
+            "spec": {
+                "path": "/metrics/nodes/{nodeName}/metrics/resource",
+                "metrics": [
+                    metric("scrape_error", "node", "gauge", "0"),
+                    metric("container_start_time_seconds", "container", "gauge", "pod.SinceSecond()", container_labels),
+                    metric(
+                        "container_cpu_usage_seconds_total",
+                        "container",
+                        "counter",
+                        'pod.CumulativeUsage("cpu", container.name)',
+                        container_labels,
+                    ),
+                    metric(
+                        "container_memory_working_set_bytes",
+                        "container",
+                        "gauge",
+                        'pod.Usage("memory", container.name)',
+                        container_labels,
+                    ),
+                    metric("pod_cpu_usage_seconds_total", "pod", "counter", 'pod.CumulativeUsage("cpu")', pod_labels),
+                    metric("pod_memory_working_set_bytes", "pod", "gauge", 'pod.Usage("memory")', pod_labels),
+                    metric(
+                        "node_cpu_usage_seconds_total",
+                        "node",
+                        "counter",
+                        f'node.CumulativeUsage("cpu") + {NODE_SYSTEM_CPU_CORES} * node.SinceSecond()',
+                    ),
+                    metric(
+                        "node_memory_working_set_bytes",
+                        "node",
+                        "gauge",
+                        f'node.Usage("memory") + {float(NODE_SYSTEM_MEMORY_BYTES)}',
+                    ),
+                ],
+            },
+        },
+    ]
+
+
+def metrics_server_manifests(ca_pem: bytes) -> list[dict]:
+    """What kwokctl applies for its metrics-server: the APIService and the Service it names.
+
+    kwokctl sets the APIService's port and turns the Service into an ExternalName for 127.0.0.1; the
+    aggregator verifies metrics-server's certificate (metrics-server.kube-system.svc) with the cluster CA.
+    Only these kinds survive kwokctl's rewriting, so RBAC is applied by the lab (`lab_rbac`).
+    """
+    labels = {"k8s-app": "metrics-server"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "metrics-server", "namespace": "kube-system", "labels": labels},
+            "spec": {"selector": labels, "ports": [{"name": "https", "port": 443, "targetPort": "https"}]},
+        },
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": METRICS_APISERVICE, "labels": labels},
+            "spec": {
+                "group": "metrics.k8s.io",
+                "version": "v1beta1",
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "caBundle": base64.b64encode(ca_pem).decode(),
+                "service": {"name": "metrics-server", "namespace": "kube-system"},
+            },
+        },
     ]
 
 
 def lab_rbac() -> list[dict]:
-    """The lab's identities' rights: kubelet API access for the API server."""
+    """The lab's identities' rights: kubelet API access for the API server, metrics scraping for metrics-server."""
     rbac = "rbac.authorization.k8s.io/v1"
+    aggregated = {
+        "rbac.authorization.k8s.io/aggregate-to-admin": "true",
+        "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+        "rbac.authorization.k8s.io/aggregate-to-view": "true",
+    }
 
     def user_binding(name: str, role: str, user: str) -> dict:
         return {
@@ -141,6 +314,28 @@ def lab_rbac() -> list[dict]:
         user_binding(
             "catamaran-lab:kube-apiserver-kubelet-client", "system:kubelet-api-admin", KUBE_APISERVER_KUBELET_CLIENT
         ),
+        # metrics-server's upstream role (components.yaml), bound to its kubelet-facing identity.
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {"name": "system:metrics-server", "labels": {"k8s-app": "metrics-server"}},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
+            ],
+        },
+        user_binding("system:metrics-server", "system:metrics-server", METRICS_SERVER_KUBELET_CLIENT),
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {
+                "name": "system:aggregated-metrics-reader",
+                "labels": {"k8s-app": "metrics-server", **aggregated},
+            },
+            "rules": [
+                {"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}
+            ],
+        },
     ]
 
 

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -21,7 +21,14 @@ from .binaries import ALL_BINARIES, BinaryCache
 from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id
 from .errors import LabError
 from .images import Image, ensure_images
-from .kwok import container_log_file, kwokctl_documents, lab_rbac
+from .kwok import (
+    METRICS_APISERVICE,
+    METRICS_SERVER_MANIFEST_DIR,
+    container_log_file,
+    kwokctl_documents,
+    lab_rbac,
+    metrics_server_manifests,
+)
 from .nodeconfig import NodeLayout
 from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
@@ -32,6 +39,7 @@ from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
 STATE_FILE = "lab.json"
 KWOK_WORKDIR = "kwok"
 START_TIMEOUT_S = 240
+METRICS_API_TIMEOUT_S = 90
 RUNTIME_DISK_BYTES = 1024**3
 
 
@@ -46,6 +54,8 @@ class ClusterStatus:
     rss_mib: float
     peak_rss_mib: float
     real_node: RealNodeStatus | None = None
+    processes: dict[str, bool] = field(default_factory=dict)  # kwokctl's components -> alive
+    metrics_api: str = "unknown"  # the metrics.k8s.io APIService's Available condition
 
 
 class Lab:
@@ -266,6 +276,12 @@ class Lab:
         link_ips = [c.real_node.host_ip for c in lab.clusters if c.real_node]
         pki = ClusterPKI(self.pki_dir(cluster.name))
         pki.create(cluster.name, tuple(dict.fromkeys([*host.interface_addresses(), *link_ips])))
+        manifest_dir = cluster_dir / METRICS_SERVER_MANIFEST_DIR
+        manifest_dir.mkdir(exist_ok=True)
+        (manifest_dir / "metrics-server.yaml").write_text(
+            yaml.safe_dump_all(metrics_server_manifests(pki.ca_cert.read_bytes()))
+        )
+        (manifest_dir / "kustomization.yaml").write_text(yaml.safe_dump({"resources": ["metrics-server.yaml"]}))
         config_path = cluster_dir / "kwokctl.yaml"
         documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name))
         config_path.write_text(yaml.safe_dump_all(documents))
@@ -295,7 +311,7 @@ class Lab:
                 + "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
             )
         self._write_kubeconfig(cluster)
-        # Before any kubelet is dialled: the API server's rights on kubelets.
+        # Before any kubelet is dialled: the API server's and metrics-server's rights on kubelets.
         self.kubectl(
             cluster.name,
             "apply",
@@ -317,7 +333,43 @@ class Lab:
         )
         if node:
             node.start(images, self.log)
+        self._wait_for_metrics_api(cluster)
         return time.monotonic() - started
+
+    def _wait_for_metrics_api(self, cluster: ClusterSpec) -> None:
+        result = self.kubectl(
+            cluster.name,
+            "wait",
+            "--for=condition=Available",
+            f"apiservice/{METRICS_APISERVICE}",
+            f"--timeout={METRICS_API_TIMEOUT_S}s",
+            timeout=METRICS_API_TIMEOUT_S + 30,
+            check=False,
+        )
+        if result.returncode != 0:
+            logs = self.kwok_workdir / "clusters" / cluster.name / "logs" / "metrics-server.log"
+            raise LabError(
+                f"{cluster.name}: the metrics API ({METRICS_APISERVICE}) did not become Available: "
+                f"{self._metrics_api_state(cluster.name)}; see {logs}"
+            )
+
+    def _metrics_api_state(self, cluster: str) -> str:
+        """`Available`, or why not, from the APIService's condition."""
+        try:
+            result = self.kubectl(
+                cluster, "get", "apiservice", METRICS_APISERVICE, "-o", "json", timeout=10, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return "the API server did not answer"
+        if result.returncode != 0:
+            return (result.stderr.strip() or "no APIService")[:200]
+        conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+        available = next((c for c in conditions if c["type"] == "Available"), None)
+        if available is None:
+            return "no Available condition yet"
+        if available["status"] == "True":
+            return "Available"
+        return f"not Available: {available.get('reason')}: {available.get('message', '')}"[:200]
 
     def _write_kubeconfig(self, cluster: ClusterSpec) -> None:
         """kwokctl's kubeconfig, renamed so the context is the cluster id and certificates are inline."""
@@ -369,13 +421,33 @@ class Lab:
                         detail = f"{ready_nodes}/{len(cluster.nodes)} nodes Ready"
             except (subprocess.TimeoutExpired, LabError) as error:
                 detail = str(error)[:200]
-        rss, peak = _memory_of(self.kwok_workdir / "clusters" / cluster.name / "pids")
+        pid_dir = self.kwok_workdir / "clusters" / cluster.name / "pids"
+        rss, peak = _memory_of(pid_dir)
+        processes = _processes_of(pid_dir)
+        metrics_api = self._metrics_api_state(cluster.name) if ready else "unknown"
+        if ready and metrics_api != "Available":
+            ready, detail = False, f"metrics API {METRICS_APISERVICE}: {metrics_api}"
+        dead = [name for name, alive in processes.items() if not alive]
+        if ready and dead:
+            ready, detail = False, f"{', '.join(dead)} not running"
         node = None
         if cluster.real_node and kubeconfig.exists():
             node = self.real_node(cluster).status()
             if not node.ready:
                 ready, detail = False, f"real node {node.name}: {node.detail}"[:300]
-        return ClusterStatus(cluster.name, cluster.server, kubeconfig, ready, detail, ready_nodes, rss, peak, node)
+        return ClusterStatus(
+            cluster.name,
+            cluster.server,
+            kubeconfig,
+            ready,
+            detail,
+            ready_nodes,
+            rss,
+            peak,
+            node,
+            processes,
+            metrics_api,
+        )
 
 
 def _inline(entry: dict) -> dict:
@@ -405,6 +477,19 @@ def _memory_of(pid_dir: Path) -> tuple[float, float]:
         rss += int(fields.get("VmRSS", "0 kB").split()[0])
         peak += int(fields.get("VmHWM", "0 kB").split()[0])
     return rss / 1024, peak / 1024
+
+
+def _processes_of(pid_dir: Path) -> dict[str, bool]:
+    """kwokctl's components of a cluster (metrics-server among them) and whether each is alive."""
+    found = {}
+    for pid_file in sorted(pid_dir.glob("*.pid")) if pid_dir.exists() else []:
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            found[pid_file.stem] = False
+            continue
+        found[pid_file.stem] = Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
+    return found
 
 
 def _cmdline(pid: int) -> str:

@@ -2,9 +2,10 @@
 
 kwokctl generates a cluster's PKI only when its `pki` directory does not exist yet, so the lab writes
 that directory first, in the layout kwokctl expects (`ca.*` and `admin.*`), plus the certificates
-kwokctl would not make: the kube-apiserver's kubelet client and the serving certificate of kwok's
-kubelet server. Every kubelet endpoint (kwok's, the real node's, Catamaran's virtual kubelets') is
-verified by the kube-apiserver against this one CA, and kube-controller-manager signs CSRs with it.
+kwokctl would not make: the kube-apiserver's kubelet client and front-proxy client, the serving
+certificates of kwok's kubelet server and of metrics-server, and metrics-server's kubelet client.
+Every kubelet endpoint (kwok's, the real node's, Catamaran's virtual kubelets') is verified by the
+kube-apiserver and metrics-server against this one CA, and kube-controller-manager signs CSRs with it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CA_VALIDITY = datetime.timedelta(days=3650)
 ADMIN_USER = "kwok-admin"  # kwokctl's admin: kubectl, kwok, the control plane's own clients
 ADMIN_GROUP = "system:masters"
 KUBE_APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # bound to system:kubelet-api-admin
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the aggregator's identity towards metrics-server
+METRICS_SERVER_KUBELET_CLIENT = "system:metrics-server"  # metrics-server scraping kubelets
 KWOK_KUBELET_SERVING = "kwok-kubelet-serving"
 
 # The `kubernetes` Service's address: the first of kube-apiserver's default range (kwokctl sets none).
@@ -40,6 +43,7 @@ APISERVER_NAMES = (
     "kubernetes.default.svc.cluster.local",
     "localhost",
 )
+METRICS_SERVER_NAMES = ("metrics-server.kube-system.svc", "metrics-server.kube-system.svc.cluster.local", "localhost")
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class ClusterPKI:
         return self.key("ca")
 
     def create(self, cluster_name: str, apiserver_ips: tuple[str, ...]) -> None:
-        """The CA and every certificate the lab's control plane and kwok start with."""
+        """The CA and every certificate the lab's control plane, kwok and metrics-server start with."""
         self.dir.mkdir(parents=True, exist_ok=True)
         ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         write_key(ca_key, self.ca_key)
@@ -87,6 +91,7 @@ class ClusterPKI:
             self.dir / "kube-apiserver-kubelet-client",
             common_name=KUBE_APISERVER_KUBELET_CLIENT,
         )
+        issue(self.ca_cert, self.ca_key, self.dir / "front-proxy-client", common_name=FRONT_PROXY_CLIENT)
         issue(
             self.ca_cert,
             self.ca_key,
@@ -94,6 +99,20 @@ class ClusterPKI:
             common_name=KWOK_KUBELET_SERVING,
             server_names=("localhost",),
             server_ips=("127.0.0.1",),
+        )
+        issue(
+            self.ca_cert,
+            self.ca_key,
+            self.dir / "metrics-server",
+            common_name="metrics-server",
+            server_names=METRICS_SERVER_NAMES,
+            server_ips=("127.0.0.1",),
+        )
+        issue(
+            self.ca_cert,
+            self.ca_key,
+            self.dir / "metrics-server-kubelet-client",
+            common_name=METRICS_SERVER_KUBELET_CLIENT,
         )
 
 
