@@ -340,8 +340,9 @@ def lab_rbac() -> list[dict]:
 
 
 def container_log_content(cluster: ClusterSpec) -> str:
-    """What `kubectl logs` prints for any pod of this cluster."""
-    return f"catamaran-lab {cluster.name}: container started\ncatamaran-lab {cluster.name}: serving\n"
+    """What `kubectl logs` prints for any pod on a fake node of this cluster (kwok follows the file for `-f`)."""
+    lines = ("container started", "listening on :8080", "ready", "GET /healthz 200", "serving")
+    return "".join(f"catamaran-lab {cluster.name}: {line}\n" for line in lines)
 
 
 def container_log_file(cluster: ClusterSpec) -> str:
