@@ -12,13 +12,14 @@ from pathlib import Path
 
 from . import logs, metrics
 from .constants import SYSTEM_NAMESPACE
+from .consumer.csr import KubeletServingApprover
 from .consumer.offloading import NamespaceOffloadingController
 from .consumer.storage import keep_virtual_storage_class
 from .consumer.webhook import PodWebhook
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
 from .kube.events import EventRecorder
 from .provider.manager import provider_tasks
-from .vk.runner import PeeringRemoved, VirtualKubelet
+from .vk.runner import KubeletOptions, PeeringRemoved, VirtualKubelet
 
 log = logging.getLogger("catamaran")
 
@@ -26,7 +27,8 @@ log = logging.getLogger("catamaran")
 def consumer_tasks(client, args) -> list:
     events = EventRecorder(client, "catamaran-manager")
     offloadings = NamespaceOffloadingController(client, args.cluster_id, events, args.controller_namespace)
-    tasks = [*offloadings.tasks(), keep_virtual_storage_class(client)]
+    approver = KubeletServingApprover(client, events, args.controller_namespace)
+    tasks = [*offloadings.tasks(), *approver.tasks(), keep_virtual_storage_class(client)]
     if args.webhook_port:
         service = None
         if args.webhook_service:
@@ -75,6 +77,27 @@ def _parser() -> argparse.ArgumentParser:
     vk.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignCluster and its Secret")
     vk.add_argument("--node-ip", default=os.environ.get("POD_IP", "127.0.0.1"), help="address of the virtual node")
     vk.add_argument("--workers", type=int, default=16)
+    kubelet = vk.add_argument_group("kubelet API")
+    kubelet.add_argument("--kubelet-port", type=int, default=10250, help="HTTPS port (0: any free port, published)")
+    kubelet.add_argument("--kubelet-bind-address", help="address to listen on (default: --node-ip)")
+    kubelet.add_argument(
+        "--kubelet-serving-certificate",
+        choices=["csr", "self-signed"],
+        default="csr",
+        help="csr: from the kubernetes.io/kubelet-serving signer, approved by the manager",
+    )
+    kubelet.add_argument("--kubelet-cert-dir", type=Path, help="where the serving key and certificate are written")
+    kubelet.add_argument(
+        "--kubelet-certificate-seconds", type=int, help="requested certificate lifetime (the signer may cap it)"
+    )
+    kubelet.add_argument(
+        "--kubelet-renew-fraction", type=float, default=0.8, help="renew once this fraction of its life has passed"
+    )
+    kubelet.add_argument(
+        "--client-ca-file",
+        type=Path,
+        help="CA for client certificates (default: kube-system's extension-apiserver-authentication)",
+    )
     return parser
 
 
@@ -92,6 +115,15 @@ async def _main(args) -> None:
             namespace=args.namespace,
             consumer_id=args.cluster_id,
             node_ip=args.node_ip,
+            kubelet=KubeletOptions(
+                bind_address=args.kubelet_bind_address,
+                port=args.kubelet_port,
+                self_signed=args.kubelet_serving_certificate == "self-signed",
+                cert_dir=args.kubelet_cert_dir,
+                certificate_seconds=args.kubelet_certificate_seconds,
+                renew_fraction=args.kubelet_renew_fraction,
+                client_ca_file=args.client_ca_file,
+            ),
             workers=args.workers,
         )
         tasks = [vk.run()]

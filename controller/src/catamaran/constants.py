@@ -4,6 +4,8 @@ SYSTEM_NAMESPACE = "catamaran-system"
 TENANT_NAMESPACE_PREFIX = "catamaran-tenant-"
 TENANT_SERVICE_ACCOUNT = "catamaran-consumer"
 VIRTUAL_NODE_PREFIX = "catamaran-"
+# + provider id: the service account (and Deployment) of one virtual kubelet in deployment mode.
+VK_SERVICE_ACCOUNT_PREFIX = "catamaran-vk-"
 
 CORE_GROUP = "core.catamaran.io"
 OFFLOADING_GROUP = "offloading.catamaran.io"

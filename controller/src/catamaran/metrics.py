@@ -40,3 +40,10 @@ REFLECTION_SECONDS = Histogram(
     ["kind"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
+KUBELET_REQUESTS = Counter("catamaran_kubelet_requests_total", "Kubelet API requests served", ["endpoint", "code"])
+PROVIDER_STREAMS = Gauge(
+    "catamaran_kubelet_provider_streams", "Open WebSockets to the provider for exec, attach and port-forward", ["kind"]
+)
+PORT_FORWARD_CONNECTIONS = Gauge(
+    "catamaran_kubelet_port_forward_connections", "Forwarded connections open through the provider"
+)

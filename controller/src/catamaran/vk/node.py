@@ -107,10 +107,8 @@ def node_status(
         "capacity": capacity,
         "allocatable": capacity,
         "conditions": conditions,
-        "addresses": [
-            {"type": "InternalIP", "address": settings.node_ip},
-            {"type": "Hostname", "address": virtual_node_name(settings.provider_id)},
-        ],
+        # No Hostname address: API servers prefer it by default, and nothing resolves a virtual node's name.
+        "addresses": [{"type": "InternalIP", "address": settings.node_ip}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
         "nodeInfo": {
             "architecture": "amd64",

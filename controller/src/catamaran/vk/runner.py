@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -16,6 +18,9 @@ from ..kube.informer import Informer
 from ..kube.resources import ForeignCluster, ResourceOffer
 from ..logs import fields
 from ..objects import as_dict, reference, set_condition
+from .kubelet.certificate import ServingCertificate
+from .kubelet.provider import ProviderChannel
+from .kubelet.server import KubeletServer, listen
 from .node import HealthSettings, NodeSettings, VirtualNode
 from .peering import ForeignClusterError, PeeringWatch
 from .pods import PodController
@@ -27,6 +32,19 @@ FIELD_MANAGER = "catamaran-virtual-kubelet"
 # Watches wake the virtual kubelet as soon as its peering appears; this bounds the wait when one
 # breaks or misses something, and is the only retry when there is nothing to watch.
 RECHECK_SECONDS = 10.0
+
+
+@dataclass
+class KubeletOptions:
+    """The kubelet API: where it listens and publishes itself, and its serving certificate."""
+
+    bind_address: str | None = None  # None: the node address
+    port: int = 10250  # 0: any free port, published in the node's daemon endpoint
+    self_signed: bool = False
+    cert_dir: Path | None = None
+    certificate_seconds: int | None = None
+    renew_fraction: float = 0.8
+    client_ca_file: Path | None = None
 
 
 class PeeringRemoved(Exception):
@@ -61,7 +79,7 @@ class VirtualKubelet:
         namespace: str,
         consumer_id: str,
         node_ip: str,
-        kubelet_port: int = 0,
+        kubelet: KubeletOptions | None = None,
         workers: int = 16,
     ):
         self.local = local
@@ -69,7 +87,8 @@ class VirtualKubelet:
         self.namespace = namespace
         self.consumer_id = consumer_id
         self.node_ip = node_ip
-        self.kubelet_port = kubelet_port
+        self.kubelet = kubelet or KubeletOptions()
+        self.kubelet_port = 0
         self.workers = workers
         self.events = EventRecorder(local, FIELD_MANAGER)
 
@@ -78,6 +97,8 @@ class VirtualKubelet:
 
         Raises PeeringRemoved once the ForeignCluster is deleted and the virtual node cleaned up.
         """
+        listener = listen(self.kubelet.bind_address or self.node_ip, self.kubelet.port)
+        self.kubelet_port = listener.getsockname()[1]
         peering = PeeringWatch(self.local, self.namespace, self.foreign_cluster)
         watching = asyncio.get_running_loop().create_task(peering.foreigns.run())
         try:
@@ -93,12 +114,14 @@ class VirtualKubelet:
                     await self._report(error.reason, str(error), ready=False)
                     await peering.until_changed(RECHECK_SECONDS)
             provider = async_client(config, None, FIELD_MANAGER)
-            await self._serve(peering, foreign, provider)
+            channel = ProviderChannel(provider, config.get())
+            await self._serve(peering, foreign, provider, channel, listener)
         finally:
+            listener.close()
             watching.cancel()
             peering.stop_secret()
 
-    async def _serve(self, peering: PeeringWatch, foreign: dict, provider: AsyncClient) -> None:
+    async def _serve(self, peering: PeeringWatch, foreign: dict, provider: AsyncClient, channel, listener) -> None:
         node_settings, health = settings_from(foreign, self.consumer_id, self.node_ip, self.kubelet_port)
         provider_id = node_settings.provider_id
         node = VirtualNode(self.local, provider, node_settings, health, self.events)
@@ -125,6 +148,26 @@ class VirtualKubelet:
             settings=settings_from_spec(foreign["spec"].get("reflection")),
         )
         pods.attach_reflection(reflection)
+        certificate = ServingCertificate(
+            self.local,
+            node.name,
+            [self.node_ip],
+            self_signed=self.kubelet.self_signed,
+            cert_dir=self.kubelet.cert_dir,
+            expiration_seconds=self.kubelet.certificate_seconds,
+            renew_fraction=self.kubelet.renew_fraction,
+            client_ca_file=self.kubelet.client_ca_file,
+        )
+        kubelet = KubeletServer(
+            self.local,
+            node.name,
+            listener,
+            certificate,
+            channel,
+            local_pod=pods.local_pods.get,
+            pods_on_node=lambda: list(pods.local_pods.cache.values()),
+            twin_of=lambda namespace: pods.twins.mapped_name(namespace) if pods.twins.twin_ready(namespace) else None,
+        )
         offers = Informer(
             provider,
             ResourceOffer,
@@ -178,7 +221,7 @@ class VirtualKubelet:
         try:
             async with asyncio.TaskGroup() as group:
                 loops = [offers.run(), until_removed(), *node.tasks(), *pods.tasks()]
-                for task in loops + reflection.tasks():
+                for task in loops + reflection.tasks() + kubelet.tasks():
                     group.create_task(task)
         except* PeeringRemoved as group_error:
             removal = group_error.exceptions[0]

@@ -1,0 +1,306 @@
+"""`stats/summary` and `metrics/resource` for this virtual node's pods, from the provider's pod metrics.
+
+The provider's `metrics.k8s.io` gives usage rates; a kubelet reports cumulative CPU seconds, from
+which metrics-server derives rates again. So each container's and the node's CPU usage is
+integrated over time here (kept monotonic), and memory is the working set the provider reports.
+The node's figures are the sum over this node's pods: the virtual node's own load, not the
+provider's. One list per twin namespace, at most `fan_out` at once, shared by concurrent callers
+and cached for `cache_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ... import quantities
+from ...logs import fields
+from .provider import ProviderChannel
+
+log = logging.getLogger(__name__)
+
+CACHE_SECONDS = 5.0
+FAN_OUT = 8
+
+
+@dataclass
+class ContainerUsage:
+    name: str
+    cpu_cores: float
+    memory_bytes: int
+    cpu_seconds: float  # cumulative, integrated here
+    start_time: float
+
+
+@dataclass
+class PodUsage:
+    namespace: str
+    name: str
+    uid: str
+    start_time: float
+    containers: list[ContainerUsage] = field(default_factory=list)
+
+    @property
+    def cpu_cores(self) -> float:
+        return sum(c.cpu_cores for c in self.containers)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(c.memory_bytes for c in self.containers)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(c.cpu_seconds for c in self.containers)
+
+
+@dataclass
+class Snapshot:
+    taken: float  # unix seconds
+    pods: list[PodUsage]
+    node_cpu_cores: float
+    node_cpu_seconds: float
+    node_memory_bytes: int
+
+
+def _epoch(timestamp: str | None, default: float) -> float:
+    if not timestamp:
+        return default
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _started(pod: dict, container: str, default: float) -> float:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container:
+            running = (status.get("state") or {}).get("running") or {}
+            return _epoch(running.get("startedAt"), default)
+    return default
+
+
+class UsageIntegrator:
+    """Cumulative CPU seconds per container and for the node, from successive rate samples."""
+
+    def __init__(self):
+        self.containers: dict[tuple[str, str, str], tuple[float, float]] = {}  # key -> (seconds, at)
+        self.node_seconds = 0.0
+        self.node_at: float | None = None
+
+    def container(self, key: tuple[str, str, str], cores: float, now: float, started: float) -> float:
+        seconds, at = self.containers.get(key, (cores * max(now - started, 0.0), now))
+        seconds += cores * max(now - at, 0.0)
+        self.containers[key] = (seconds, now)
+        return seconds
+
+    def node(self, cores: float, now: float) -> float:
+        if self.node_at is not None:
+            self.node_seconds += cores * max(now - self.node_at, 0.0)
+        self.node_at = now
+        return self.node_seconds
+
+    def forget_except(self, live: set[tuple[str, str, str]]) -> None:
+        for key in [k for k in self.containers if k not in live]:
+            del self.containers[key]
+
+
+class NodeStats:
+    def __init__(
+        self,
+        channel: ProviderChannel,
+        pods_on_node: Callable[[], list[dict]],
+        twin_of: Callable[[str], str | None],
+        node_name: str,
+        *,
+        cache_seconds: float = CACHE_SECONDS,
+        fan_out: int = FAN_OUT,
+    ):
+        self.channel = channel
+        self.pods_on_node = pods_on_node
+        self.twin_of = twin_of
+        self.node_name = node_name
+        self.cache_seconds = cache_seconds
+        self.limit = asyncio.Semaphore(fan_out)
+        self.integrator = UsageIntegrator()
+        self.started = time.time()
+        self._snapshot: Snapshot | None = None
+        self._pending: asyncio.Future | None = None
+
+    async def snapshot(self) -> Snapshot:
+        if self._snapshot and time.time() - self._snapshot.taken < self.cache_seconds:
+            return self._snapshot
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._collect())
+        pending = self._pending
+        try:
+            return await asyncio.shield(pending)
+        finally:
+            if pending.done() and self._pending is pending:
+                self._pending = None
+
+    async def _collect(self) -> Snapshot:
+        pods = self.pods_on_node()
+        by_twin: dict[str, dict[str, dict]] = {}
+        for pod in pods:
+            meta = pod["metadata"]
+            twin = self.twin_of(meta["namespace"])
+            if twin:
+                by_twin.setdefault(twin, {})[meta["name"]] = pod
+        listed = await asyncio.gather(*(self._list(twin) for twin in by_twin), return_exceptions=True)
+        now = time.time()
+        usages: list[PodUsage] = []
+        live: set[tuple[str, str, str]] = set()
+        for twin, result in zip(by_twin, listed, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("pod metrics unavailable", extra=fields(namespace=twin, error=str(result)))
+                continue
+            for item in result.get("items") or []:
+                local = by_twin[twin].get(item["metadata"]["name"])
+                if local is None:
+                    continue
+                meta = local["metadata"]
+                start = _epoch((local.get("status") or {}).get("startTime"), now)
+                usage = PodUsage(meta["namespace"], meta["name"], meta.get("uid") or "", start)
+                for container in item.get("containers") or []:
+                    key = (meta["namespace"], meta["name"], container["name"])
+                    cores = quantities.parse(container["usage"].get("cpu", "0"))
+                    started = _started(local, container["name"], start)
+                    live.add(key)
+                    usage.containers.append(
+                        ContainerUsage(
+                            name=container["name"],
+                            cpu_cores=float(cores),
+                            memory_bytes=int(quantities.parse(container["usage"].get("memory", "0"))),
+                            cpu_seconds=self.integrator.container(key, float(cores), now, started),
+                            start_time=started,
+                        )
+                    )
+                usages.append(usage)
+        self.integrator.forget_except(live)
+        node_cores = sum(p.cpu_cores for p in usages)
+        self._snapshot = Snapshot(
+            taken=now,
+            pods=usages,
+            node_cpu_cores=node_cores,
+            node_cpu_seconds=self.integrator.node(node_cores, now),
+            node_memory_bytes=sum(p.memory_bytes for p in usages),
+        )
+        return self._snapshot
+
+    async def _list(self, twin: str) -> dict:
+        async with self.limit:
+            return await self.channel.get_json(f"/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods")
+
+
+def _iso(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summary(snapshot: Snapshot, node_name: str, node_started: float) -> dict:
+    """The kubelet's stats/summary (statsapi.Summary), CPU and memory only."""
+    at = _iso(snapshot.taken)
+
+    def cpu(cores: float, seconds: float) -> dict:
+        return {"time": at, "usageNanoCores": int(cores * 1e9), "usageCoreNanoSeconds": int(seconds * 1e9)}
+
+    def memory(working_set: int) -> dict:
+        return {"time": at, "workingSetBytes": working_set, "usageBytes": working_set}
+
+    return {
+        "node": {
+            "nodeName": node_name,
+            "startTime": _iso(node_started),
+            "cpu": cpu(snapshot.node_cpu_cores, snapshot.node_cpu_seconds),
+            "memory": memory(snapshot.node_memory_bytes),
+        },
+        "pods": [
+            {
+                "podRef": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+                "startTime": _iso(pod.start_time),
+                "containers": [
+                    {
+                        "name": c.name,
+                        "startTime": _iso(c.start_time),
+                        "cpu": cpu(c.cpu_cores, c.cpu_seconds),
+                        "memory": memory(c.memory_bytes),
+                    }
+                    for c in pod.containers
+                ],
+                "cpu": cpu(pod.cpu_cores, pod.cpu_seconds),
+                "memory": memory(pod.memory_bytes),
+            }
+            for pod in snapshot.pods
+        ],
+    }
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def resource_metrics(snapshot: Snapshot) -> str:
+    """The kubelet's /metrics/resource (Prometheus text), the metrics metrics-server reads."""
+    ms = int(snapshot.taken * 1000)
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} [STABLE] {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{labels} {value!r} {ms}" for labels, value in samples)
+
+    def pod_labels(pod: PodUsage) -> str:
+        return f'{{namespace="{_label(pod.namespace)}",pod="{_label(pod.name)}"}}'
+
+    def container_labels(pod: PodUsage, container: ContainerUsage) -> str:
+        return f'{{container="{_label(container.name)}",namespace="{_label(pod.namespace)}",pod="{_label(pod.name)}"}}'
+
+    containers = [(pod, c) for pod in snapshot.pods for c in pod.containers]
+    family(
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        [(container_labels(p, c), c.cpu_seconds) for p, c in containers],
+    )
+    family(
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+        [(container_labels(p, c), float(c.memory_bytes)) for p, c in containers],
+    )
+    family(
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+        [(container_labels(p, c), c.start_time) for p, c in containers],
+    )
+    family(
+        "node_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        [("", snapshot.node_cpu_seconds)],
+    )
+    family(
+        "node_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the node in bytes",
+        [("", float(snapshot.node_memory_bytes))],
+    )
+    family(
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        [(pod_labels(p), p.cpu_seconds) for p in snapshot.pods],
+    )
+    family(
+        "pod_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the pod in bytes",
+        [(pod_labels(p), float(p.memory_bytes)) for p in snapshot.pods],
+    )
+    lines.append(
+        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise"
+    )
+    lines.append("# TYPE resource_scrape_error gauge")
+    lines.append("resource_scrape_error 0")
+    return "\n".join(lines) + "\n"

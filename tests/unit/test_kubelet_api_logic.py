@@ -1,0 +1,237 @@
+"""Pure logic of the virtual kubelet's API: request mapping, approval checks, metrics arithmetic."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from catamaran.consumer.csr import requested_node, review
+from catamaran.vk.kubelet.auth import subresources_for, user_from_certificate
+from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
+from catamaran.vk.kubelet.http import HttpError, Request
+from catamaran.vk.kubelet.logs import log_params
+from catamaran.vk.kubelet.stats import ContainerUsage, PodUsage, Snapshot, UsageIntegrator, resource_metrics, summary
+from catamaran.vk.kubelet.streams import command_streams, negotiate
+
+NODE = "catamaran-cluster-3"
+
+
+def request(path: str = "/", query: dict | None = None, headers: dict | None = None) -> Request:
+    return Request("GET", path, query or {}, headers or {}, reader=None, writer=None)
+
+
+@pytest.mark.parametrize(
+    ("path", "subresources"),
+    [
+        ("/stats/summary", ["stats"]),
+        ("/metrics/resource", ["metrics"]),
+        ("/logs/", ["log"]),
+        ("/healthz", ["healthz", "proxy"]),
+        ("/pods", ["pods", "proxy"]),
+        ("/containerLogs/ns/pod/c", ["proxy"]),
+        ("/exec/ns/pod/c", ["proxy"]),
+        ("/portForward/ns/pod", ["proxy"]),
+    ],
+)
+def test_paths_map_to_the_kubelets_node_subresources(path, subresources):
+    assert subresources_for(path) == subresources
+
+
+def test_a_client_certificate_names_user_and_groups():
+    certificate = {
+        "subject": (
+            (("organizationName", "system:masters"),),
+            (("organizationName", "kubeadm:cluster-admins"),),
+            (("commonName", "kube-apiserver-kubelet-client"),),
+        )
+    }
+    user = user_from_certificate(certificate)
+    assert user.name == "kube-apiserver-kubelet-client"
+    assert user.groups == ("system:masters", "kubeadm:cluster-admins")
+    assert user_from_certificate({"subject": ((("organizationName", "x"),),)}) is None
+
+
+def test_log_options_pass_through_by_their_pod_log_names():
+    params = log_params(
+        request(query={"follow": ["true"], "tailLines": ["5"], "sinceTime": [""], "limitBytes": ["100"], "x": ["1"]}),
+        "app",
+    )
+    assert params == [("container", "app"), ("follow", "true"), ("tailLines", "5"), ("limitBytes", "100")]
+
+
+def test_stream_protocols_follow_the_callers_preference():
+    assert negotiate(["v5.channel.k8s.io", "v4.channel.k8s.io"], ["v4.channel.k8s.io", "v5.channel.k8s.io"]) == (
+        "v5.channel.k8s.io"
+    )
+    assert negotiate(["v3.channel.k8s.io", "v4.channel.k8s.io"], ["v4.channel.k8s.io"]) == "v4.channel.k8s.io"
+    with pytest.raises(HttpError) as refused:
+        negotiate(["channel.k8s.io"], ["v4.channel.k8s.io"])
+    assert refused.value.status == 403
+
+
+def test_streams_expected_from_the_command_flags():
+    tty = command_streams(request(query={"input": ["1"], "output": ["1"], "error": ["1"], "tty": ["1"]}))
+    assert tty == {"stdin": True, "stdout": True, "stderr": False, "resize": True}
+    plain = command_streams(request(query={"output": ["1"], "error": ["1"]}))
+    assert plain == {"stdin": False, "stdout": True, "stderr": True, "resize": False}
+    with pytest.raises(HttpError):
+        command_streams(request(query={"tty": ["1"]}))
+
+
+def test_the_serving_request_is_what_the_kubelet_serving_signer_accepts():
+    key_pem, request_pem = serving_request(NODE, ["127.0.0.1"])
+    parsed = x509.load_pem_x509_csr(request_pem)
+    assert parsed.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{NODE}"
+    assert parsed.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
+    sans = parsed.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    manifest = csr_manifest(NODE, request_pem, 600)
+    assert manifest["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+    assert manifest["spec"]["usages"] == ["digital signature", "server auth"]
+    assert manifest["spec"]["expirationSeconds"] == 600
+    assert b"PRIVATE KEY" in key_pem
+
+
+def _csr(common_name: str, organizations: list[str], sans: list, usages=None, username="admin") -> dict:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(subject))
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    pem = builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    return {
+        "metadata": {"name": "csr-1"},
+        "spec": {
+            "request": base64.b64encode(pem).decode(),
+            "signerName": "kubernetes.io/kubelet-serving",
+            "usages": usages or ["digital signature", "server auth"],
+            "username": username,
+        },
+    }
+
+
+def _node(kind: str = "virtual-node") -> dict:
+    return {
+        "metadata": {
+            "name": NODE,
+            "labels": {"catamaran.io/type": kind, "catamaran.io/remote-cluster-id": "cluster-3"},
+        },
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.7"}, {"type": "Hostname", "address": NODE}]},
+    }
+
+
+LOOPBACK = [x509.IPAddress(ipaddress.ip_address("10.0.0.7"))]
+
+
+def test_the_virtual_kubelets_own_request_is_approved():
+    csr = _csr(f"system:node:{NODE}", ["system:nodes"], [*LOOPBACK, x509.DNSName(NODE)])
+    assert requested_node(csr) == NODE
+    assert review(csr, _node(), {"admin"}, "catamaran-system").verdict == "approve"
+    account = _csr(
+        f"system:node:{NODE}",
+        ["system:nodes"],
+        LOOPBACK,
+        username="system:serviceaccount:catamaran-system:catamaran-vk-cluster-3",
+    )
+    assert review(account, _node(), set(), "catamaran-system").verdict == "approve"
+
+
+@pytest.mark.parametrize(
+    ("csr", "why"),
+    [
+        (
+            _csr(
+                f"system:node:{NODE}",
+                ["system:nodes"],
+                LOOPBACK,
+                username="system:serviceaccount:x:catamaran-vk-cluster-3",
+            ),
+            "requested by",
+        ),
+        (
+            _csr(
+                f"system:node:{NODE}",
+                ["system:nodes"],
+                LOOPBACK,
+                username="system:serviceaccount:catamaran-system:catamaran-vk-cluster-2",
+            ),
+            "requested by",
+        ),
+        (_csr(f"system:node:{NODE}", ["system:masters"], LOOPBACK), "subject"),
+        (_csr(f"system:node:{NODE}", ["system:nodes"], [x509.IPAddress(ipaddress.ip_address("10.9.9.9"))]), "10.9.9.9"),
+        (_csr(f"system:node:{NODE}", ["system:nodes"], [x509.DNSName("evil.example")]), "evil.example"),
+        (_csr(f"system:node:{NODE}", ["system:nodes"], [x509.RFC822Name("a@b.c")]), "not allowed"),
+        (_csr(f"system:node:{NODE}", ["system:nodes"], LOOPBACK, usages=["client auth"]), "usages"),
+        (_csr(f"system:node:{NODE}", ["system:nodes"], []), "no subject alternative names"),
+    ],
+)
+def test_a_request_for_a_virtual_node_failing_a_check_is_denied_with_the_reason(csr, why):
+    decision = review(csr, _node(), {"admin"}, "catamaran-system")
+    assert decision.verdict == "deny"
+    assert why in decision.message
+
+
+def test_requests_for_other_nodes_are_left_alone():
+    physical = _csr("system:node:worker-1", ["system:nodes"], LOOPBACK)
+    assert review(physical, _node(kind="physical"), {"admin"}, "catamaran-system").verdict == "ignore"
+    assert review(physical, None, {"admin"}, "catamaran-system").verdict == "ignore"
+    assert review(_csr("someone", ["system:nodes"], LOOPBACK), _node(), {"admin"}, "catamaran-system").verdict == (
+        "ignore"
+    )
+
+
+def test_cpu_seconds_are_integrated_and_never_decrease():
+    integrator = UsageIntegrator()
+    key = ("ns", "pod", "c")
+    first = integrator.container(key, 0.5, now=100.0, started=90.0)
+    assert first == pytest.approx(5.0)  # 0.5 cores since it started
+    assert integrator.container(key, 0.25, now=104.0, started=90.0) == pytest.approx(6.0)
+    assert integrator.container(key, 0.0, now=110.0, started=90.0) == pytest.approx(6.0)
+    assert integrator.node(1.0, now=100.0) == 0.0
+    assert integrator.node(2.0, now=103.0) == pytest.approx(6.0)
+    integrator.forget_except(set())
+    assert integrator.containers == {}
+
+
+def _snapshot() -> Snapshot:
+    pod = PodUsage("demo", "web-0", "uid-1", 1000.0, [ContainerUsage("web", 0.002, 4_194_304, 1.5, 1001.0)])
+    return Snapshot(taken=2000.0, pods=[pod], node_cpu_cores=0.002, node_cpu_seconds=3.0, node_memory_bytes=4_194_304)
+
+
+def test_resource_metrics_are_the_kubelets_text_format():
+    text = resource_metrics(_snapshot())
+    assert 'container_cpu_usage_seconds_total{container="web",namespace="demo",pod="web-0"} 1.5 2000000' in text
+    assert 'container_memory_working_set_bytes{container="web",namespace="demo",pod="web-0"} 4194304.0 2000000' in text
+    assert "node_cpu_usage_seconds_total 3.0 2000000" in text
+    assert "node_memory_working_set_bytes 4194304.0 2000000" in text
+    assert "# TYPE container_cpu_usage_seconds_total counter" in text
+    assert text.endswith("resource_scrape_error 0\n")
+
+
+def test_the_summary_holds_this_nodes_pods_and_its_own_totals():
+    result = summary(_snapshot(), NODE, 900.0)
+    assert result["node"]["nodeName"] == NODE
+    assert result["node"]["cpu"]["usageNanoCores"] == 2_000_000
+    assert result["node"]["memory"]["workingSetBytes"] == 4_194_304
+    [pod] = result["pods"]
+    assert pod["podRef"] == {"name": "web-0", "namespace": "demo", "uid": "uid-1"}
+    assert pod["containers"][0]["cpu"]["usageCoreNanoSeconds"] == 1_500_000_000
+
+
+def test_renewal_counts_from_when_the_certificate_arrived():
+    import datetime
+
+    from catamaran.certs import make_ca
+    from catamaran.vk.kubelet.certificate import renewal_time
+
+    _, cert = make_ca("x", days=1)  # notBefore backdated by five minutes, as signers do
+    start, end = datetime.datetime.now(datetime.UTC), x509.load_pem_x509_certificate(cert).not_valid_after_utc
+    due = renewal_time(cert, 0.5, start)
+    assert abs((due - (start + (end - start) / 2)).total_seconds()) < 1
