@@ -49,7 +49,15 @@ def provider_cluster_roles() -> list[dict]:
                 {"apiGroups": [OFFLOADING_GROUP], "resources": ["shadowpods"], "verbs": WRITE},
                 {"apiGroups": [OFFLOADING_GROUP], "resources": ["shadowpods/status"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["pods", "events"], "verbs": READ},
+                # The virtual kubelet's API (vk/kubelet): logs, streams (WebSocket upgrades are GETs that
+                # also need create) and pod metrics for metrics-server on the consumer.
                 {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods/exec", "pods/attach", "pods/portforward"],
+                    "verbs": ["get", "create"],
+                },
+                {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]},
                 # Resource reflection (vk/reflection): the consumer's objects copied into this twin.
                 {
                     "apiGroups": [""],
