@@ -145,9 +145,7 @@ def manager(lab: Lab, cluster: str) -> ControllerProcess:
 
 def consumer_manager(lab: Lab, cluster: str) -> ControllerProcess:
     """The consumer's manager with its pod webhook, served on a free local port the API server calls."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     return ControllerProcess(
         lab,
         f"manager-{cluster}",
@@ -174,7 +172,10 @@ def webhook_registered(lab: Lab, cluster: str) -> None:
     )
 
 
-def virtual_kubelet(lab: Lab, consumer: str, provider: str, metrics_port: int = 0) -> ControllerProcess:
+def virtual_kubelet(
+    lab: Lab, consumer: str, provider: str, metrics_port: int = 0, extra: tuple[str, ...] = ()
+) -> ControllerProcess:
+    """A virtual kubelet whose kubelet API takes a free port (several share the host) and publishes it."""
     return ControllerProcess(
         lab,
         f"vk-{consumer}-{provider}",
@@ -188,8 +189,19 @@ def virtual_kubelet(lab: Lab, consumer: str, provider: str, metrics_port: int = 
             "virtual-kubelet",
             "--foreign-cluster",
             provider,
+            "--kubelet-port",
+            "0",
+            "--kubelet-cert-dir",
+            str(lab.root / "kubelet-certs" / f"{consumer}-{provider}"),
+            *extra,
         ],
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def unpeer(lab: Lab, consumer: str, provider: str) -> None:
