@@ -44,6 +44,7 @@ show() {
         curl -fsS --max-time 5 "http://$ip:8080/" | sed -e 's/<[^>]*>/ /g' | tr -s ' \n' ' '
         echo
       done
+  kubelet_api
   cat <<MORE
 
 Look further (all contexts are in $lab/kubeconfig):
@@ -57,6 +58,38 @@ Look further (all contexts are in $lab/kubeconfig):
 Re-run the playbook (changes nothing):  .venv/bin/ansible-playbook playbooks/site.yml
 Tear it all down:                        make demo-down
 MORE
+}
+
+# Troubleshooting an offloaded pod as any pod: cluster-1's API server reaches each virtual node's kubelet API,
+# which proxies to the provider.
+kubelet_api() {
+  local pod port pf
+  pod=$($kubectl --context cluster-1 -n demo get pods -l app=hello -o jsonpath='{.items[0].metadata.name}')
+  echo
+  echo "== kubectl logs $pod (on $($kubectl --context cluster-1 -n demo get pod "$pod" -o jsonpath='{.spec.nodeName}'))"
+  $kubectl --context cluster-1 -n demo logs "$pod" --tail=3
+  echo
+  echo "== kubectl exec $pod -- sh -c 'hostname; id; ls /www'"
+  $kubectl --context cluster-1 -n demo exec "$pod" -- sh -c 'hostname; id; ls /www'
+  echo
+  echo "== kubectl port-forward pod/$pod :8080, then the page through it"
+  pf=$(mktemp)
+  $kubectl --context cluster-1 -n demo port-forward "pod/$pod" :8080 >"$pf" 2>&1 &
+  local forwarder=$!
+  for _ in $(seq 50); do grep -q 'Forwarding from 127.0.0.1' "$pf" && break; sleep 0.2; done
+  port=$(sed -n 's/^Forwarding from 127.0.0.1:\([0-9]*\).*/\1/p' "$pf" | head -1)
+  curl -fsS --max-time 5 "http://127.0.0.1:$port/" | sed -e 's/<[^>]*>/ /g' | tr -s ' \n' ' '
+  echo
+  kill "$forwarder" 2>/dev/null || true
+  rm -f "$pf"
+  echo
+  echo "== kubectl top pod -n demo (metrics-server on cluster-1 scrapes the virtual nodes)"
+  for _ in $(seq 30); do
+    $kubectl --context cluster-1 -n demo top pod 2>/dev/null | grep -q hello && break
+    sleep 5
+  done
+  $kubectl --context cluster-1 -n demo top pod || echo "(no metrics yet: metrics-server needs two scrapes)"
+  $kubectl --context cluster-1 top node -l catamaran.io/type=virtual-node || true
 }
 
 case "${1:-}" in
