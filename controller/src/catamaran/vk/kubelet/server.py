@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 def listen(address: str, port: int) -> socket.socket:
     """Bind early, so the node can publish the port (0 picks a free one) before the certificate exists."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio turns Nagle off only for sockets that say so, and with Nagle a log's
+    # first chunk waits for the peer's delayed ACK of the response head (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((address, port))
     sock.listen(128)
