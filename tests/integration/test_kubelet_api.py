@@ -458,11 +458,15 @@ def test_the_serving_certificate_comes_from_an_approved_csr_and_is_renewed(lab, 
     assert first.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{REAL_NODE}"
     requests = _serving_requests(lab, REAL_NODE)
     assert requests, "no CertificateSigningRequest for the virtual node"
-    approved = [
-        r for r in requests
-        if r.get("status") and any(c["type"] == "Approved" and c["reason"] == "CatamaranVirtualKubelet" for c in r["status"].get("conditions", []))
-        and r["status"].get("certificate")
-    ]  # fmt: skip
+
+    def approved_by_catamaran(request: dict) -> bool:
+        status = request.get("status") or {}
+        conditions = status.get("conditions") or []
+        return bool(status.get("certificate")) and any(
+            c["type"] == "Approved" and c["reason"] == "CatamaranVirtualKubelet" for c in conditions
+        )
+
+    approved = [r for r in requests if approved_by_catamaran(r)]
     assert approved
     assert all(r["spec"]["signerName"] == "kubernetes.io/kubelet-serving" for r in approved)
     lifetime = first.not_valid_after_utc - first.not_valid_before_utc
