@@ -235,3 +235,10 @@ def test_renewal_counts_from_when_the_certificate_arrived():
     start, end = datetime.datetime.now(datetime.UTC), x509.load_pem_x509_certificate(cert).not_valid_after_utc
     due = renewal_time(cert, 0.5, start)
     assert abs((due - (start + (end - start) / 2)).total_seconds()) < 1
+
+
+def test_a_request_racing_its_nodes_first_status_waits():
+    csr = _csr(f"system:node:{NODE}", ["system:nodes"], LOOPBACK)
+    unpublished = _node()
+    unpublished["status"] = {}
+    assert review(csr, unpublished, {"admin"}, "catamaran-system").verdict == "wait"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -39,11 +40,14 @@ NODE_PREFIX = "system:node:"
 ALLOWED_USAGES = {"digital signature", "key encipherment", "server auth"}
 APPROVED_REASON = "CatamaranVirtualKubelet"
 DENIED_REASON = "CatamaranCheckFailed"
+# How long a request naming a node that does not exist (yet) is looked at again, and how often.
+NODE_GRACE_S = 60.0
+WAIT_FOR_NODE_S = 2.0
 
 
 @dataclass(frozen=True)
 class Decision:
-    verdict: str  # "approve", "deny" or "ignore"
+    verdict: str  # "approve", "deny", "ignore", or "wait" (for the node to publish its addresses)
     message: str = ""
 
 
@@ -88,6 +92,8 @@ def review(csr: dict, node: dict | None, requesters: set[str], controller_namesp
     if "server auth" not in usages or not usages <= ALLOWED_USAGES:
         return Decision("deny", f"usages {sorted(usages)} are not a serving certificate's")
     addresses = {a["address"] for a in (node.get("status") or {}).get("addresses") or []}
+    if not addresses:
+        return Decision("wait", f"node {name} publishes no address yet")
     try:
         sans = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -106,6 +112,14 @@ def review(csr: dict, node: dict | None, requesters: set[str], controller_namesp
         else:
             return Decision("deny", f"{type(san).__name__} names are not allowed")
     return Decision("approve", f"virtual kubelet of node {name} serving at {', '.join(sorted(addresses))}")
+
+
+def _recent(csr: dict) -> bool:
+    created = csr["metadata"].get("creationTimestamp")
+    if not created:
+        return False
+    age = datetime.datetime.now(datetime.UTC) - datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return age.total_seconds() < NODE_GRACE_S
 
 
 class KubeletServingApprover:
@@ -148,6 +162,9 @@ class KubeletServingApprover:
                 raise
             node = None
         decision = review(csr, node, self.requesters, self.controller_namespace)
+        if decision.verdict == "wait" or (node is None and _recent(csr)):
+            # A virtual kubelet asks once its node is published; a request racing that is looked at again.
+            return WAIT_FOR_NODE_S
         if decision.verdict == "ignore":
             return None
         approved = decision.verdict == "approve"

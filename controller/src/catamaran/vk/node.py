@@ -152,6 +152,7 @@ class VirtualNode:
         self._reported_zero: set[str] = set()
         self._node_uid: str | None = None
         self._node_exists = asyncio.Event()
+        self._status_published = asyncio.Event()
 
     def update_offer(self, offer: dict | None) -> None:
         self.offer = offer
@@ -160,6 +161,10 @@ class VirtualNode:
     def update_settings(self, settings: NodeSettings) -> None:
         self.settings = settings
         self._changed.set()
+
+    async def published(self) -> None:
+        """Until the Node exists with its status (addresses, kubelet port) written once."""
+        await self._status_published.wait()
 
     def tasks(self):
         return [self._health_loop(), self._lease_loop(), self._status_loop()]
@@ -246,6 +251,7 @@ class VirtualNode:
         previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
         status, vanished = node_status(self.settings, self.offer, self.healthy, self.unhealthy_reason, previous)
         await self.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
+        self._status_published.set()
         if set(vanished) - self._reported_zero:
             await self.events.record(
                 {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"},

@@ -167,6 +167,7 @@ class VirtualKubelet:
             local_pod=pods.local_pods.get,
             pods_on_node=lambda: list(pods.local_pods.cache.values()),
             twin_of=lambda namespace: pods.twins.mapped_name(namespace) if pods.twins.twin_ready(namespace) else None,
+            node_published=node.published,
         )
         offers = Informer(
             provider,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from lightkube import AsyncClient
 
@@ -52,8 +52,10 @@ class KubeletServer:
         local_pod: Callable[[str, str], dict | None],
         pods_on_node: Callable[[], list[dict]],
         twin_of: Callable[[str], str | None],
+        node_published: Callable[[], Awaitable[None]],
     ):
         self.node_name = node_name
+        self.node_published = node_published  # the certificate names addresses the node must publish first
         self.sock = sock
         self.certificate = certificate
         self.channel = channel
@@ -72,15 +74,19 @@ class KubeletServer:
         return [self._serve()]
 
     async def _serve(self) -> None:
+        await self.node_published()
         await self.certificate.obtain()
         server = await asyncio.start_server(self._connection, sock=self.sock, ssl=self.certificate.context)
         log.info("kubelet API serving", extra=fields(node=self.node_name, port=self.port))
         try:
-            async with server:
-                await self.certificate.keep_renewed()
+            await self.certificate.keep_renewed()
         finally:
-            for task in list(self.connections):
+            # Not Server.wait_closed(): it waits for every kept-alive connection, which API servers hold open.
+            server.close()
+            connections = list(self.connections)
+            for task in connections:
                 task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
             await self.channel.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -88,6 +94,8 @@ class KubeletServer:
         self.connections.add(task)
         try:
             await serve_connection(reader, writer, self.handle)
+        except asyncio.CancelledError:
+            writer.close()  # the server is stopping; a cancelled task here would only be logged by asyncio
         finally:
             self.connections.discard(task)
 
