@@ -50,6 +50,8 @@ for i in 1 2 3 4 5; do echo "line $i from {REAL_PROVIDER}"; done
 mkdir -p /tmp/www
 echo "served by $(hostname) on {REAL_PROVIDER}" > /tmp/www/index.html
 httpd -f -p 8080 -h /tmp/www &
+mkdir -p /tmp/other && echo "second port" > /tmp/other/index.html
+httpd -f -p 8081 -h /tmp/other &
 i=0
 while true; do i=$((i+1)); echo "tick $i"; sleep 0.5; done
 """
@@ -313,13 +315,17 @@ def metric(process: federation.ControllerProcess, name: str) -> float:
 
 def test_port_forward_carries_concurrent_connections_and_leaves_nothing_open(lab, fed):
     forward = subprocess.Popen(
-        kubectl_command(lab, "port-forward", "pod/talker", ":8080"), stdout=subprocess.PIPE, text=True
+        kubectl_command(lab, "port-forward", "pod/talker", ":8080", ":8081"), stdout=subprocess.PIPE, text=True
     )
     try:
-        line = forward.stdout.readline()
-        port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
+        ports = []
+        while len(ports) < 2:
+            line = forward.stdout.readline()
+            if match := re.search(r"127\.0\.0\.1:(\d+) -> (\d+)", line):
+                ports.append(int(match.group(1)))
+        port, second = ports
 
-        def fetch(_: int) -> str:
+        def fetch(_: int, port: int = port) -> str:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             try:
                 connection.request("GET", "/index.html", headers={"Connection": "close"})
@@ -331,6 +337,7 @@ def test_port_forward_carries_concurrent_connections_and_leaves_nothing_open(lab
             pages = list(pool.map(fetch, range(100)))
         assert pages == [pages[0]] * 100
         assert pages[0].startswith("served by talker")
+        assert fetch(0, port=second) == "second port\n"
         assert metric(fed["real_vk"], "catamaran_kubelet_provider_streams") == 1
     finally:
         forward.terminate()
