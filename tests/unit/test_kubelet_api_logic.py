@@ -242,3 +242,19 @@ def test_a_request_racing_its_nodes_first_status_waits():
     unpublished = _node()
     unpublished["status"] = {}
     assert review(csr, unpublished, {"admin"}, "catamaran-system").verdict == "wait"
+
+
+def test_the_self_signed_fallback_serves_the_published_address(tmp_path):
+    import asyncio
+    import ssl as ssl_module
+
+    from catamaran.vk.kubelet.certificate import ServingCertificate
+
+    certificate = ServingCertificate(None, NODE, ["10.0.0.7"], self_signed=True, cert_dir=tmp_path)
+    asyncio.run(certificate._issue())
+    served = x509.load_pem_x509_certificate(certificate.cert_pem)
+    sans = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.7")]
+    assert (tmp_path / "kubelet-serving.key").stat().st_mode & 0o777 == 0o600
+    assert certificate.context.verify_mode == ssl_module.CERT_OPTIONAL
+    assert certificate.ready.is_set()
