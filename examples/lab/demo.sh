@@ -67,7 +67,7 @@ kubelet_api() {
   pod=$($kubectl --context cluster-1 -n demo get pods -l app=hello -o jsonpath='{.items[0].metadata.name}')
   echo
   echo "== kubectl logs $pod (on $($kubectl --context cluster-1 -n demo get pod "$pod" -o jsonpath='{.spec.nodeName}'))"
-  $kubectl --context cluster-1 -n demo logs "$pod" --tail=3
+  $kubectl --context cluster-1 -n demo logs "$pod" | sed -n 1,3p
   echo
   echo "== kubectl exec $pod -- sh -c 'hostname; id; ls /www'"
   $kubectl --context cluster-1 -n demo exec "$pod" -- sh -c 'hostname; id; ls /www'
