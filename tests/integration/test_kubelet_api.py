@@ -282,6 +282,32 @@ def test_exec_interactive_with_a_terminal(lab, fed):
         os.close(controller)
 
 
+def test_an_interrupted_shell_leaves_nothing_open_on_the_provider(lab, fed):
+    controller, terminal = os.openpty()
+    session = subprocess.Popen(
+        kubectl_command(lab, "exec", "-it", "talker", "--", "sh"),
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    try:
+        os.write(controller, b"echo ready=$((1+1))\n")
+        assert "ready=2" in _read_until(controller, "ready=2")
+        assert metric(fed["real_vk"], 'catamaran_kubelet_provider_streams{kind="exec"}') == 1
+        session.kill()  # as an interrupted kubectl: the shell on the provider never exits by itself
+        session.wait()
+        wait_for(
+            lambda: metric(fed["real_vk"], 'catamaran_kubelet_provider_streams{kind="exec"}') == 0,
+            timeout=30,
+            what="the provider's exec stream to close after the caller left",
+        )
+    finally:
+        session.kill()
+        os.close(controller)
+
+
 def test_attach_to_a_running_container(lab, fed):
     attach = subprocess.Popen(
         kubectl_command(lab, "attach", "-i", "attachable"),

@@ -109,7 +109,15 @@ async def serve_command(
         running = asyncio.ensure_future(session.run())
         try:
             streams = await asyncio.wait_for(accept_streams(session, wanted), STREAM_CREATION_S)
-            await _relay_command(socket, streams)
+            relay = asyncio.ensure_future(_relay_command(socket, streams))
+            # A caller that leaves (kubectl interrupted) ends the session: the provider's side goes with it,
+            # or an interactive shell would hold its WebSocket until it exits on its own.
+            await asyncio.wait({relay, running}, return_when=asyncio.FIRST_COMPLETED)
+            if not relay.done():
+                relay.cancel()
+                log.info("caller left; ending the provider's command stream", extra=fields(pod=pod, namespace=twin))
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay
         except (TimeoutError, ConnectionError, aiohttp.ClientError) as error:
             log.info("command stream ended early", extra=fields(pod=pod, namespace=twin, error=str(error) or "timeout"))
         finally:
