@@ -781,15 +781,22 @@ class SpdySession:
             stream._remote_fin()
         self._incoming.put_nowait(stream)
 
-    async def _on_syn_reply(self, flags: int, payload: bytes) -> None:
+    def _header_frame(
+        self, kind: str, payload: bytes
+    ) -> tuple[int, SpdyStream | None, dict[str, str], SpdyError | None]:
+        """Stream id, open stream (None: answered already), headers and header error of a SYN_REPLY or HEADERS."""
         if len(payload) < 4:
-            raise _ProtocolError(f"SYN_REPLY of {len(payload)} bytes")
+            raise _ProtocolError(f"{kind} of {len(payload)} bytes")
         stream_id = _U32.unpack_from(payload)[0] & MAX_STREAM_ID
-        headers, header_error = self._decode_headers(payload[4:])
+        headers, header_error = self._decode_headers(payload[4:])  # always, to keep the context in step
         stream = self._streams.get(stream_id)
+        if stream is None and not self._was_opened(stream_id):
+            self._stream_error(stream_id, INVALID_STREAM)
+        return stream_id, stream, headers, header_error
+
+    async def _on_syn_reply(self, flags: int, payload: bytes) -> None:
+        stream_id, stream, headers, header_error = self._header_frame("SYN_REPLY", payload)
         if stream is None:
-            if not self._was_opened(stream_id):
-                self._stream_error(stream_id, INVALID_STREAM)
             return
         if stream_id % 2 != self._local_parity:
             self._stream_error(stream_id, PROTOCOL_ERROR)  # a reply to the peer's own stream
@@ -807,14 +814,8 @@ class SpdySession:
             stream._remote_fin()
 
     async def _on_headers(self, flags: int, payload: bytes) -> None:
-        if len(payload) < 4:
-            raise _ProtocolError(f"HEADERS of {len(payload)} bytes")
-        stream_id = _U32.unpack_from(payload)[0] & MAX_STREAM_ID
-        headers, header_error = self._decode_headers(payload[4:])
-        stream = self._streams.get(stream_id)
+        stream_id, stream, headers, header_error = self._header_frame("HEADERS", payload)
         if stream is None:
-            if not self._was_opened(stream_id):
-                self._stream_error(stream_id, INVALID_STREAM)
             return
         if stream._remote_done:
             self._stream_error(stream_id, STREAM_ALREADY_CLOSED)
