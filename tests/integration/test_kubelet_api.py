@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import fcntl
 import http.client
 import json
@@ -253,9 +254,11 @@ def _read_until(fd: int, wanted: str, timeout: float = 20) -> str:
     return output
 
 
-def test_exec_interactive_with_a_terminal(lab, fed):
+@contextlib.contextmanager
+def remote_shell(lab, rows: int = 24, columns: int = 80):
+    """`kubectl exec -it talker -- sh` on a pseudo-terminal of the given size: the kubectl process and our end."""
     controller, terminal = os.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     session = subprocess.Popen(
         kubectl_command(lab, "exec", "-it", "talker", "--", "sh"),
         stdin=terminal,
@@ -265,6 +268,14 @@ def test_exec_interactive_with_a_terminal(lab, fed):
     )
     os.close(terminal)
     try:
+        yield session, controller
+    finally:
+        session.kill()
+        os.close(controller)
+
+
+def test_exec_interactive_with_a_terminal(lab, fed):
+    with remote_shell(lab, rows=33, columns=101) as (session, controller):
         os.write(controller, b"stty size; echo answer=$((6*7)); tty\n")
         output = _read_until(controller, "/dev/pts")
         assert "answer=42" in output, output
@@ -277,22 +288,10 @@ def test_exec_interactive_with_a_terminal(lab, fed):
         assert "40 120" in _read_until(controller, "40 120"), "the resize did not reach the remote terminal"
         os.write(controller, b"exit 7\n")
         assert session.wait(timeout=20) == 7
-    finally:
-        session.kill()
-        os.close(controller)
 
 
 def test_an_interrupted_shell_leaves_nothing_open_on_the_provider(lab, fed):
-    controller, terminal = os.openpty()
-    session = subprocess.Popen(
-        kubectl_command(lab, "exec", "-it", "talker", "--", "sh"),
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        start_new_session=True,
-    )
-    os.close(terminal)
-    try:
+    with remote_shell(lab) as (session, controller):
         os.write(controller, b"echo ready=$((1+1))\n")
         assert "ready=2" in _read_until(controller, "ready=2")
         assert metric(fed["real_vk"], 'catamaran_kubelet_provider_streams{kind="exec"}') == 1
@@ -303,9 +302,6 @@ def test_an_interrupted_shell_leaves_nothing_open_on_the_provider(lab, fed):
             timeout=30,
             what="the provider's exec stream to close after the caller left",
         )
-    finally:
-        session.kill()
-        os.close(controller)
 
 
 def test_attach_to_a_running_container(lab, fed):
