@@ -21,10 +21,9 @@ import uuid
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from catamaran.certs import make_ca, make_serving_cert
+from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 from catamaran_lab.kwok import USAGE_CPU_ANNOTATION, container_log_content
 from catamaran_lab.pki import KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT
 
@@ -36,39 +35,12 @@ pytestmark = pytest.mark.integration
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
 
 
-def _key_pem(key) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def kubelet_serving_certificate(lab, cluster: str, node: str, tmp_path) -> tuple:
     """What a virtual kubelet does: a CSR for system:node:<node> at 127.0.0.1, approved, signed by the cluster."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    request = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(
-            x509.Name(
-                [
-                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-                    x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}"),
-                ]
-            )
-        )
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(LOOPBACK)]), False)
-        .sign(key, hashes.SHA256())
-    )
+    key_pem, request_pem = serving_request(node, [str(LOOPBACK)])
     name = f"{node}-serving"
-    csr = {
-        "apiVersion": "certificates.k8s.io/v1",
-        "kind": "CertificateSigningRequest",
-        "metadata": {"name": name},
-        "spec": {
-            "request": base64.b64encode(request.public_bytes(serialization.Encoding.PEM)).decode(),
-            "signerName": "kubernetes.io/kubelet-serving",
-            "usages": ["digital signature", "server auth"],
-        },
-    }
+    csr = csr_manifest(node, request_pem, None)
+    csr["metadata"] = {"name": name}
     lab.kubectl(cluster, "create", "-f", "-", input=json.dumps(csr))
     try:
         lab.kubectl(cluster, "certificate", "approve", name)
@@ -81,28 +53,17 @@ def kubelet_serving_certificate(lab, cluster: str, node: str, tmp_path) -> tuple
         lab.kubectl(cluster, "delete", "csr", name, check=False)
     cert_path, key_path = tmp_path / f"{node}.crt", tmp_path / f"{node}.key"
     cert_path.write_bytes(base64.b64decode(issued))
-    key_path.write_bytes(_key_pem(key))
+    key_path.write_bytes(key_pem)
     return cert_path, key_path
 
 
-def self_signed_certificate(tmp_path) -> tuple:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "impostor")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(LOOPBACK)]), False)
-        .sign(key, hashes.SHA256())
-    )
+def impostor_certificate(tmp_path) -> tuple:
+    """A serving certificate for 127.0.0.1 from a CA of its own, not the cluster's."""
+    ca_key, ca_cert = make_ca("impostor")
+    key_pem, cert_pem = make_serving_cert(ca_key, ca_cert, [str(LOOPBACK)])
     cert_path, key_path = tmp_path / "impostor.crt", tmp_path / "impostor.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(_key_pem(key))
+    cert_path.write_bytes(cert_pem)
+    key_path.write_bytes(key_pem)
     return cert_path, key_path
 
 
@@ -205,7 +166,7 @@ def test_a_kubelet_with_a_csr_certificate_is_verified_and_an_impostor_refused(la
         lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=json.dumps(pod))
         logs = f"/api/v1/namespaces/{namespace}/pods/bound/log?container=app"
 
-        impostor = FakeKubelet(*self_signed_certificate(tmp_path), ca)
+        impostor = FakeKubelet(*impostor_certificate(tmp_path), ca)
         servers.append(impostor)
         report_kubelet(lab, cluster.name, node, impostor.port)
         refused = wait_for(
