@@ -46,6 +46,17 @@ TWIN_FINALIZER = "catamaran.io/twin-namespace"
 RESOURCE_OFFER_NAME = "resources"
 TENANT_WORKLOAD_CLUSTER_ROLE = "catamaran-tenant-workloads"
 TENANT_CLUSTER_ROLE = "catamaran-tenant"
+# In each tenant namespace on a provider: the tenant's current bound, expiring token, minted and renewed by the
+# provider's manager (key `token`), and the object every such token is bound to (deleting it revokes them all).
+TENANT_CREDENTIAL_SECRET = "catamaran-tenant-credential"
+TENANT_TOKEN_BINDING_SECRET = "catamaran-tenant-token-binding"
+# The tenant's terms on the provider, in the spec of its ResourceOffer (written by the provider's side of the
+# peering, read-only for the tenant): Pod Security level, share of the selected nodes, credential lifetime.
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
+DEFAULT_POD_SECURITY_LEVEL = "restricted"
+DEFAULT_SHARING_PERCENTAGE = 90
+DEFAULT_CREDENTIAL_LIFETIME_SECONDS = 86400
+MIN_CREDENTIAL_LIFETIME_SECONDS = 600  # the API server's floor for TokenRequest expirationSeconds
 # On a consumer: Secrets and service-account tokens, bound to the virtual kubelets per offloaded namespace.
 VK_REFLECTION_ROLE = "catamaran-vk-reflection"
 # On a consumer: the storage class whose claims the virtual kubelets provision on their providers.
