@@ -21,9 +21,11 @@ import yaml
 
 from catamaran import tenancy
 from catamaran.constants import (
+    DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     TENANT_SERVICE_ACCOUNT,
+    TENANT_TOKEN_BINDING_SECRET,
     tenant_namespace,
     virtual_node_name,
 )
@@ -50,48 +52,64 @@ def peer(lab: Lab, consumer: str, provider: str, **foreign_spec) -> None:
     """Tenant namespace and credential on the provider; Secret and ForeignCluster on the consumer."""
     lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.provider_cluster_roles()))
     lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.tenant_manifests(consumer)))
+    token = issue_credential(lab, consumer, provider)
+    lab.kubectl(consumer, "create", "namespace", SYSTEM_NAMESPACE, check=False)
+    store_credential(lab, consumer, provider, token)
+    foreign = {
+        "apiVersion": "core.catamaran.io/v1alpha1",
+        "kind": "ForeignCluster",
+        "metadata": {"name": provider, "namespace": SYSTEM_NAMESPACE},
+        "spec": {"clusterID": provider, "credentialsSecretRef": {"name": credentials_secret(provider)}, **foreign_spec},
+    }
+    lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(foreign))
+
+
+def credentials_secret(provider: str) -> str:
+    return f"{provider}-credentials"
+
+
+def issue_credential(
+    lab: Lab, consumer: str, provider: str, lifetime: int = DEFAULT_CREDENTIAL_LIFETIME_SECONDS
+) -> str:
+    """A bound token for the tenant, stored in its credential Secret on the provider, as the peering module does.
+
+    The provider's manager adopts it and renews it from then on; tests often peer before it runs.
+    """
     namespace = tenant_namespace(consumer)
-    token = _wait_for_token(lab, provider, namespace)
+    binding_uid = lab.kubectl(
+        provider, "-n", namespace, "get", "secret", TENANT_TOKEN_BINDING_SECRET, "-o", "jsonpath={.metadata.uid}"
+    ).stdout.strip()
+    issued_at = time.time()
+    answer = lab.kubectl(
+        provider,
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{TENANT_SERVICE_ACCOUNT}/token",
+        "-f",
+        "-",
+        input=json.dumps(tenancy.credential_token_request(binding_uid, lifetime)),
+    )
+    status = json.loads(answer.stdout)["status"]
+    expires_at = tenancy.parse_timestamp(status["expirationTimestamp"])
+    secret = tenancy.credential_secret(consumer, status["token"], issued_at, expires_at, lifetime, binding_uid)
+    lab.kubectl(provider, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
+    return status["token"]
+
+
+def store_credential(lab: Lab, consumer: str, provider: str, token: str) -> None:
+    """The consumer-side credential Secret the ForeignCluster names: a kubeconfig with the tenant token."""
     provider_config = yaml.safe_load(lab.kubeconfig(provider).read_text())
     cluster = provider_config["clusters"][0]["cluster"]
     kubeconfig = tenancy.tenant_kubeconfig(
         cluster["server"], cluster["certificate-authority-data"], token, provider, consumer
     )
-    secret_name = f"{provider}-credentials"
-    lab.kubectl(consumer, "create", "namespace", SYSTEM_NAMESPACE, check=False)
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": secret_name, "namespace": SYSTEM_NAMESPACE},
+        "metadata": {"name": credentials_secret(provider), "namespace": SYSTEM_NAMESPACE},
         "data": {"kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()},
     }
-    foreign = {
-        "apiVersion": "core.catamaran.io/v1alpha1",
-        "kind": "ForeignCluster",
-        "metadata": {"name": provider, "namespace": SYSTEM_NAMESPACE},
-        "spec": {"clusterID": provider, "credentialsSecretRef": {"name": secret_name}, **foreign_spec},
-    }
-    lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list([secret, foreign]))
-
-
-def _wait_for_token(lab: Lab, provider: str, namespace: str) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        result = lab.kubectl(
-            provider,
-            "-n",
-            namespace,
-            "get",
-            "secret",
-            f"{TENANT_SERVICE_ACCOUNT}-token",
-            "-o",
-            "jsonpath={.data.token}",
-            check=False,
-        )
-        if result.returncode == 0 and result.stdout:
-            return base64.b64decode(result.stdout).decode()
-        time.sleep(0.3)
-    raise LabError(f"{provider}: the token of {namespace}/{TENANT_SERVICE_ACCOUNT} was never issued")
+    lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
 
 
 class ControllerProcess:
@@ -232,7 +250,7 @@ def unpeer(lab: Lab, consumer: str, provider: str) -> None:
     )
     lab.kubectl(consumer, "delete", "node", f"catamaran-{provider}", "--timeout=30s", check=False)
     lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "foreigncluster", provider, "--timeout=30s", check=False)
-    lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "secret", f"{provider}-credentials", check=False)
+    lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "secret", credentials_secret(provider), check=False)
 
 
 def place(lab: Lab, consumer: str, provider: str, node_selector: dict, tolerations: list[dict]) -> None:

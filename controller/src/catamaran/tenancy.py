@@ -1,10 +1,17 @@
-"""RBAC and namespaces that make a consumer a tenant of a provider (least privilege). Pure manifests.
+"""RBAC, namespaces and the credential that make a consumer a tenant of a provider (least privilege). Pure.
 
 The consumer's credential can touch only its tenant namespace and the twin namespaces the
-provider's manager made for it; it holds no cluster-wide rights.
+provider's manager made for it; it holds no cluster-wide rights. It is a bound, expiring token
+(TokenRequest for the tenant's ServiceAccount, bound to the binding Secret, so deleting that Secret
+revokes every token issued for the tenant), kept in the tenant namespace's credential Secret and
+renewed before it expires.
 """
 
 from __future__ import annotations
+
+import base64
+import calendar
+import time
 
 from .constants import (
     LABEL_MANAGED_BY,
@@ -13,7 +20,9 @@ from .constants import (
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
     TENANT_CLUSTER_ROLE,
+    TENANT_CREDENTIAL_SECRET,
     TENANT_SERVICE_ACCOUNT,
+    TENANT_TOKEN_BINDING_SECRET,
     TENANT_WORKLOAD_CLUSTER_ROLE,
     tenant_namespace,
 )
@@ -36,6 +45,13 @@ def provider_cluster_roles() -> list[dict]:
                 {"apiGroups": [OFFLOADING_GROUP], "resources": ["twinnamespaces"], "verbs": WRITE},
                 {"apiGroups": [OFFLOADING_GROUP], "resources": ["resourceoffers"], "verbs": READ},
                 {"apiGroups": [""], "resources": ["events"], "verbs": READ},
+                # The tenant's own current token, which its virtual kubelet follows; no other Secret.
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "verbs": READ,
+                    "resourceNames": [TENANT_CREDENTIAL_SECRET],
+                },
             ],
         },
         {
@@ -72,7 +88,7 @@ def provider_cluster_roles() -> list[dict]:
 
 
 def tenant_manifests(consumer_id: str) -> list[dict]:
-    """Tenant namespace, its ServiceAccount, token Secret and RoleBinding, on the provider."""
+    """Tenant namespace, its ServiceAccount, token binding Secret and RoleBinding, on the provider."""
     namespace = tenant_namespace(consumer_id)
     labels = {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer_id}
     return [
@@ -86,17 +102,7 @@ def tenant_manifests(consumer_id: str) -> list[dict]:
             "kind": "ServiceAccount",
             "metadata": {"name": TENANT_SERVICE_ACCOUNT, "namespace": namespace, "labels": labels},
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "kubernetes.io/service-account-token",
-            "metadata": {
-                "name": f"{TENANT_SERVICE_ACCOUNT}-token",
-                "namespace": namespace,
-                "labels": labels,
-                "annotations": {"kubernetes.io/service-account.name": TENANT_SERVICE_ACCOUNT},
-            },
-        },
+        token_binding_secret(consumer_id),
         tenant_role_binding(namespace, namespace, TENANT_CLUSTER_ROLE),
     ]
 
@@ -131,3 +137,121 @@ def tenant_kubeconfig(server: str, ca_data_b64: str, token: str, provider_id: st
         ],
         "current-context": provider_id,
     }
+
+
+# On the credential Secret: when its token was issued and expires (UTC, RFC 3339), the lifetime asked for, and
+# the uid of the binding Secret it is bound to (a token bound to a deleted binding is dead).
+ANNOTATION_CREDENTIAL_ISSUED_AT = "catamaran.io/credential-issued-at"
+ANNOTATION_CREDENTIAL_EXPIRES_AT = "catamaran.io/credential-expires-at"
+ANNOTATION_CREDENTIAL_LIFETIME = "catamaran.io/credential-lifetime-seconds"
+ANNOTATION_CREDENTIAL_BOUND_TO = "catamaran.io/credential-bound-to"
+CREDENTIAL_TOKEN_KEY = "token"
+CREDENTIAL_RENEW_FRACTION = 0.8
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def token_binding_secret(consumer_id: str) -> dict:
+    """The empty Secret every tenant token is bound to: deleting it revokes them all at once."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": TENANT_TOKEN_BINDING_SECRET,
+            "namespace": tenant_namespace(consumer_id),
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer_id},
+        },
+    }
+
+
+def credential_token_request(binding_uid: str, lifetime_seconds: int) -> dict:
+    """TokenRequest body for the tenant's ServiceAccount, bound to the binding Secret with this uid."""
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": int(lifetime_seconds),
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "name": TENANT_TOKEN_BINDING_SECRET,
+                "uid": binding_uid,
+            },
+        },
+    }
+
+
+def format_timestamp(epoch: float) -> str:
+    return time.strftime(TIMESTAMP_FORMAT, time.gmtime(epoch))
+
+
+def parse_timestamp(text: str) -> float:
+    return float(calendar.timegm(time.strptime(text, TIMESTAMP_FORMAT)))
+
+
+def credential_secret(
+    consumer_id: str, token: str, issued_at: float, expires_at: float, lifetime_seconds: int, binding_uid: str
+) -> dict:
+    """The tenant's credential Secret: its current token and when it was issued, expires and is bound to."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": TENANT_CREDENTIAL_SECRET,
+            "namespace": tenant_namespace(consumer_id),
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer_id},
+            "annotations": {
+                ANNOTATION_CREDENTIAL_ISSUED_AT: format_timestamp(issued_at),
+                ANNOTATION_CREDENTIAL_EXPIRES_AT: format_timestamp(expires_at),
+                ANNOTATION_CREDENTIAL_LIFETIME: str(int(lifetime_seconds)),
+                ANNOTATION_CREDENTIAL_BOUND_TO: binding_uid,
+            },
+        },
+        "data": {CREDENTIAL_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def credential_token(secret: dict | None) -> str | None:
+    """The token a credential Secret (as the API returns it) holds; None when it holds none."""
+    encoded = ((secret or {}).get("data") or {}).get(CREDENTIAL_TOKEN_KEY)
+    if not encoded:
+        return None
+    try:
+        return base64.b64decode(encoded).decode() or None
+    except ValueError:  # not base64, not UTF-8
+        return None
+
+
+def credential_renewal(
+    secret: dict | None,
+    binding_uid: str,
+    lifetime_seconds: int,
+    now: float,
+    renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
+) -> tuple[str | None, float]:
+    """Why the credential Secret needs a new token now (None: it does not) and, if not, in how many seconds.
+
+    A token is renewed once `renew_fraction` of its life has passed, when it is bound to another binding
+    Secret than the current one (the old binding was deleted: the token is revoked), when the lifetime the
+    provider grants the tenant changed, and when the Secret is missing or unreadable.
+    """
+    if secret is None:
+        return "missing", 0.0
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    try:
+        issued = parse_timestamp(annotations[ANNOTATION_CREDENTIAL_ISSUED_AT])
+        expires = parse_timestamp(annotations[ANNOTATION_CREDENTIAL_EXPIRES_AT])
+        lifetime = int(annotations[ANNOTATION_CREDENTIAL_LIFETIME])
+    except (KeyError, ValueError, TypeError):
+        return "unreadable", 0.0
+    if credential_token(secret) is None or expires <= issued:
+        return "unreadable", 0.0
+    if annotations.get(ANNOTATION_CREDENTIAL_BOUND_TO) != binding_uid:
+        return "revoked", 0.0
+    if lifetime != int(lifetime_seconds):
+        return "lifetime changed", 0.0
+    renew_at = issued + renew_fraction * (expires - issued)
+    if now >= renew_at:
+        return "renewal due", 0.0
+    return None, renew_at - now
