@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     manager.add_argument("--workers", type=int, default=8)
     manager.add_argument(
+        "--credential-renew-fraction",
+        type=float,
+        default=0.8,
+        help="renew each tenant's token once this fraction of its life has passed",
+    )
+    manager.add_argument(
         "--controller-namespace",
         default=os.environ.get("POD_NAMESPACE", SYSTEM_NAMESPACE),
         help="namespace of the virtual kubelets' service accounts, bound per offloaded namespace for reflection",
@@ -105,7 +111,9 @@ async def _main(args) -> None:
     config = kubeconfig_from_file(args.kubeconfig, args.context)
     if args.command == "manager":
         client = async_client(config, args.context, "catamaran-manager")
-        tasks = provider_tasks(client, args.cluster_id, workers=args.workers)
+        tasks = provider_tasks(
+            client, args.cluster_id, workers=args.workers, credential_renew_fraction=args.credential_renew_fraction
+        )
         tasks += consumer_tasks(client, args)
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")

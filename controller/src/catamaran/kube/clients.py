@@ -46,17 +46,43 @@ def kubeconfig_from_text(text: str, origin: str) -> KubeConfig:
 MAX_CONNECTIONS = 4096
 
 
+class BearerToken(httpx2.Auth):
+    """A bearer token that can be replaced while the clients holding it keep running (a rotated credential)."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+    def auth_flow(self, request: httpx2.Request):
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+    def __repr__(self) -> str:
+        return "BearerToken(<hidden>)"
+
+
 def async_client(config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15) -> AsyncClient:
+    """A client for `config`; a static bearer token is installed as a BearerToken (see bearer_token())."""
+    single = config.get(context)
     client = AsyncClient(
-        config=config.get(context),
+        config=single,
         field_manager=field_manager,
         timeout=httpx2.Timeout(timeout),
         trust_env=False,
     )
+    http = client._client._client  # lightkube's httpx client: auth, TLS and the connection pool live there
+    user = single.user
+    if user is not None and user.token is not None and user.token_file is None:
+        http.auth = BearerToken(user.token)
     # lightkube has no setting for the pool; its httpx transport keeps one.
-    pool = client._client._client._transport._pool
+    pool = http._transport._pool
     pool._max_connections = MAX_CONNECTIONS
     return client
+
+
+def bearer_token(client: AsyncClient) -> BearerToken | None:
+    """The client's replaceable token: setting its `token` switches every later request, streams included."""
+    auth = client._client._client.auth
+    return auth if isinstance(auth, BearerToken) else None
 
 
 async def get_raw(client: AsyncClient, path: str, request_timeout: float) -> tuple[int, str]:

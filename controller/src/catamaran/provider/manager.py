@@ -1,4 +1,4 @@
-"""The manager's provider half: ShadowPods, resource offers and twin namespaces."""
+"""The manager's provider half: ShadowPods, resource offers, twin namespaces and tenant credentials."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from lightkube import AsyncClient
 from ..constants import LABEL_ORIGIN_CLUSTER_ID, tenant_namespace
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from ..tenancy import CREDENTIAL_RENEW_FRACTION
+from .credentials import CredentialController
 from .offers import Placement, ResourceOfferController
 from .shadowpods import ShadowPodController
 from .twins import TwinNamespaceController
 
 
-def provider_tasks(client: AsyncClient, cluster_id: str, workers: int = 8) -> list:
+def provider_tasks(
+    client: AsyncClient, cluster_id: str, workers: int = 8, credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION
+) -> list:
     events = EventRecorder(client, "catamaran-manager")
     offers = ResourceOfferController(client, cluster_id)
     tenants: Informer = offers.tenants
@@ -27,4 +31,13 @@ def provider_tasks(client: AsyncClient, cluster_id: str, workers: int = 8) -> li
     shadowpods = ShadowPodController(
         client, events, workers=workers, placement=placement, wait_for=(offers.offers, twins.namespaces)
     )
-    return [*offers.tasks(), *twins.tasks(), *shadowpods.tasks()]
+    credentials = CredentialController(
+        client,
+        tenants,
+        lambda namespace: offers.terms(namespace).credential_lifetime_seconds,
+        events,
+        renew_fraction=credential_renew_fraction,
+        wait_for=(offers.offers,),
+    )
+    offers.offers.on_change(lambda event, key, new, old: new != old and credentials.terms_changed(key[0]))
+    return [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks()]

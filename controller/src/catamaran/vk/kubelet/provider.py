@@ -3,7 +3,7 @@
 Plain streams (logs) go through the lightkube client's own HTTP client. Exec, attach and
 port-forward use WebSockets (the API server translates them to SPDY for its kubelets); aiohttp's
 client speaks them, given the same TLS context and Authorization header lightkube derives from the
-kubeconfig.
+kubeconfig (the same auth object, so a rotated token applies to both at once).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import httpx2
 from lightkube import AsyncClient
-from lightkube.config.client_adapter import user_auth, verify_cluster
+from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 
 from ... import metrics
@@ -40,7 +40,9 @@ class ProviderChannel:
         self.http: httpx2.AsyncClient = provider._client._client  # lightkube keeps auth and TLS here
         self.server = config.cluster.server.rstrip("/")
         self.ssl = verify_cluster(config.cluster, config.user, config.abs_file, trust_env=False)
-        self.auth = user_auth(config.user)
+        # The lightkube client's own auth object: a token swapped in there (a rotated credential) reaches
+        # WebSockets opened from then on.
+        self.auth = self.http.auth
         self._session: aiohttp.ClientSession | None = None
 
     @contextlib.asynccontextmanager
