@@ -13,14 +13,21 @@ version_added: 0.1.0
 description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
     C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
-    C(catamaran_peerings), C(catamaran_offloaded_namespaces)) and returns the validated federation.
+    C(catamaran_allowed_pod_security), C(catamaran_peerings), C(catamaran_offloaded_namespaces)) and returns the
+    validated federation.
+  - A peering's C(pod_security) (V(restricted) by default, V(baseline) or V(privileged)) must be one of its
+    provider's C(catamaran_allowed_pod_security) (by default V([restricted, baseline])), so only the provider's
+    own inventory entry can lend V(privileged).
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
   - Fails with a message naming the host and the field on an invalid cluster id, a duplicate id, a peering that names
-    an unknown cluster or the consumer itself, a sharing percentage outside 1-100, invalid reflection settings
-    (an unknown kind, a policy other than DenyList or AllowList, workers outside 0-64), or an invalid offloaded
-    namespace.
+    an unknown cluster or the consumer itself, a sharing percentage outside 1-100, a Pod Security level that is
+    unknown or that the provider does not allow, a credential lifetime under 600 seconds, an invalid label key or
+    value (cluster labels, C(node_labels), C(provider_node_selector)), a C(pod_cidr_remap) that is not a CIDR,
+    health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, offloaded
+    namespaces), invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
+    outside 0-64), or an invalid offloaded namespace.
 positional: hosts
 options:
   _input:
@@ -46,9 +53,10 @@ RETURN = r"""
 _value:
   description:
     - C(clusters) maps each cluster id to its connection (C(id), C(host), C(kubeconfig), C(context), C(api_server)),
-      its C(labels) and, as a provider, its C(reflection) settings.
+      its C(labels) and, as a provider, its C(reflection) settings and C(allowed_pod_security) levels.
     - C(peerings) maps each consumer id to its resolved peerings, each holding the provider's connection and the
-      ForeignCluster settings (C(reflection) merged as described above, V({}) when nothing is set).
+      ForeignCluster and ResourceOffer settings (C(reflection) merged as described above, V({}) when nothing is
+      set; C(pod_security) and C(credential_lifetime) with their defaults).
     - C(offloadings) maps each consumer id to its offloaded namespaces.
     - C(hosts) maps each inventory host to its cluster id.
   type: dict
@@ -57,7 +65,12 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.catamaran.federation.plugins.module_utils import reflection
+from ansible_collections.catamaran.federation.plugins.module_utils import reflection, validation
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_POD_SECURITY_LEVEL,
+    POD_SECURITY_LEVELS,
+)
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PEERING_KEYS = {
@@ -69,7 +82,12 @@ PEERING_KEYS = {
     "provider_node_selector",
     "provider_tolerations",
     "reflection",
+    "pod_security",
+    "credential_lifetime",
 }
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "toleration_seconds")
+# What a provider lends unless its inventory says more: never privileged by default.
+DEFAULT_ALLOWED_POD_SECURITY = ("restricted", "baseline")
 NAMESPACE_KEYS = {
     "namespace",
     "pod_offloading_strategy",
@@ -95,6 +113,24 @@ def _reflection(settings, where):
     return settings or {}
 
 
+def _checked(check, value, where):
+    """A validation shared with the peering module, its error as this filter's."""
+    try:
+        return check(value, where)
+    except validation.InvalidSetting as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
+def _allowed_pod_security(host, variables):
+    where = "host %s: catamaran_allowed_pod_security" % host
+    levels = variables.get("catamaran_allowed_pod_security", list(DEFAULT_ALLOWED_POD_SECURITY))
+    if not isinstance(levels, list) or not levels:
+        raise AnsibleFilterError("%s must be a non-empty list of levels, got %r" % (where, levels))
+    for index, level in enumerate(levels):
+        _checked(validation.pod_security, level, "%s[%d]" % (where, index))
+    return [level for level in POD_SECURITY_LEVELS if level in levels]
+
+
 def _cluster(host, variables):
     cluster_id = _label(variables.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)
     kubeconfig = variables.get("catamaran_kubeconfig")
@@ -103,13 +139,16 @@ def _cluster(host, variables):
     labels = variables.get("catamaran_cluster_labels") or {}
     if not isinstance(labels, dict):
         raise AnsibleFilterError("host %s: catamaran_cluster_labels must be a mapping" % host)
+    labels = dict((k, str(v)) for k, v in labels.items())  # YAML numbers and booleans are label strings
+    _checked(validation.labels, labels, "host %s: catamaran_cluster_labels" % host)
     return dict(
         id=cluster_id,
         host=host,
         kubeconfig=str(kubeconfig),
         context=variables.get("catamaran_context") or None,
         api_server=variables.get("catamaran_api_server") or None,
-        labels=dict((str(k), str(v)) for k, v in labels.items()),
+        labels=labels,
+        allowed_pod_security=_allowed_pod_security(host, variables),
         reflection=_reflection(
             variables.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
         ),
@@ -135,13 +174,38 @@ def _peering(consumer, entry, clusters, where):
     selector = entry.get("provider_node_selector") or {}
     if not isinstance(selector, dict):
         raise AnsibleFilterError("%s: provider_node_selector must be a mapping of labels, got %r" % (where, selector))
+    _checked(validation.labels, selector, where + ": provider_node_selector")
     tolerations = entry.get("provider_tolerations") or []
     if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
         raise AnsibleFilterError("%s: provider_tolerations must be a list of mappings, got %r" % (where, tolerations))
+    for index, toleration in enumerate(tolerations):
+        unknown = sorted(str(key) for key in toleration if key not in TOLERATION_KEYS)
+        if unknown:
+            raise AnsibleFilterError(
+                "%s: provider_tolerations[%d]: unknown keys %s (allowed: %s)"
+                % (where, index, unknown, ", ".join(TOLERATION_KEYS))
+            )
     settings = _reflection(entry.get("reflection"), where + ": reflection")
     provider = clusters[provider_id]
+    _checked(validation.labels, entry.get("node_labels"), where + ": node_labels")
     node_labels = dict(provider["labels"])
     node_labels.update(entry.get("node_labels") or {})
+    health = _checked(validation.health_check, entry.get("health_check"), where + ": health_check")
+    if entry.get("pod_cidr_remap") is not None:
+        _checked(validation.cidr, entry["pod_cidr_remap"], where + ": pod_cidr_remap")
+    pod_security = _checked(
+        validation.pod_security, entry.get("pod_security", DEFAULT_POD_SECURITY_LEVEL), where + ": pod_security"
+    )
+    if pod_security not in provider["allowed_pod_security"]:
+        raise AnsibleFilterError(
+            "%s: pod_security %s is not allowed by provider %s (host %s: catamaran_allowed_pod_security is %s)"
+            % (where, pod_security, provider_id, provider["host"], ", ".join(provider["allowed_pod_security"]))
+        )
+    lifetime = _checked(
+        validation.credential_lifetime,
+        entry.get("credential_lifetime", DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
+        where + ": credential_lifetime",
+    )
     return dict(
         provider_id=provider_id,
         kubeconfig=provider["kubeconfig"],
@@ -149,11 +213,13 @@ def _peering(consumer, entry, clusters, where):
         api_server=provider["api_server"],
         sharing_percentage=sharing,
         node_labels=node_labels,
-        health_check=entry.get("health_check") or {},
+        health_check=health,
         pod_cidr_remap=entry.get("pod_cidr_remap"),
         provider_node_selector=dict((str(k), str(v)) for k, v in selector.items()),
         provider_tolerations=tolerations,
         reflection=reflection.merge(provider["reflection"], settings),
+        pod_security=pod_security,
+        credential_lifetime=lifetime,
     )
 
 

@@ -17,6 +17,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
     KUBERNETES_IMPORT_ERROR,
     Cluster,
     ClusterError,
+    ClusterUnreachable,
 )
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -67,6 +68,10 @@ class CatamaranModule:
             self.ansible.exit_json(**body())
         except InvalidInput as error:
             self.ansible.fail_json(msg="invalid input: %s" % error)
+        except ClusterUnreachable as error:
+            # Playbooks tell a cluster that is down (skip its pairs) from one that refuses (stop). Not `unreachable`:
+            # Ansible would take that for the control host's own connection failing.
+            self.ansible.fail_json(msg=str(error), cluster_unreachable=True)
         except ClusterError as error:
             self.ansible.fail_json(msg=str(error), status=error.status, reason=error.reason)
         except Exception as error:

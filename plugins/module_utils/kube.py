@@ -74,6 +74,10 @@ class ClusterError(Exception):
         self.reason = reason
 
 
+class ClusterUnreachable(ClusterError):
+    """The API server could not be reached at all (refused, timed out, no route), as opposed to saying no."""
+
+
 def describe(api_version, kind, name=None, namespace=None):
     where = "%s/%s" % (namespace, name) if namespace and name else (name or namespace or "")
     return ("%s %s" % (kind, where)).strip()
@@ -167,7 +171,7 @@ class Cluster:
             response = self._api.call_api(*prepared, _request_timeout=timeout or self.request_timeout)
             data = response.read()
         except UNREACHABLE as error:
-            raise ClusterError(
+            raise ClusterUnreachable(
                 "%s: cannot reach %s (kubeconfig %s, context %s): %s"
                 % (self.label, self.server, self.kubeconfig, self.context, _root_cause(error))
             ) from None
@@ -307,7 +311,9 @@ class Cluster:
         try:
             response = self._api.call_api(*prepared, _request_timeout=(self.request_timeout, seconds + 10))
         except UNREACHABLE as error:
-            raise ClusterError("%s: cannot reach %s: %s" % (self.label, self.server, _root_cause(error))) from None
+            raise ClusterUnreachable(
+                "%s: cannot reach %s: %s" % (self.label, self.server, _root_cause(error))
+            ) from None
         if response.status == 410:
             return None
         if response.status >= 300:

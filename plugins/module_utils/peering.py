@@ -13,11 +13,14 @@ __metaclass__ = type
 
 import base64
 
-from ansible_collections.catamaran.federation.plugins.module_utils import reflection
+from ansible_collections.catamaran.federation.plugins.module_utils import reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     CORE_GROUP,
+    DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_POD_SECURITY_LEVEL,
+    DEFAULT_SHARING_PERCENTAGE,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_REMOTE_CLUSTER_ID,
@@ -28,13 +31,18 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     TENANT_CLUSTER_ROLE,
-    TENANT_SERVICE_ACCOUNT,
+    TENANT_CREDENTIAL_SECRET,
     TENANT_WORKLOAD_CLUSTER_ROLE,
     VERSION,
     tenant_namespace,
     virtual_node_name,
 )
-from ansible_collections.catamaran.federation.plugins.module_utils.kube import MANAGED_BY, MANAGED_BY_LABEL
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    ClusterError,
+    ClusterUnreachable,
+)
 from ansible_collections.catamaran.federation.plugins.module_utils.tenancy import (
     provider_cluster_roles,
     tenant_kubeconfig,
@@ -81,6 +89,20 @@ def api_toleration(toleration):
     return dict((names.get(key, key), value) for key, value in toleration.items() if value is not None)
 
 
+def terms(params):
+    """The tenant's terms the provider keeps in its ResourceOffer; unset options take the controller's defaults."""
+
+    def given(option, default):
+        return default if params.get(option) is None else params[option]
+
+    return {
+        "podSecurity": given("pod_security", DEFAULT_POD_SECURITY_LEVEL),
+        # The provider's own copy of the share: the tenant's quota is derived from it, whatever the consumer says.
+        "sharingPercentage": given("sharing_percentage", DEFAULT_SHARING_PERCENTAGE),
+        "credentialLifetimeSeconds": given("credential_lifetime", DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
+    }
+
+
 def credentials_secret_name(provider_id):
     return "catamaran-credentials-%s" % provider_id
 
@@ -108,21 +130,31 @@ class Peering:
         sharing = params.get("sharing_percentage")
         if sharing is not None and not 1 <= sharing <= 100:
             raise InvalidInput("sharing_percentage must be between 1 and 100, got %s" % sharing)
-        for key, value in (params.get("node_labels") or {}).items():
-            if not isinstance(value, str):
-                raise InvalidInput("node_labels.%s must be a string, got %r" % (key, value))
-        for key, value in (params.get("provider_node_selector") or {}).items():
-            if not isinstance(value, str):
-                raise InvalidInput("provider_node_selector.%s must be a string, got %r" % (key, value))
         for index, toleration in enumerate(params.get("provider_tolerations") or []):
             check_toleration(toleration, "provider_tolerations[%d]" % index)
         try:
+            validation.labels(params.get("node_labels"), "node_labels")
+            validation.labels(params.get("provider_node_selector"), "provider_node_selector")
+            if params.get("pod_cidr_remap"):
+                validation.cidr(params["pod_cidr_remap"], "pod_cidr_remap")
+            validation.health_check(params.get("health_check"), "health_check")
+            for field in ("wait_timeout", "drain_timeout"):
+                validation.positive(params.get(field), field)
+            for side in ("consumer", "provider"):
+                validation.positive((params.get(side) or {}).get("request_timeout"), "%s.request_timeout" % side)
+            validation.pod_security(terms(params)["podSecurity"], "pod_security")
+            validation.credential_lifetime(terms(params)["credentialLifetimeSeconds"], "credential_lifetime")
             reflection.check(params.get("reflection"), "reflection")
-        except reflection.InvalidReflection as error:
+        except (validation.InvalidSetting, reflection.InvalidReflection) as error:
             raise InvalidInput(str(error)) from None
+        state = params.get("state", "present")
+        if params.get("force") and state != "absent":
+            raise InvalidInput("force applies only to state=absent (it un-peers when one cluster is gone)")
+        if params.get("rotate_credential") and state != "present":
+            raise InvalidInput("rotate_credential applies only to state=present")
         return consumer_id, provider_id
 
-    def check_clusters(self):
+    def check_clusters(self, params):
         if self.consumer.server and self.consumer.server == self.provider.server:
             raise InvalidInput(
                 "consumer %s and provider %s are the same API server (%s)"
@@ -143,26 +175,54 @@ class Peering:
                 "it will not be taken over"
                 % (self.provider.label, self.tenant_namespace, LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN)
             )
+        if params.get("pod_cidr_remap"):
+            try:
+                validation.remap_covers(params["pod_cidr_remap"], self._provider_pod_cidrs(), "pod_cidr_remap")
+            except validation.InvalidSetting as error:
+                raise InvalidInput("%s: %s" % (self.provider.label, error)) from None
+
+    def _provider_pod_cidrs(self):
+        """The provider's pod ranges as its ResourceOffer reports them; before the first peering, its nodes'."""
+        offer = self.provider.get(OFFLOADING_API, "ResourceOffer", RESOURCE_OFFER_NAME, self.tenant_namespace)
+        reported = ((offer or {}).get("status") or {}).get("podCIDRs")
+        if reported:
+            return reported
+        ranges = []
+        for node in self.provider.list("v1", "Node"):
+            spec = node.get("spec") or {}
+            ranges.extend(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
+        return validation.covering_networks(ranges)
 
     # -- present -------------------------------------------------------------------------------
     def present(self, params):
         """Dry-run everything on both clusters first, so bad input fails before any change."""
-        self.check_clusters()
+        self.check_clusters(params)
+        rotate = params.get("rotate_credential")
         plan = ChangeSet(check_mode=True)
         self._converge(plan, params)
+        if rotate:
+            plan.note(
+                "rotate %s: Secret %s/%s (its manager mints a new token)"
+                % (self.provider.label, self.tenant_namespace, TENANT_CREDENTIAL_SECRET)
+            )
         if self.module.check_mode or not plan.changed:
             return plan  # nothing would change: a second pass would only repeat the same reads
         changes = ChangeSet(check_mode=False)
-        self._converge(changes, params)
+        self._converge(changes, params, rotate=rotate)
         return changes
 
-    def _converge(self, changes, params):
+    def _converge(self, changes, params, rotate=False):
         for role in provider_cluster_roles():
             changes.apply(self.provider, role)
         for obj in tenant_manifests(self.consumer_id):
             changes.apply(self.provider, obj)
         changes.apply(self.provider, self.resource_offer(params))
-        token = self._token(wait=not changes.check_mode)
+        replaced = None
+        if rotate:
+            current = self.provider.get("v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace)
+            replaced = ((current or {}).get("metadata") or {}).get("uid")
+            changes.delete(self.provider, "v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace)
+        token = self._token(params["wait_timeout"] if not changes.check_mode else None, replaced)
         server = params["provider"].get("api_server") or self.provider.server
         credential = tenant_kubeconfig(
             server, self.provider.ca_data, token or TOKEN_PLACEHOLDER, self.provider_id, self.consumer_id
@@ -183,7 +243,7 @@ class Peering:
 
     def resource_offer(self, params):
         """The tenant's placement on the provider: the manager reads it, the tenant may only read it."""
-        spec = {"clusterID": self.provider_id}
+        spec = dict(terms(params), clusterID=self.provider_id)
         if params.get("provider_node_selector"):
             spec["nodeSelector"] = params["provider_node_selector"]
         if params.get("provider_tolerations"):
@@ -229,20 +289,33 @@ class Peering:
             "spec": spec,
         }
 
-    def _token(self, wait):
-        name = "%s-token" % TENANT_SERVICE_ACCOUNT
+    def _token(self, timeout, replaced=None):
+        """The tenant's current token, minted by the provider's manager; None in a dry run before it exists.
+
+        With a timeout, waits for it (and, after a rotation, for one in a new Secret than uid `replaced`).
+        """
 
         def issued(secret):
-            return bool(((secret or {}).get("data") or {}).get("token"))
+            fresh = ((secret or {}).get("metadata") or {}).get("uid") != replaced
+            return fresh and bool(((secret or {}).get("data") or {}).get("token"))
 
-        secret = self.provider.get("v1", "Secret", name, self.tenant_namespace)
-        if not issued(secret) and wait:
-            done, secret = self.provider.watch_until("v1", "Secret", name, self.tenant_namespace, issued, 30)
+        secret = self.provider.get("v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace)
+        if not issued(secret) and timeout:
+            done, secret = self.provider.watch_until(
+                "v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace, issued, timeout
+            )
             if not done:
                 raise InvalidInput(
-                    "%s: the token of %s/%s was never issued (is the token controller of "
-                    "kube-controller-manager running?)"
-                    % (self.provider.label, self.tenant_namespace, TENANT_SERVICE_ACCOUNT)
+                    "%s: no credential for tenant %s after %ss (Secret %s/%s key token): the provider's catamaran "
+                    "manager mints it and must be running (catamaran.federation.controller on %s)"
+                    % (
+                        self.provider.label,
+                        self.consumer_id,
+                        timeout,
+                        self.tenant_namespace,
+                        TENANT_CREDENTIAL_SECRET,
+                        self.provider_id,
+                    )
                 )
         if not issued(secret):
             return None
@@ -274,15 +347,36 @@ class Peering:
 
     # -- absent --------------------------------------------------------------------------------
     def absent(self, drain_timeout, wait_timeout):
+        """Un-peer; with one side gone (force), clean the other alone. Returns (changes, forced, not_cleaned)."""
         changes = ChangeSet(self.module.check_mode)
-        forced = []
+        forced, not_cleaned = [], []
+        if self.consumer is None:
+            not_cleaned.append(
+                "%s (unreachable): virtual node %s, its Lease and pods, ForeignCluster %s/%s and Secret %s/%s"
+                % (
+                    self.consumer_id,
+                    self.node_name,
+                    SYSTEM_NAMESPACE,
+                    self.provider_id,
+                    SYSTEM_NAMESPACE,
+                    self.secret_name,
+                )
+            )
+            self._remove_tenant(changes, wait_timeout)
+            return changes, forced, not_cleaned
         node = self.consumer.get("v1", "Node", self.node_name)
         if node is not None:
             changes.patch(self.consumer, node, {"spec": {"unschedulable": True}})
-            forced = self._drain(changes, drain_timeout)
+            forced = self._drain(changes, drain_timeout) if self.provider else self._drop_pods(changes)
         changes.delete(self.consumer, FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
         changes.delete(self.consumer, "v1", "Secret", self.secret_name, SYSTEM_NAMESPACE)
-        self._remove_tenant(changes, wait_timeout)
+        if self.provider is not None:
+            self._remove_tenant(changes, wait_timeout)
+        else:
+            not_cleaned.append(
+                "%s (unreachable): tenant namespace %s with its credential, and the twin namespaces and pods of "
+                "tenant %s" % (self.provider_id, self.tenant_namespace, self.consumer_id)
+            )
         if node is not None and not changes.check_mode:
             # The virtual kubelet deletes its node when its ForeignCluster goes; without one, we do.
             gone = self.consumer.watch_until("v1", "Node", self.node_name, None, lambda n: n is None, 30)[0]
@@ -290,7 +384,28 @@ class Peering:
                 changes.delete(self.consumer, "v1", "Node", self.node_name)
                 changes.delete(self.consumer, "coordination.k8s.io/v1", "Lease", self.node_name, NODE_LEASE_NAMESPACE)
                 forced.append("deleted virtual node %s (no virtual kubelet removed it)" % self.node_name)
-        return changes, forced
+        return changes, forced, not_cleaned
+
+    def _drop_pods(self, changes):
+        """The provider is gone: nothing can remove the remote copies, so release the local pods at once."""
+        pods = self._pods_on_node()
+        for pod in pods:
+            meta = pod["metadata"]
+            if not meta.get("deletionTimestamp"):
+                changes.delete(self.consumer, "v1", "Pod", meta["name"], meta["namespace"], grace_period=0)
+                continue
+            # Already terminating (evicted from the NotReady node), waiting for a remote copy that cannot go.
+            if not changes.check_mode:
+                self.consumer.delete("v1", "Pod", meta["name"], meta["namespace"], grace_period=0)
+            changes.note(
+                "delete %s: Pod %s/%s now (grace period 0)" % (self.consumer.label, meta["namespace"], meta["name"])
+            )
+        if not pods:
+            return []
+        return [
+            "deleted %d pods on %s with grace period 0 (provider %s unreachable)"
+            % (len(pods), self.node_name, self.provider_id)
+        ]
 
     @property
     def _on_node(self):
@@ -370,7 +485,17 @@ class Peering:
 
 
 def connect_both(module, params, consumer_id, provider_id):
-    """Both clusters reachable, or nothing happens."""
-    consumer = module.connect(consumer_id, params["consumer"])
-    provider = module.connect(provider_id, params["provider"])
-    return Peering(module, consumer, provider, consumer_id, provider_id)
+    """Both clusters reachable, or nothing happens; with force (un-peering), one of them is enough."""
+    force = params.get("state") == "absent" and params.get("force")
+    connected, down = {}, []
+    for side, cluster_id in (("consumer", consumer_id), ("provider", provider_id)):
+        try:
+            connected[side] = module.connect(cluster_id, params[side])
+        except ClusterUnreachable as error:
+            if not force:
+                raise
+            connected[side] = None
+            down.append(str(error))
+    if len(down) == 2:
+        raise ClusterError("neither cluster can be reached, so nothing can be un-peered: %s" % "; ".join(down))
+    return Peering(module, connected["consumer"], connected["provider"], consumer_id, provider_id)

@@ -15,7 +15,11 @@ description:
   - With O(state=present), makes the consumer a tenant of the provider and lets it use the provider
     through a virtual node C(catamaran-<provider_id>).
   - "On the provider: the tenant namespace C(catamaran-tenant-<consumer_id>), the ServiceAccount
-    C(catamaran-consumer) with a token, and least-privilege RBAC (it reaches only its tenant's namespaces)."
+    C(catamaran-consumer), least-privilege RBAC (it reaches only its tenant's namespaces), and the tenant's
+    ResourceOffer C(resources) holding its terms: placement, Pod Security level, share and credential lifetime."
+  - The credential is a bound, expiring token that the provider's Catamaran manager mints (and renews) into Secret
+    C(catamaran-tenant-credential) of the tenant namespace; the module waits for it, so that manager must be running
+    on the provider (P(catamaran.federation.controller#role)).
   - "On the consumer: that credential as Secret C(catamaran-system/catamaran-credentials-<provider_id>) and
     the ForeignCluster C(catamaran-system/<provider_id>) with sharing percentage, node labels, health-check and
     resource-reflection settings."
@@ -24,6 +28,10 @@ description:
   - With O(state=absent), cordons and drains the virtual node (its virtual kubelet removes the offloaded pods from
     the provider), deletes the ForeignCluster and credential, and removes the tenant's twin namespaces, the tenant
     namespace with its ServiceAccount, token and bindings, and the tenant ClusterRoles once no tenant is left.
+  - With O(state=absent) and O(force=true), a cluster that cannot be reached does not stop the un-peering: the
+    module cleans the reachable side alone and lists in RV(not_cleaned) what was left on the other.
+  - Every option is checked before any cluster is changed; a bad label key or value, a CIDR that is not one or is
+    smaller than the provider's pod range, a timeout or health-check number below 1, fail naming the field.
   - The credential is never printed, not in results, diffs, errors or at any verbosity.
   - The virtual kubelet that serves the node is run by the P(catamaran.federation.controller#role) role.
 author:
@@ -82,11 +90,46 @@ options:
     choices: [present, absent]
     default: present
   sharing_percentage:
-    description: Share (1-100) of the provider's free resources the virtual node offers.
+    description:
+      - Share (1-100) of the provider's free resources the virtual node offers.
+      - Written on both sides; the provider's copy (in the tenant's ResourceOffer) caps the tenant's quota there,
+        whatever the consumer does.
     type: int
     default: 90
+  pod_security:
+    description:
+      - The Pod Security Standard the provider enforces on this consumer's pods, in its twin namespaces and before
+        it creates any pod from a ShadowPod.
+    type: str
+    choices: [restricted, baseline, privileged]
+    default: restricted
+  credential_lifetime:
+    description:
+      - Lifetime in seconds (at least 600) of the tenant's bound token; the provider's manager renews it at 80 % of
+        its life.
+    type: int
+    default: 86400
+  rotate_credential:
+    description:
+      - With O(state=present), delete the tenant's current credential on the provider so its manager mints a new
+        one, wait for it and store it on the consumer. The virtual kubelet picks it up without a restart.
+      - Revoking every token already handed out is a different step (deleting the binding Secret).
+    type: bool
+    default: false
+  force:
+    description:
+      - With O(state=absent), un-peer even when one of the two clusters cannot be reached (gone for good).
+      - Without the provider, the virtual node's pods are deleted locally with grace period 0, then the
+        ForeignCluster, credential Secret, virtual node and its Lease. Without the consumer, the tenant is removed
+        from the provider. RV(not_cleaned) lists what stayed on the unreachable cluster.
+      - Without O(force), an unreachable cluster fails the task, naming it, before anything changes.
+    type: bool
+    default: false
   node_labels:
-    description: Labels the virtual node carries besides Catamaran's own (region, provider, ...).
+    description:
+      - Labels the virtual node carries besides Catamaran's own (region, provider, ...).
+      - Keys must be valid label keys (optional DNS-1123 subdomain prefix and C(/), a name of at most 63
+        characters), values valid label values.
     type: dict
     default: {}
   provider_node_selector:
@@ -139,7 +182,10 @@ options:
         description: Consecutive failures before the virtual node turns NotReady.
         type: int
   pod_cidr_remap:
-    description: CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
+    description:
+      - CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
+      - IPs keep their offset, so the range must be at least as large as each of the provider's pod ranges (as its
+        ResourceOffer reports them, or its nodes' before the first peering) and of the same IP family.
     type: str
   reflection:
     description:
@@ -290,12 +336,14 @@ options:
     type: bool
     default: false
   wait_timeout:
-    description: Seconds to wait for the virtual node, and for the tenant's namespaces to go.
+    description:
+      - Seconds (at least 1) to wait for the provider's manager to mint the credential, for the virtual node, and
+        for the tenant's namespaces to go.
     type: int
     default: 120
   drain_timeout:
     description:
-      - With O(state=absent), seconds to wait for the virtual kubelet to remove the offloaded pods.
+      - With O(state=absent), seconds to wait for the virtual kubelet to remove the offloaded pods (at least 1).
       - After that the module removes the remote copies itself and force-deletes the local pods.
     type: int
     default: 120
@@ -340,6 +388,29 @@ EXAMPLES = r"""
       ingress_class_name: nginx
       storage_class_name: fast-ssd
     wait: true
+
+- name: Hand the consumer a new credential now
+  catamaran.federation.peering:
+    consumer:
+      kubeconfig: ~/.kube/cluster-1
+    provider:
+      kubeconfig: ~/.kube/cluster-2
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    sharing_percentage: 50
+    rotate_credential: true
+
+- name: Remove the peering with cluster-3, whose API server is gone for good
+  catamaran.federation.peering:
+    consumer:
+      kubeconfig: ~/.kube/cluster-1
+    provider:
+      kubeconfig: ~/.kube/cluster-3
+    consumer_id: cluster-1
+    provider_id: cluster-3
+    state: absent
+    force: true
+  register: unpeered
 
 - name: Un-peer them
   catamaran.federation.peering:
@@ -386,6 +457,19 @@ peering:
       description: Whether the virtual node was Ready when the module finished (only checked with O(wait=true)).
       type: bool
       sample: true
+credential_rotated:
+  description: Whether a new credential was minted and stored (with O(rotate_credential=true)).
+  returned: always
+  type: bool
+  sample: false
+not_cleaned:
+  description:
+    - With O(force=true), what stayed on the cluster that could not be reached; clean it up if that cluster comes
+      back.
+  returned: always
+  type: list
+  elements: str
+  sample: ["cluster-3 (unreachable): tenant namespace catamaran-tenant-cluster-1 with its credential, ..."]
 forced:
   description: Cleanup steps the module had to do itself because no virtual kubelet or manager did them.
   returned: always
@@ -401,7 +485,12 @@ actions:
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
-from ansible_collections.catamaran.federation.plugins.module_utils.constants import SYSTEM_NAMESPACE
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_POD_SECURITY_LEVEL,
+    POD_SECURITY_LEVELS,
+    SYSTEM_NAMESPACE,
+)
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, connect_both
 from ansible_collections.catamaran.federation.plugins.module_utils.reflection import (
     KIND_OPTIONS,
@@ -428,7 +517,7 @@ def reflection_options():
     )
 
 
-def main():
+def argument_spec():
     provider_spec = connection_spec()
     provider_spec["api_server"] = dict(type="str")
     spec = dict(
@@ -438,6 +527,10 @@ def main():
         provider_id=dict(type="str", required=True),
         state=dict(type="str", choices=["present", "absent"], default="present"),
         sharing_percentage=dict(type="int", default=90),
+        pod_security=dict(type="str", choices=list(POD_SECURITY_LEVELS), default=DEFAULT_POD_SECURITY_LEVEL),
+        credential_lifetime=dict(type="int", default=DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
+        rotate_credential=dict(type="bool", default=False),
+        force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),
         provider_node_selector=dict(type="dict", default={}),
         provider_tolerations=dict(
@@ -465,13 +558,17 @@ def main():
         wait_timeout=dict(type="int", default=120),
         drain_timeout=dict(type="int", default=120),
     )
-    module = CatamaranModule(spec, supports_check_mode=True)
+    return spec
+
+
+def main():
+    module = CatamaranModule(argument_spec(), supports_check_mode=True)
     params = module.params
 
     def body():
         consumer_id, provider_id = Peering.validate(params)
         peering = connect_both(module, params, consumer_id, provider_id)
-        forced = []
+        forced, not_cleaned = [], []
         ready = False
         if params["state"] == "present":
             changes = peering.present(params)
@@ -479,7 +576,7 @@ def main():
                 peering.wait_ready(params["wait_timeout"])
                 ready = True
         else:
-            changes, forced = peering.absent(params["drain_timeout"], params["wait_timeout"])
+            changes, forced, not_cleaned = peering.absent(params["drain_timeout"], params["wait_timeout"])
         summary = dict(
             consumer_id=consumer_id,
             provider_id=provider_id,
@@ -489,7 +586,8 @@ def main():
             virtual_node=peering.node_name,
             virtual_node_ready=ready,
         )
-        return changes.result(peering=summary, forced=forced)
+        rotated = bool(params["rotate_credential"]) and params["state"] == "present" and not module.check_mode
+        return changes.result(peering=summary, forced=forced, not_cleaned=not_cleaned, credential_rotated=rotated)
 
     module.run(body)
 

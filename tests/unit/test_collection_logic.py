@@ -16,9 +16,19 @@ from ansible_collections.catamaran.federation.plugins.filter.federation_model im
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import comparable, redacted
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import TENANT_WORKLOAD_CLUSTER_ROLE
-from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, api_toleration
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import ClusterError, ClusterUnreachable
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import (
+    Peering,
+    api_toleration,
+    connect_both,
+)
 from ansible_collections.catamaran.federation.plugins.module_utils.tenancy import provider_cluster_roles
-from ansible_collections.catamaran.federation.plugins.modules.peering import reflection_options
+from ansible_collections.catamaran.federation.plugins.module_utils.validation import (
+    InvalidSetting,
+    covering_networks,
+    remap_covers,
+)
+from ansible_collections.catamaran.federation.plugins.modules.peering import argument_spec, reflection_options
 
 
 def inventory(**cluster_1):
@@ -392,3 +402,203 @@ def test_the_tenant_reflects_with_exactly_the_verbs_reflection_uses():
     # The provider's volumes are its own: the tenant neither reads nor makes PersistentVolumes or classes.
     assert ("", "persistentvolumes") not in granted
     assert ("storage.k8s.io", "storageclasses") not in granted
+
+
+# -- the tenant's terms and input checks (issue 12) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"node_labels": {"bad key!": "x"}}, "node_labels: label key 'bad key!'"),
+        ({"node_labels": {"Example.com/zone": "x"}}, "the prefix 'Example.com' must be a DNS-1123 subdomain"),
+        ({"node_labels": {"x" * 64: "v"}}, "the name 'x{64}' must be at most 63"),
+        ({"node_labels": {"tier": "-gold"}}, "node_labels.tier: label value '-gold'"),
+        ({"provider_node_selector": {"pool/": "real"}}, "provider_node_selector: label key 'pool/'"),
+        ({"pod_cidr_remap": "10.200.0.0"}, "pod_cidr_remap: '10.200.0.0' is not a CIDR"),
+        ({"pod_cidr_remap": "banana/16"}, "pod_cidr_remap: 'banana/16' is not a CIDR"),
+        ({"health_check": {"period_seconds": 0}}, "health_check.period_seconds must be a positive integer, got 0"),
+        ({"health_check": {"failure_threshold": -1}}, "health_check.failure_threshold must be a positive"),
+        ({"wait_timeout": 0}, "wait_timeout must be a positive integer, got 0"),
+        ({"drain_timeout": -5}, "drain_timeout must be a positive integer, got -5"),
+        ({"provider": {"request_timeout": 0}}, "provider.request_timeout must be a positive integer"),
+        ({"pod_security": "root"}, "pod_security must be one of restricted, baseline, privileged, got 'root'"),
+        ({"credential_lifetime": 599}, "credential_lifetime must be an integer of at least 600 seconds"),
+        ({"credential_lifetime": 0}, "credential_lifetime must be an integer of at least 600 seconds"),
+        ({"force": True}, "force applies only to state=absent"),
+        ({"state": "absent", "rotate_credential": True}, "rotate_credential applies only to state=present"),
+    ],
+)
+def test_the_peering_module_refuses_bad_input_naming_the_field(extra, message):
+    with pytest.raises(InvalidInput, match=message):
+        Peering.validate(peering_params(**extra))
+
+
+def test_valid_labels_cidrs_and_terms_pass():
+    Peering.validate(
+        peering_params(
+            node_labels={"topology.kubernetes.io/region": "region-b", "tier": "", "a_b.c": "X-1"},
+            provider_node_selector={"catamaran.io/lab-node-kind": "real"},
+            pod_cidr_remap="10.200.0.0/16",
+            health_check={"period_seconds": 5, "timeout_seconds": 2, "failure_threshold": 3},
+            pod_security="privileged",
+            credential_lifetime=600,
+            state="absent",
+            force=True,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("remap", "provider", "message"),
+    [
+        ("10.200.0.0/24", ["10.244.0.0/16"], "smaller than the provider's pod range 10.244.0.0/16 .a prefix of /16"),
+        ("10.200.0.0/17", ["10.244.0.0/24", "10.245.0.0/16"], "smaller than the provider's pod range 10.245.0.0/16"),
+        ("fd00::/64", ["10.244.0.0/16"], "fd00::/64 is IPv6 but the provider's pod range 10.244.0.0/16 is IPv4"),
+    ],
+)
+def test_a_remap_range_smaller_than_the_providers_pod_range_is_refused(remap, provider, message):
+    with pytest.raises(InvalidSetting, match=message):
+        remap_covers(remap, provider, "pod_cidr_remap")
+
+
+def test_a_remap_range_as_large_or_larger_than_the_providers_passes():
+    remap_covers("10.200.0.0/16", ["10.244.0.0/16"], "pod_cidr_remap")
+    remap_covers("10.192.0.0/12", ["10.244.0.0/16", "10.245.3.0/24"], "pod_cidr_remap")
+
+
+def test_node_pod_ranges_are_covered_per_family_as_the_provider_reports_them():
+    ranges = ["10.244.0.0/24", "10.244.1.0/24", "10.244.3.0/24", "fd00:1::/64"]
+    assert covering_networks(ranges) == ["10.244.0.0/22", "fd00:1::/64"]
+
+
+def test_the_resource_offer_carries_the_tenants_terms_with_defaults():
+    peering = Peering(None, None, None, "c1", "p1")
+    spec = peering.resource_offer(peering_params())["spec"]
+    assert spec == {
+        "clusterID": "p1",
+        "podSecurity": "restricted",
+        "sharingPercentage": 90,
+        "credentialLifetimeSeconds": 86400,
+    }
+    params = peering_params(pod_security="baseline", sharing_percentage=40, credential_lifetime=3600)
+    spec = peering.resource_offer(params)["spec"]
+    assert (spec["podSecurity"], spec["sharingPercentage"], spec["credentialLifetimeSeconds"]) == ("baseline", 40, 3600)
+    assert foreign_spec(params)["sharingPercentage"] == 40  # the consumer keeps its copy for the virtual node
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"pod_security": "root"}, "pod_security must be one of"),
+        ({"sharing": 5}, "sharing. Supported parameters include"),
+        ({"health_check": {"period": 5}}, "health_check.period. Supported parameters include"),
+        ({"credential_lifetime": "a day"}, "credential_lifetime"),
+    ],
+)
+def test_the_modules_argument_spec_refuses_unknown_options_and_levels(given, message):
+    required = {"consumer": {"kubeconfig": "/k1"}, "provider": {"kubeconfig": "/k2"}}
+    result = ArgumentSpecValidator(argument_spec()).validate(
+        dict(required, consumer_id="c1", provider_id="p1", **given)
+    )
+    assert any(message in error for error in result.error_messages), result.error_messages
+
+
+class FakeModule:
+    """Connects like CatamaranModule, except that the clusters named in `down` cannot be reached."""
+
+    def __init__(self, down):
+        self.down = down
+
+    def connect(self, label, options):
+        if label in self.down:
+            raise ClusterUnreachable(f"{label}: cannot reach https://127.0.0.1:1: Connection refused")
+        return f"connection to {label}"
+
+
+def unpeer_params(force):
+    return peering_params(consumer={}, provider={}, state="absent", force=force)
+
+
+def test_without_force_an_unreachable_cluster_fails_naming_it():
+    with pytest.raises(ClusterUnreachable, match=r"^p1: cannot reach"):
+        connect_both(FakeModule({"p1"}), unpeer_params(False), "c1", "p1")
+
+
+@pytest.mark.parametrize(("down", "kept"), [({"p1"}, "consumer"), ({"c1"}, "provider")])
+def test_with_force_the_reachable_side_is_enough(down, kept):
+    peering = connect_both(FakeModule(down), unpeer_params(True), "c1", "p1")
+    assert getattr(peering, kept) is not None
+    assert getattr(peering, "provider" if kept == "consumer" else "consumer") is None
+
+
+def test_with_force_both_sides_down_is_still_an_error():
+    with pytest.raises(ClusterError, match="neither cluster can be reached"):
+        connect_both(FakeModule({"c1", "p1"}), unpeer_params(True), "c1", "p1")
+
+
+def test_peerings_carry_pod_security_and_credential_lifetime_with_defaults():
+    model = federation_model(inventory(catamaran_peerings=[{"provider": "cluster-2"}]), ["h1", "h2"])
+    (peering,) = model["peerings"]["cluster-1"]
+    assert (peering["pod_security"], peering["credential_lifetime"]) == ("restricted", 86400)
+    assert model["clusters"]["cluster-2"]["allowed_pod_security"] == ["restricted", "baseline"]
+
+
+def test_privileged_only_when_the_providers_inventory_allows_it():
+    entry = {"provider": "cluster-2", "pod_security": "privileged", "credential_lifetime": 3600}
+    with pytest.raises(
+        AnsibleFilterError,
+        match=r"host h1: catamaran_peerings\[0\]: pod_security privileged is not allowed by provider cluster-2 "
+        r"\(host h2: catamaran_allowed_pod_security is restricted, baseline\)",
+    ):
+        federation_model(inventory(catamaran_peerings=[entry]), ["h1", "h2"])
+    variables = inventory(catamaran_peerings=[entry])
+    variables["h2"]["catamaran_allowed_pod_security"] = ["privileged", "restricted"]
+    (peering,) = federation_model(variables, ["h1", "h2"])["peerings"]["cluster-1"]
+    assert (peering["pod_security"], peering["credential_lifetime"]) == ("privileged", 3600)
+
+
+def test_a_provider_can_lend_less_than_the_default():
+    variables = inventory(catamaran_peerings=[{"provider": "cluster-2", "pod_security": "baseline"}])
+    variables["h2"]["catamaran_allowed_pod_security"] = ["restricted"]
+    with pytest.raises(AnsibleFilterError, match="pod_security baseline is not allowed by provider cluster-2"):
+        federation_model(variables, ["h1", "h2"])
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"pod_security": "root"}, r"catamaran_peerings\[0\]: pod_security must be one of"),
+        ({"credential_lifetime": 100}, r"catamaran_peerings\[0\]: credential_lifetime must be an integer of at least"),
+        ({"node_labels": {"bad key": "x"}}, r"catamaran_peerings\[0\]: node_labels: label key 'bad key'"),
+        ({"node_labels": {"tier": 5}}, r"node_labels.tier: label value must be a string, got 5"),
+        ({"provider_node_selector": {"pool": "a b"}}, r"provider_node_selector.pool: label value 'a b'"),
+        ({"pod_cidr_remap": "10.200.0.0"}, r"catamaran_peerings\[0\]: pod_cidr_remap: '10.200.0.0' is not a CIDR"),
+        ({"health_check": {"period_seconds": 0}}, r"health_check.period_seconds must be a positive integer, got 0"),
+        ({"health_check": {"period": 5}}, r"catamaran_peerings\[0\]: health_check: unknown period"),
+        ({"provider_tolerations": [{"key": "k", "efect": "NoSchedule"}]}, r"provider_tolerations\[0\]: unknown keys"),
+    ],
+)
+def test_bad_peering_settings_in_the_inventory_name_the_host_and_field(entry, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        federation_model(inventory(catamaran_peerings=[{"provider": "cluster-2", **entry}]), ["h1", "h2"])
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"catamaran_allowed_pod_security": ["root"]}, r"host h1: catamaran_allowed_pod_security\[0\] must be one of"),
+        ({"catamaran_allowed_pod_security": []}, r"host h1: catamaran_allowed_pod_security must be a non-empty list"),
+        ({"catamaran_cluster_labels": {"Region!": "a"}}, r"host h1: catamaran_cluster_labels: label key 'Region!'"),
+        (
+            {
+                "catamaran_peerings": [{"provider": "cluster-2"}],
+                "catamaran_offloaded_namespaces": [{"namespace": "demo", "x": 1}],
+            },
+            r"catamaran_offloaded_namespaces\[0\]: unknown keys \['x'\]",
+        ),
+    ],
+)
+def test_bad_cluster_settings_name_the_host_and_field(variables, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        federation_model(inventory(**variables), ["h1", "h2"])
