@@ -289,9 +289,14 @@ def test_ip_translation_keeps_the_offset(provider, remap, ip, expected):
     assert forge.IPTranslator(provider, remap)(ip) == expected
 
 
-def test_remap_range_too_small_is_refused():
-    with pytest.raises(ValueError, match="smaller than the provider's pod range"):
-        forge.IPTranslator(["10.0.0.0/16"], "10.200.0.0/24")
+def test_remap_range_too_small_translates_what_fits_and_says_so():
+    translate = forge.IPTranslator(["10.0.0.0/16"], "10.200.0.0/24")
+    assert "10.200.0.0/24" in translate.problem
+    assert "10.0.0.0/16" in translate.problem
+    assert "prefix /16 or shorter" in translate.problem
+    assert translate("10.0.0.7") == "10.200.0.7"
+    assert translate("10.0.3.7") == "10.0.3.7"  # offset beyond the remap range: left as it is
+    assert forge.IPTranslator(["10.0.0.0/16"], "10.200.0.0/16").problem == ""
 
 
 def test_local_status_translates_ips_and_counts_recreations():

@@ -18,6 +18,7 @@ from .constants import (
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
+from .steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
 
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 TOKEN_NAMESPACE_KEY = "namespace"
@@ -42,6 +43,55 @@ LOCAL_ONLY_SPEC_FIELDS = (
 )
 DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
+# Why a pod bound to the virtual node is never sent to the provider: it stays Pending, saying so.
+OFFLOADING_BACKOFF = "OffloadingBackOff"
+DAEMONSET_NOT_OFFLOADED = "DaemonSetNotOffloaded"
+HELD_REASONS = (OFFLOADING_BACKOFF, DAEMONSET_NOT_OFFLOADED)
+
+
+def offloading_selects(offloading: dict | None, node_labels: dict, node_name: str) -> bool:
+    """Does a namespace's NamespaceOffloading (None: it has none) send its pods to this virtual node?"""
+    if offloading is None or offloading["metadata"].get("deletionTimestamp"):
+        return False
+    return selector_matches(offloading["spec"].get("clusterSelector"), node_labels, node_name)
+
+
+def offload_refusal(
+    pod: dict, offloading: dict | None, node_labels: dict, node_name: str, provider_id: str
+) -> tuple[str, str] | None:
+    """(reason, message) when a pod bound to the virtual node must not be offloaded, None when it may be.
+
+    Only namespaces whose NamespaceOffloading selects this virtual node are offloaded, and DaemonSet pods
+    never are: a pod tolerating every taint, or given this node by name, would otherwise leave the cluster.
+    """
+    namespace = pod["metadata"]["namespace"]
+    where = f"virtual node {node_name} (cluster {provider_id})"
+    if is_daemonset_pod(pod):
+        return (
+            DAEMONSET_NOT_OFFLOADED,
+            f"DaemonSet pods are never offloaded, so this pod stays Pending on {where}; keep the DaemonSet off"
+            f" virtual nodes with a node affinity on catamaran.io/type NotIn [virtual-node] or tolerations that"
+            f" do not match the {VIRTUAL_NODE_TAINT_KEY} taint",
+        )
+    if offloading is None:
+        return (
+            OFFLOADING_BACKOFF,
+            f"namespace {namespace} is not offloaded, so this pod stays Pending on {where}; to offload it, create"
+            f" a NamespaceOffloading named {OFFLOADING_NAME!r} in namespace {namespace} whose clusterSelector"
+            f" selects {node_name}",
+        )
+    if offloading["metadata"].get("deletionTimestamp"):
+        return (
+            OFFLOADING_BACKOFF,
+            f"the NamespaceOffloading of namespace {namespace} is being deleted, so this pod stays Pending on {where}",
+        )
+    if not offloading_selects(offloading, node_labels, node_name):
+        return (
+            OFFLOADING_BACKOFF,
+            f"the clusterSelector of namespace {namespace}'s NamespaceOffloading does not select {where}, so this"
+            f" pod stays Pending there; widen spec.clusterSelector to offload it to cluster {provider_id}",
+        )
+    return None
 
 
 def token_volumes(spec: dict) -> list[dict]:
@@ -165,15 +215,25 @@ def shadowpod_for(
 
 
 class IPTranslator:
-    """Maps provider pod IPs into the consumer's remap range, keeping the offset inside the range."""
+    """Maps provider pod IPs into the consumer's remap range, keeping the offset inside the range.
+
+    A remap range smaller than a provider range cannot hold every offset: the IPs that fit are
+    translated, the others are left as they are, and `problem` says so (empty when all fit).
+    """
 
     def __init__(self, provider_cidrs: list[str], remap_cidr: str | None):
         self.sources = [ipaddress.ip_network(c, strict=False) for c in provider_cidrs]
         self.target = ipaddress.ip_network(remap_cidr, strict=False) if remap_cidr else None
+        self.problem = ""
         if self.target is not None:
-            for source in self.sources:
-                if source.num_addresses > self.target.num_addresses:
-                    raise ValueError(f"remap range {remap_cidr} is smaller than the provider's pod range {source}")
+            larger = [source for source in self.sources if source.num_addresses > self.target.num_addresses]
+            if larger:
+                size, prefix = self.target.num_addresses, min(source.prefixlen for source in larger)
+                self.problem = (
+                    f"remap range {self.target} (spec.networking.podCIDRRemap) holds {size} addresses, fewer than the"
+                    f" provider's pod range {', '.join(map(str, larger))}: pod IPs beyond the first {size} of that"
+                    f" range are shown untranslated; use a remap range of prefix /{prefix} or shorter"
+                )
 
     def __call__(self, ip: str) -> str:
         if self.target is None or not ip:
@@ -182,6 +242,8 @@ class IPTranslator:
         for source in self.sources:
             if address in source:
                 offset = int(address) - int(source.network_address)
+                if offset >= self.target.num_addresses:
+                    return ip
                 return str(self.target.network_address + offset)
         return ip
 
@@ -195,6 +257,38 @@ def _condition(kind: str, status: str, reason: str = "", message: str = "", when
     if when:
         condition["lastTransitionTime"] = when
     return condition
+
+
+def _waiting_containers(containers: list[tuple[str, str]], reason: str, message: str) -> list[dict]:
+    return [
+        {
+            "name": container_name,
+            "ready": False,
+            "restartCount": 0,
+            "image": image,
+            "imageID": "",
+            "state": {"waiting": {"reason": reason, "message": message}},
+        }
+        for container_name, image in containers
+    ]
+
+
+def held_pod_status(
+    local_status: dict, reason: str, message: str, *, now: str, containers: list[tuple[str, str]] = ()
+) -> dict:
+    """The status of a pod the virtual kubelet does not send (or the provider refused to take): Pending, and why."""
+    local_conditions = {c["type"]: c for c in local_status.get("conditions") or []}
+    previous = local_conditions.get(REMOTE_CONDITION) or {}
+    since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
+    conditions = [local_conditions["PodScheduled"]] if "PodScheduled" in local_conditions else []
+    conditions.append(_condition(REMOTE_CONDITION, "False", reason, message, since or now))
+    return {
+        "phase": "Pending",
+        "reason": reason,
+        "message": message,
+        "conditions": conditions,
+        "containerStatuses": _waiting_containers(list(containers), reason, message),
+    }
 
 
 def local_pod_status(
@@ -256,20 +350,16 @@ def local_pod_status(
         if entries:
             status[kind] = entries
     if failure is not None and not remote.get("containerStatuses"):
-        status["containerStatuses"] = [
-            {
-                "name": container_name,
-                "ready": False,
-                "restartCount": 0,
-                "image": image,
-                "imageID": "",
-                "state": {
-                    "waiting": {"reason": failure.get("reason", "Failed"), "message": failure.get("message", "")}
-                },
-            }
-            for container_name, image in containers
-        ]
+        status["containerStatuses"] = _waiting_containers(
+            list(containers), failure.get("reason", "Failed"), failure.get("message", "")
+        )
+    elif previous_failure is not None and not remote.get("containerStatuses"):
+        status["containerStatuses"] = None  # the waiting reasons were the failure's; it is over
     for field in ("reason", "message"):
         if remote.get(field):
             status[field] = remote[field]
+        elif failure is not None:
+            status[field] = failure.get(field, "")
+        elif previous_failure is not None and local_status.get(field) == previous_failure.get(field):
+            status[field] = None  # set for the failure that is over
     return status

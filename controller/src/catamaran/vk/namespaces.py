@@ -5,8 +5,8 @@ matches this virtual node; when it stops matching (or the offloading is deleted)
 node are drained first, then the twin is removed. This cluster's progress is reported as its own
 entry of the offloading's `status.clusters` (server-side apply, one field manager per cluster).
 A twin is removed only once no pod and no reflected object of Catamaran's is left in it.
-A namespace without a NamespaceOffloading whose pods were bound here by hand gets a twin under the
-default name on demand (DESIGN.md's DefaultName mapping).
+A namespace without a NamespaceOffloading selecting this virtual node never gets a twin: its pods
+bound here (by name, or tolerating every taint) stay Pending; the pod controller says why.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from ..constants import (
     default_twin_namespace,
     tenant_namespace,
 )
+from ..forge import offloading_selects
 from ..kube.informer import Informer
 from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading, TwinNamespace
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso
-from ..steering import OFFLOADING_NAME, remote_namespace_name, selector_matches
+from ..steering import OFFLOADING_NAME, remote_namespace_name
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ class TwinManager:
         self.drainers: list[Callable[[str, str], int]] = []
         self.requests.on_change(self._request_changed)
         self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key[0]))
-        self.node.on_change(lambda event, key, new, old: self._requeue_all())
+        # Only its labels matter here (clusterSelectors); status heartbeats change nothing.
+        self.node.on_change(lambda event, key, new, old: self._requeue_all() if new != old else None)
 
     def tasks(self):
         return [self.requests.run(), self.offloadings.run(), self.node.run(), self._run()]
@@ -119,15 +121,20 @@ class TwinManager:
             return default_twin_namespace(namespace, self.consumer_id)
         return remote_namespace_name(namespace, offloading["spec"], self.consumer_id)
 
+    def offloading(self, namespace: str) -> dict | None:
+        return self.offloadings.get(namespace, OFFLOADING_NAME)
+
+    @property
+    def node_labels(self) -> dict:
+        return self.node.get(None, self.node_name) or {}
+
     def selected(self, namespace: str) -> bool:
-        """May pods of this namespace run here? Without a NamespaceOffloading: yes, on demand."""
-        offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
-        if offloading is None:
-            return True
-        if offloading["metadata"].get("deletionTimestamp"):
-            return False
-        labels = self.node.get(None, self.node_name) or {}
-        return selector_matches(offloading["spec"].get("clusterSelector"), labels, self.node_name)
+        """May pods of this namespace run here? Only when its NamespaceOffloading selects this virtual node."""
+        return offloading_selects(self.offloading(namespace), self.node_labels, self.node_name)
+
+    def has_twin(self, namespace: str) -> bool:
+        """Is there a twin here (ready or not, leaving or not) for this namespace?"""
+        return self.requests.get(self.tenant_ns, self.mapped_name(namespace)) is not None
 
     def twin_ready(self, namespace: str) -> bool:
         request = self.requests.get(self.tenant_ns, self.mapped_name(namespace))
@@ -143,8 +150,6 @@ class TwinManager:
         remote = self.mapped_name(namespace)
         request = self.requests.get(self.tenant_ns, remote)
         if self.selected(namespace):
-            if offloading is None and not self.pods_on_node(namespace) and request is None:
-                return None  # no offloading and nothing bound here: no twin wanted
             if request is None:
                 await self._create_request(namespace, remote)
                 await self._report(offloading, "Pending", remote, "TwinRequested", f"requested twin {remote}")
@@ -157,6 +162,10 @@ class TwinManager:
                 await self._report(offloading, "Failed", remote, phase, message)
             else:
                 await self._report(offloading, "Pending", remote, phase or "Requested", message)
+            return None
+        if request is None and not self.shadows_left(remote):
+            # Not offloaded here, and nothing left remotely to drain: pods bound here wait, Pending.
+            await self._forget(offloading)
             return None
         return await self._drain(namespace, offloading, remote, request)
 

@@ -8,22 +8,33 @@ clusters and neither duplicates nor loses a pod.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Pod
-from lightkube.types import CascadeType
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import CascadeType, PatchType
 
 from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, tenant_namespace
-from ..forge import ANNOTATION_LOCAL_NAMESPACE, REMOTE_CONDITION, IPTranslator, local_pod_status, shadowpod_for
+from ..forge import (
+    ANNOTATION_LOCAL_NAMESPACE,
+    HELD_REASONS,
+    REMOTE_CONDITION,
+    IPTranslator,
+    held_pod_status,
+    local_pod_status,
+    offload_refusal,
+    shadowpod_for,
+)
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, NamespacedInformers
 from ..kube.ops import patch_status, tolerating
-from ..kube.resources import ShadowPod
+from ..kube.resources import ForeignCluster, ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, now_iso, reference, status_patch
+from ..objects import as_dict, now_iso, reference, set_condition, status_patch
+from ..steering import is_daemonset_pod
 from .namespaces import TwinManager
 from .node import VirtualNode
 from .reflection.reflection import Reflection
@@ -37,6 +48,19 @@ REMOTE_FAILURE_EVENTS = {
     "AdmissionRejected": "RemoteAdmissionRejected",
     "NamespaceMissing": "RemoteNamespaceMissing",
 }
+# On the virtual node and the ForeignCluster: True while some provider pod IPs cannot be remapped.
+UNTRANSLATED_CONDITION = "catamaran.io/PodIPsUntranslated"
+
+
+def create_refusal(code: int, message: str, provider_id: str) -> tuple[str, str] | None:
+    """(reason, message) for the local pod when the provider refuses the ShadowPod itself; None: retry quietly."""
+    if code == 404:
+        reason = "NamespaceMissing"
+    elif code in (400, 403, 422):
+        reason = "QuotaExceeded" if "exceeded quota" in message else "AdmissionRejected"
+    else:
+        return None  # conflicts, throttling and server errors are transient
+    return reason, f"provider {provider_id} refused the ShadowPod: {message}"
 
 
 def compact_local_pod(pod) -> dict:
@@ -54,6 +78,7 @@ def compact_local_pod(pod) -> dict:
                 "annotations",
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
+                "ownerReferences",
             )
         },
         "spec": data["spec"],
@@ -109,6 +134,7 @@ class PodController:
         provider_id: str,
         remap_cidr: str | None,
         workers: int = 16,
+        foreign_cluster: tuple[str, str] | None = None,
     ):
         self.local = local
         self.provider = provider
@@ -119,6 +145,8 @@ class PodController:
         self.tenant_ns = tenant_namespace(consumer_id)
         self.remap_cidr = remap_cidr
         self.translate = IPTranslator([], None)
+        self.foreign_cluster = foreign_cluster  # (namespace, name): where translation problems are reported
+        self._translation_changed = asyncio.Event()
         self.local_pods = Informer(
             local, Pod, name="local-pods", fields={"spec.nodeName": node.name}, transform=compact_local_pod
         )
@@ -128,7 +156,10 @@ class PodController:
             consumer_id=consumer_id,
             provider_id=provider_id,
             node_name=node.name,
-            pods_on_node=lambda namespace: [p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace],
+            # DaemonSet pods are never offloaded, so a leaving twin has none of them to drain.
+            pods_on_node=lambda namespace: [
+                p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace and not is_daemonset_pod(p)
+            ],
             shadows_left=lambda twin: len(informer.cache) if (informer := self.shadow_informers.get(twin)) else 0,
         )
         self.shadow_informers = NamespacedInformers(self._shadow_informer)
@@ -139,6 +170,9 @@ class PodController:
         self.twins.removed_listeners += [self.shadow_informers.unwatch, self.remote_events.twin_removed]
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
         self.local_pods.on_change(self._local_changed)
+        # A namespace's offloading appearing, changing or going changes what its waiting pods say.
+        self.twins.offloadings.on_change(lambda event, key, new, old: self._requeue_namespace(key[0]))
+        self.twins.node.on_change(lambda event, key, new, old: self._translation_changed.set())
         node.health_listeners.append(lambda healthy: self._requeue_all())
         self.reflection: Reflection | None = None
 
@@ -157,14 +191,23 @@ class PodController:
     def update_pod_cidrs(self, provider_cidrs: list[str]) -> None:
         translator = IPTranslator(provider_cidrs, self.remap_cidr)
         if (translator.sources, translator.target) != (self.translate.sources, self.translate.target):
+            if translator.problem:
+                log.warning("pod IPs cannot all be translated", extra=fields(problem=translator.problem))
             self.translate = translator
+            self._translation_changed.set()
             self._requeue_all()
 
     def twin_for(self, local_namespace: str) -> str:
         return self.twins.mapped_name(local_namespace)
 
     def tasks(self):
-        return [self.local_pods.run(), *self.twins.tasks(), *self.remote_events.tasks(), self._run()]
+        return [
+            self.local_pods.run(),
+            *self.twins.tasks(),
+            *self.remote_events.tasks(),
+            self._run(),
+            self._translation_loop(),
+        ]
 
     async def _run(self):
         await self.local_pods.synced.wait()
@@ -175,6 +218,11 @@ class PodController:
     def _requeue_all(self) -> None:
         for key in list(self.local_pods.cache):
             self.queue.add(key)
+
+    def _requeue_namespace(self, namespace: str) -> None:
+        for key in list(self.local_pods.cache):
+            if key[0] == namespace:
+                self.queue.add(key)
 
     def _twin_ready(self, origin: str, twin: str) -> None:
         self.shadow_informers.watch(twin)
@@ -213,10 +261,20 @@ class PodController:
         if pod["metadata"].get("deletionTimestamp"):
             return await self._terminate(pod, twin, shadow)
 
-        if not self.twins.selected(namespace):
-            return None  # not offloaded here (any more): the twin manager drains this pod
+        refusal = offload_refusal(
+            pod, self.twins.offloading(namespace), self.twins.node_labels, self.node.name, self.provider_id
+        )
+        if refusal is not None:
+            if not is_daemonset_pod(pod) and self.twins.has_twin(namespace):
+                return None  # no longer offloaded here: the twin manager drains this pod
+            if shadow is not None and not shadow["metadata"].get("deletionTimestamp"):
+                await self._delete_shadow(twin, name, grace=0)  # a DaemonSet pod sent before this rule
+            await self._hold(pod, *refusal)
+            return None
         if shadows is None:
             self.twins.want(namespace)
+            if self._held(pod):
+                await self._update_local_status(pod, None)  # offloaded now: no longer waiting for that
             return None  # requeued when the twin turns Ready
 
         if (
@@ -264,14 +322,49 @@ class PodController:
         except ApiError as error:
             if error.status.code == 409:
                 return
-            reason = "RemoteAdmissionRejected" if error.status.code in (400, 403, 422) else "RemoteCreateFailed"
-            await self.events.record(
-                reference({"apiVersion": "v1", "kind": "Pod", **pod}),
-                "Warning",
-                reason,
-                error.status.message or str(error),
-            )
+            message = error.status.message or str(error)
+            refusal = create_refusal(error.status.code, message, self.provider_id)
+            if refusal is None:
+                await self.events.record(
+                    reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", "RemoteCreateFailed", message
+                )
+            else:
+                # On the pod, not only in an Event; retried with backoff, as admission or quota may change.
+                reason, detail = refusal
+                await self._hold(pod, reason, detail, event_reason=REMOTE_FAILURE_EVENTS.get(reason))
             raise
+
+    def _held(self, pod: dict) -> bool:
+        """Does the pod show a reason it is not offloaded, or that the provider refused its ShadowPod?"""
+        return (
+            any(
+                c["type"] == REMOTE_CONDITION and c["status"] == "False" and c.get("reason") in HELD_REASONS
+                for c in pod["status"].get("conditions") or []
+            )
+            or pod["status"].get("reason") in HELD_REASONS
+        )
+
+    async def _hold(self, pod: dict, reason: str, message: str, event_reason: str | None = None) -> None:
+        """Keep the pod Pending with the reason; one Warning Event when the reason first appears."""
+        wanted = held_pod_status(
+            pod["status"],
+            reason,
+            message,
+            now=now_iso(),
+            containers=[(c["name"], c.get("image", "")) for c in pod["spec"].get("containers") or []],
+        )
+        if comparable_status(wanted) == comparable_status(pod["status"]):
+            return
+        previous = next((c for c in pod["status"].get("conditions") or [] if c["type"] == REMOTE_CONDITION), None)
+        if (previous or {}).get("reason") != reason:
+            log.info(
+                "pod not offloaded",
+                extra=fields(pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", reason=reason),
+            )
+            await self.events.record(
+                reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", event_reason or reason, message
+            )
+        await patch_status(self.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
 
     async def _terminate(self, pod: dict, twin: str, shadow: dict | None) -> float | None:
         meta = pod["metadata"]
@@ -298,7 +391,7 @@ class PodController:
         refused = any(
             c["type"] == "PodCreated" and c["status"] == "False" for c in (shadow_status or {}).get("conditions") or []
         )
-        if not (shadow_status or {}).get("pod") and not refused and self.node.healthy:
+        if not (shadow_status or {}).get("pod") and not refused and self.node.healthy and not self._held(pod):
             return  # nothing to report yet: the remote pod has not been created or observed
         wanted = local_pod_status(
             pod["status"],
@@ -321,3 +414,82 @@ class PodController:
                 f"provider {self.provider_id} refused the pod: {failure.get('message', '')}",
             )
         await patch_status(self.local, Pod, meta, status_patch(pod["status"], wanted))
+
+    # -- pod IPs the remap range cannot hold --------------------------------------------
+
+    async def _translation_loop(self) -> None:
+        """The translator's problem as a condition on the virtual node and the ForeignCluster (and an Event).
+
+        The node's own status loop keeps conditions it does not know, but may overwrite one written
+        meanwhile; the node watch wakes this loop again, so the condition is put back.
+        """
+        reported: str | None = None
+        while True:
+            await self._translation_changed.wait()
+            self._translation_changed.clear()
+            if self.remap_cidr is None or not self.translate.sources:
+                continue
+            problem = self.translate.problem
+            try:
+                await self._node_translation_condition(problem)
+                if problem != reported:
+                    await self._foreign_translation_condition(problem)
+                    reported = problem
+            except ApiError as error:
+                log.warning("cannot report pod IP translation", extra=fields(error=str(error)[:300]))
+                await asyncio.sleep(2)
+                self._translation_changed.set()
+
+    async def _node_translation_condition(self, problem: str) -> None:
+        node = self.twins.node.get(None, self.node.name)
+        if node is None:
+            return  # not created yet: its creation wakes this loop
+        current = await self.local.get(Node, self.node.name)
+        conditions = [c.to_dict() for c in (current.status.conditions or [])] if current.status else []
+        wanted = _translation_condition(problem)
+        existing = next((c for c in conditions if c["type"] == UNTRANSLATED_CONDITION), None)
+        if existing and all(existing.get(k) == wanted[k] for k in ("status", "reason", "message")):
+            return
+        # Strategic merge: conditions merge by type, so the node's other conditions stay as they are.
+        await self.local.patch(
+            Node.Status,
+            self.node.name,
+            {"status": {"conditions": [{**wanted, "lastTransitionTime": now_iso(), "lastHeartbeatTime": now_iso()}]}},
+            patch_type=PatchType.STRATEGIC,
+        )
+
+    async def _foreign_translation_condition(self, problem: str) -> None:
+        if self.foreign_cluster is None:
+            return
+        namespace, name = self.foreign_cluster
+        foreign = as_dict(await self.local.get(ForeignCluster, name, namespace=namespace))
+        wanted = _translation_condition(problem)
+        status = foreign.get("status") or {}
+        conditions = set_condition(
+            status.get("conditions") or [],
+            UNTRANSLATED_CONDITION,
+            wanted["status"],
+            wanted["reason"],
+            wanted["message"],
+        )
+        if conditions != status.get("conditions"):
+            await self.local.patch(
+                ForeignCluster.Status,
+                name,
+                {"status": {"conditions": conditions}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+        if problem:
+            await self.events.record(reference(foreign), "Warning", wanted["reason"], problem)
+
+
+def _translation_condition(problem: str) -> dict:
+    if problem:
+        return {"type": UNTRANSLATED_CONDITION, "status": "True", "reason": "RemapRangeTooSmall", "message": problem}
+    return {
+        "type": UNTRANSLATED_CONDITION,
+        "status": "False",
+        "reason": "RemapRangeFits",
+        "message": "every provider pod IP is translated into the remap range",
+    }

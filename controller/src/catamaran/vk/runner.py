@@ -26,6 +26,7 @@ from .peering import ForeignClusterError, PeeringWatch
 from .pods import PodController
 from .reflection.policy import settings_from_spec
 from .reflection.reflection import Reflection
+from .validation import foreign_spec_problems
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "catamaran-virtual-kubelet"
@@ -105,6 +106,8 @@ class VirtualKubelet:
             while True:
                 try:
                     foreign, config = await peering.read(RECHECK_SECONDS)
+                    if problems := foreign_spec_problems(foreign["spec"]):
+                        raise ForeignClusterError("InvalidSpec", "; ".join(problems))
                     break
                 except ForeignClusterError as error:
                     log.error(
@@ -135,6 +138,7 @@ class VirtualKubelet:
             provider_id=provider_id,
             remap_cidr=remap,
             workers=self.workers,
+            foreign_cluster=(self.namespace, self.foreign_cluster),
         )
         reflection = Reflection(
             self.local,
@@ -188,11 +192,21 @@ class VirtualKubelet:
         foreigns = peering.foreigns  # running since run() began
 
         removed = asyncio.Event()
+        invalid_spec = [False]  # InvalidSpec is on the ForeignCluster's status
 
         def foreign_changed(event, key, new, old):
             if new is None:
                 removed.set()
                 return
+            if problems := foreign_spec_problems(new["spec"]):
+                invalid_spec[0] = True  # keep serving with the last valid settings until it is fixed
+                asyncio.get_running_loop().create_task(self._report("InvalidSpec", "; ".join(problems), ready=False))
+                return
+            if invalid_spec[0] and node.healthy:
+                invalid_spec[0] = False
+                asyncio.get_running_loop().create_task(
+                    self._report("Connected", f"virtual node {node.name} is serving", ready=True)
+                )
             settings, _ = settings_from(new, self.consumer_id, self.node_ip, self.kubelet_port)
             node.update_settings(settings)
             reflection.update(settings_from_spec(new["spec"].get("reflection")))

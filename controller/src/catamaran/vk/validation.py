@@ -1,0 +1,74 @@
+"""What a ForeignCluster's spec must satisfy before a virtual kubelet serves it. Pure.
+
+The CRD's schema checks types and ranges; what it cannot say (label syntax, keys the virtual
+kubelet sets itself) is checked here, so a bad spec is reported on the ForeignCluster, naming the
+field, instead of a virtual node that can never be created while the peering looks Ready.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE
+
+# Kubernetes' own rules (apimachinery validation: IsQualifiedName, IsValidLabelValue, IsDNS1123Subdomain).
+_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Labels the virtual kubelet sets on its node whatever the provider suggests.
+OWN_NODE_LABELS = (
+    LABEL_TYPE,
+    LABEL_REMOTE_CLUSTER_ID,
+    "kubernetes.io/role",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+)
+
+
+def label_key_problem(key: str) -> str | None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return "has an empty prefix before '/'"
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return f"prefix {prefix!r} is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253)"
+    if not name or len(name) > 63 or not _NAME.match(name):
+        return (
+            f"name {name!r} must be 1 to 63 characters, letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    if value == "":
+        return None
+    if len(value) > 63 or not _NAME.match(value):
+        return (
+            "must be at most 63 characters, letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def foreign_spec_problems(spec: dict) -> list[str]:
+    """Every problem of a ForeignCluster spec, each naming its field; empty when it can be served."""
+    problems = []
+    labels = spec.get("nodeLabels") or {}
+    for key, value in sorted(labels.items()):
+        field = f"spec.nodeLabels[{key!r}]"
+        if (problem := label_key_problem(key)) is not None:
+            problems.append(f"{field}: the key {problem}")
+        elif key in OWN_NODE_LABELS:
+            problems.append(f"{field}: the virtual kubelet sets this label itself; remove it")
+        if not isinstance(value, str):
+            problems.append(f"{field}: the value must be a string")
+        elif (problem := label_value_problem(value)) is not None:
+            problems.append(f"{field}: the value {value!r} {problem}")
+    remap = (spec.get("networking") or {}).get("podCIDRRemap")
+    if remap:
+        try:
+            ipaddress.ip_network(remap, strict=False)
+        except ValueError as error:
+            problems.append(f"spec.networking.podCIDRRemap: {remap!r} is not a CIDR ({error})")
+    return problems
