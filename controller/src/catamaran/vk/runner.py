@@ -12,7 +12,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
 from ..constants import RESOURCE_OFFER_NAME, tenant_namespace, virtual_node_name
-from ..kube.clients import async_client
+from ..kube.clients import async_client, bearer_token
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.resources import ForeignCluster, ResourceOffer
@@ -22,7 +22,7 @@ from .kubelet.certificate import ServingCertificate
 from .kubelet.provider import ProviderChannel
 from .kubelet.server import KubeletServer, listen
 from .node import HealthSettings, NodeSettings, VirtualNode
-from .peering import ForeignClusterError, PeeringWatch
+from .peering import CredentialFollower, ForeignClusterError, PeeringWatch
 from .pods import PodController
 from .reflection.policy import settings_from_spec
 from .reflection.reflection import Reflection
@@ -231,11 +231,15 @@ class VirtualKubelet:
                 )
             )
         )
+        # A token credential is followed and swapped in place as the provider renews it or the peering replaces it.
+        token = bearer_token(provider)
+        credential = CredentialFollower(self.local, provider, token, peering, self.consumer_id) if token else None
         await self._report("Connected", f"virtual node {virtual_node_name(provider_id)} is serving", ready=True)
         log.info("virtual kubelet running", extra=fields(provider=provider_id, node=node.name))
         try:
             async with asyncio.TaskGroup() as group:
                 loops = [offers.run(), until_removed(), *node.tasks(), *pods.tasks()]
+                loops += credential.tasks() if credential else []
                 for task in loops + reflection.tasks() + kubelet.tasks():
                     group.create_task(task)
         except* PeeringRemoved as group_error:
