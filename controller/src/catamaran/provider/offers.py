@@ -3,16 +3,21 @@
 Nodes and pods are cached in a compact form (allocatable, requests, owner tenant), so memory
 grows with the cluster's size, not with the size of its objects.
 
-An offer's spec may carry the tenant's placement (a node selector and tolerations), written by the
-provider's side of the peering; the tenant can read it but not change it. Only nodes the placement
-admits count toward the offer, and every pod made from the tenant's ShadowPods carries it.
+An offer's spec carries the tenant's terms, written by the provider's side of the peering; the
+tenant can read them but not change them: its placement (a node selector and tolerations), its Pod
+Security level and its sharing percentage. Only nodes the placement admits count toward the offer,
+every pod made from the tenant's ShadowPods carries the placement, and the tenant's quota is its
+sharing percentage of those nodes' allocatable. The status publishes the quota and what the
+tenant's pods use of it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 from lightkube import AsyncClient, operators
 from lightkube.resources.core_v1 import Namespace, Node, Pod
@@ -20,19 +25,26 @@ from lightkube.types import PatchType
 
 from .. import quantities
 from ..constants import (
+    DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_POD_SECURITY_LEVEL,
+    DEFAULT_SHARING_PERCENTAGE,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TENANT,
     LABEL_TYPE,
     OFFLOADING_GROUP,
+    POD_SECURITY_LEVELS,
     RESOURCE_OFFER_NAME,
+    TENANT_NAMESPACE_PREFIX,
     TYPE_VIRTUAL_NODE,
     VERSION,
+    tenant_namespace,
 )
 from ..kube.informer import Informer
 from ..kube.ops import tolerating
 from ..kube.resources import ResourceOffer
 from ..kube.workqueue import WorkQueue
 from ..objects import now_iso
+from . import quota
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +93,29 @@ class Placement:
         tolerations += [dict(t) for t in self.tolerations if dict(t) not in tolerations]
         selector = {**(pod_spec.get("nodeSelector") or {}), **dict(self.node_selector)}
         return {**pod_spec, "nodeSelector": selector or None, "tolerations": tolerations or None}
+
+
+@dataclass(frozen=True)
+class TenantTerms:
+    """A tenant's terms on this provider, from its ResourceOffer's spec (defaults when unset)."""
+
+    placement: Placement = field(default_factory=Placement)
+    pod_security: str = DEFAULT_POD_SECURITY_LEVEL
+    sharing_percentage: int = DEFAULT_SHARING_PERCENTAGE
+    credential_lifetime_seconds: int = DEFAULT_CREDENTIAL_LIFETIME_SECONDS
+
+    @classmethod
+    def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
+        spec = spec or {}
+        level = spec.get("podSecurity") or DEFAULT_POD_SECURITY_LEVEL
+        lifetime = spec.get("credentialLifetimeSeconds") or DEFAULT_CREDENTIAL_LIFETIME_SECONDS
+        return cls(
+            placement=Placement.from_offer_spec(spec),
+            # The CRD's schema rejects anything else; should it ever get through, the strictest level applies.
+            pod_security=level if level in POD_SECURITY_LEVELS else POD_SECURITY_LEVELS[0],
+            sharing_percentage=int(spec.get("sharingPercentage") or DEFAULT_SHARING_PERCENTAGE),
+            credential_lifetime_seconds=int(lifetime),
+        )
 
 
 def tolerates(toleration: dict, taint: tuple) -> bool:
@@ -186,25 +221,75 @@ class ResourceOfferController:
             client,
             ResourceOffer,
             name="resource-offers",
-            transform=lambda offer: Placement.from_offer_spec(offer.spec),
+            transform=lambda offer: TenantTerms.from_offer_spec(offer.spec),
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
+        self.ledger = quota.Ledger()
+        self._quotas: dict[str, dict[str, Fraction]] = {}  # tenant namespace -> quota, until nodes or terms change
+        self._admission_listeners: list[Callable[[str | None], None]] = []
         self._published: dict[str, dict] = {}
-        for informer in (self.nodes, self.pods):
-            informer.on_change(self._all_tenants_changed)
+        self.nodes.on_change(self._node_changed)
+        self.pods.on_change(self._pod_changed)
         self.tenants.on_change(lambda event, key, new, old: self.queue.add(key[1], RECOMPUTE_DELAY_S))
         self.offers.on_change(self._offer_changed)
 
+    def on_admission_may_change(self, listener: Callable[[str | None], None]) -> None:
+        """Call `listener(consumer)` when a refused pod of that tenant might now be admitted (None: any tenant)."""
+        self._admission_listeners.append(listener)
+
+    def _admission_may_change(self, consumer: str | None) -> None:
+        for listener in self._admission_listeners:
+            listener(consumer)
+
     def _offer_changed(self, event, key, new, old) -> None:
-        if event == "DELETED" or new != old:  # a new placement changes which nodes count
+        if event == "DELETED" or new != old:  # new terms change which nodes count, the quota and the level
+            self._quotas.pop(key[0], None)
             self.queue.add(key[0])
+            if key[0].startswith(TENANT_NAMESPACE_PREFIX):
+                self._admission_may_change(key[0].removeprefix(TENANT_NAMESPACE_PREFIX))
 
-    def placement(self, tenant_namespace: str) -> Placement:
-        return self.offers.get(tenant_namespace, RESOURCE_OFFER_NAME) or Placement()
-
-    def _all_tenants_changed(self, event, key, new, old) -> None:
+    def _node_changed(self, event, key, new, old) -> None:
         if new == old:
             return
+        self._quotas.clear()
+        self._all_tenants_changed()
+        self._admission_may_change(None)
+
+    def _pod_changed(self, event, key, new, old) -> None:
+        self.ledger.observe(key, new.tenant if new else None, new.requests if new else None)
+        if new == old:
+            return
+        self._all_tenants_changed()
+        if old is not None and old.tenant and (new is None or new.requests != old.requests):
+            self._admission_may_change(old.tenant)  # the tenant's usage went down
+
+    def terms(self, tenant_namespace: str) -> TenantTerms:
+        return self.offers.get(tenant_namespace, RESOURCE_OFFER_NAME) or TenantTerms()
+
+    def placement(self, tenant_namespace: str) -> Placement:
+        return self.terms(tenant_namespace).placement
+
+    def quota(self, tenant_namespace: str) -> dict[str, Fraction]:
+        """The tenant's cap per resource: its sharing percentage of the allocatable of the nodes it may use."""
+        cached = self._quotas.get(tenant_namespace)
+        if cached is None:
+            terms = self.terms(tenant_namespace)
+            usable = (
+                node.allocatable
+                for node in self.nodes.cache.values()
+                if node.schedulable and terms.placement.admits(node)
+            )
+            cached = self._quotas[tenant_namespace] = quota.tenant_quota(usable, terms.sharing_percentage)
+        return cached
+
+    def admit(self, pod_key, consumer: str, requests: dict[str, Fraction]) -> list[str]:
+        """Reserve a new pod of `consumer` against its quota, or say which resources it would exceed."""
+        return self.ledger.admit(pod_key, consumer, requests, self.quota(tenant_namespace(consumer)))
+
+    def release(self, pod_key) -> None:
+        self.ledger.release(pod_key)
+
+    def _all_tenants_changed(self) -> None:
         for _, namespace in self.tenants.cache:
             self.queue.add(namespace, RECOMPUTE_DELAY_S)
 
@@ -222,6 +307,10 @@ class ResourceOfferController:
             self._published.pop(namespace, None)
             return None
         status = offer_status(self.nodes.cache, self.pods.cache, tenant, self.placement(namespace))
+        cap, used = self.quota(namespace), self.ledger.used(tenant)
+        # Every resource of the quota is shown, zero included, so a merge patch overwrites what was used before.
+        status["quota"] = quota.formatted(cap)
+        status["used"] = quota.formatted({**dict.fromkeys(cap, Fraction(0)), **used})
         if self.offers.get(namespace, RESOURCE_OFFER_NAME) is None:
             with tolerating(409):
                 await self.client.create(
@@ -233,12 +322,17 @@ class ResourceOfferController:
                     )
                 )
             self._published.pop(namespace, None)
-        if self._published.get(namespace) == status:
+        previous = self._published.get(namespace)
+        if previous == status:
             return None
+        patch = {**status, "updateTime": now_iso()}
+        for name in ("quota", "used"):  # resources no longer there are removed, not left stale
+            gone = set((previous or {}).get(name) or {}) - set(status[name])
+            patch[name] = {**status[name], **dict.fromkeys(gone)}
         await self.client.patch(
             ResourceOffer.Status,
             RESOURCE_OFFER_NAME,
-            {"status": {**status, "updateTime": now_iso()}},
+            {"status": patch},
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )

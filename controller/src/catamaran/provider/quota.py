@@ -1,0 +1,102 @@
+"""A tenant's quota on this provider: sums, the admission check and reservations. Pure.
+
+The quota is the tenant's sharing percentage of the allocatable of the nodes its placement admits,
+so a consumer that ignores its virtual node's capacity (pods bound by nodeName, ShadowPods written
+directly) still cannot take more. Usage is what the tenant's live pods request, one `pods` each.
+
+Between the manager's decision to create a pod and the moment its informer sees that pod, the
+pod is held as a reservation; every admission counts reservations, so concurrent workers never
+admit more than the quota together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from fractions import Fraction
+
+from .. import quantities
+
+
+def tenant_quota(allocatable: Iterable[Mapping[str, str]], percentage: int) -> dict[str, Fraction]:
+    """`percentage` of the summed allocatable, rounded down per resource like the virtual node's capacity."""
+    total = quantities.free_resources(allocatable, ())
+    return {resource: quantities.round_down(resource, amount * percentage / 100) for resource, amount in total.items()}
+
+
+def pod_usage(requests: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """What one pod takes from its tenant's quota: its effective requests and one pod."""
+    return {**{r: v for r, v in requests.items() if v}, "pods": Fraction(1)}
+
+
+def excess(quota: Mapping[str, Fraction], used: Mapping[str, Fraction], wanted: Mapping[str, Fraction]) -> list[str]:
+    """Each resource `wanted` would push past the quota, as "<resource> (requested X, in use Y, quota Z)"."""
+    found = []
+    for resource, amount in sorted(wanted.items()):
+        if amount <= 0:
+            continue
+        limit = quota.get(resource, Fraction(0))
+        in_use = used.get(resource, Fraction(0))
+        if in_use + amount > limit:
+            requested, in_use_text, limit_text = (
+                quantities.format_quantity(resource, value) for value in (amount, in_use, limit)
+            )
+            found.append(f"{resource} (requested {requested}, in use {in_use_text}, quota {limit_text})")
+    return found
+
+
+def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:
+    return {resource: quantities.format_quantity(resource, value) for resource, value in sorted(amounts.items())}
+
+
+class Ledger:
+    """Per-tenant usage of the pods an informer sees, plus reservations for pods not seen yet."""
+
+    def __init__(self):
+        self._seen: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}  # pod key -> (tenant, usage)
+        self._used: dict[str, dict[str, Fraction]] = {}
+        self._reserved: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}
+
+    def observe(self, key: Hashable, tenant: str | None, requests: Mapping[str, Fraction] | None) -> None:
+        """A pod as the informer now sees it (`requests` None: gone). Its reservation, if any, is settled."""
+        previous = self._seen.pop(key, None)
+        if previous is not None:
+            _subtract(self._used.setdefault(previous[0], {}), previous[1])
+        if requests is not None and tenant:
+            usage = pod_usage(requests)
+            self._seen[key] = (tenant, usage)
+            quantities.add(self._used.setdefault(tenant, {}), usage)
+            self._reserved.pop(key, None)
+
+    def used(self, tenant: str, excluding: Hashable | None = None) -> dict[str, Fraction]:
+        """What the tenant's pods take now, reservations included; `excluding` a pod being replaced."""
+        total = {r: v for r, v in self._used.get(tenant, {}).items() if v}
+        seen = self._seen.get(excluding)
+        if seen is not None and seen[0] == tenant:
+            _subtract(total, seen[1])
+        for key, (owner, usage) in self._reserved.items():
+            if owner == tenant and key not in self._seen and key != excluding:
+                quantities.add(total, usage)
+        return total
+
+    def admit(
+        self, key: Hashable, tenant: str, requests: Mapping[str, Fraction], quota: Mapping[str, Fraction]
+    ) -> list[str]:
+        """Reserve the pod's usage when it fits the quota; otherwise return what it would exceed."""
+        usage = pod_usage(requests)
+        refused = excess(quota, self.used(tenant, excluding=key), usage)
+        if not refused:
+            self._reserved[key] = (tenant, usage)
+        return refused
+
+    def release(self, key: Hashable) -> None:
+        """Drop a reservation whose pod will not appear (creation failed, ShadowPod gone)."""
+        self._reserved.pop(key, None)
+
+
+def _subtract(total: dict[str, Fraction], amounts: Mapping[str, Fraction]) -> None:
+    for resource, amount in amounts.items():
+        left = total.get(resource, Fraction(0)) - amount
+        if left:
+            total[resource] = left
+        else:
+            total.pop(resource, None)
