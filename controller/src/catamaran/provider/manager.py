@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from lightkube import AsyncClient
 
-from ..constants import LABEL_ORIGIN_CLUSTER_ID, tenant_namespace
+from ..constants import LABEL_ORIGIN_CLUSTER_ID
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
 from .credentials import CredentialController
-from .offers import Placement, ResourceOfferController
+from .offers import ResourceOfferController
 from .shadowpods import ShadowPodController
 from .twins import TwinNamespaceController
 
@@ -20,16 +20,20 @@ def provider_tasks(
     events = EventRecorder(client, "catamaran-manager")
     offers = ResourceOfferController(client, cluster_id)
     tenants: Informer = offers.tenants
-    twins = TwinNamespaceController(client, cluster_id, tenants, events)
+    twins = TwinNamespaceController(client, cluster_id, tenants, events, terms=offers.offers)
 
-    def placement(twin_namespace: str) -> Placement:
-        """The placement of the tenant that owns a twin namespace (read from the manager's own labels)."""
+    def tenant_of(twin_namespace: str) -> str | None:
+        """The consumer that owns a twin namespace (read from the manager's own labels)."""
         namespace = twins.namespaces.get(None, twin_namespace)
-        consumer = ((namespace or {}).get("metadata", {}).get("labels") or {}).get(LABEL_ORIGIN_CLUSTER_ID)
-        return offers.placement(tenant_namespace(consumer)) if consumer else Placement()
+        return ((namespace or {}).get("metadata", {}).get("labels") or {}).get(LABEL_ORIGIN_CLUSTER_ID)
 
     shadowpods = ShadowPodController(
-        client, events, workers=workers, placement=placement, wait_for=(offers.offers, twins.namespaces)
+        client,
+        events,
+        workers=workers,
+        offers=offers,
+        tenant_of=tenant_of,
+        wait_for=(offers.offers, offers.nodes, offers.pods, twins.namespaces),
     )
     credentials = CredentialController(
         client,

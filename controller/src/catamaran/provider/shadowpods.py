@@ -1,4 +1,10 @@
-"""ShadowPod enforcement: keep a Pod of the same name running, even with the consumer away."""
+"""ShadowPod enforcement: keep a Pod of the same name running, even with the consumer away.
+
+Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: the pod spec must
+meet the tenant's Pod Security level and fit its quota. A refusal is the ShadowPod's
+`PodCreated=False` condition (reason PodSecurityViolation or QuotaExceeded) and a Warning Event; the
+ShadowPod is tried again when the tenant's terms change or its pods free some of its quota.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +15,23 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
-from ..constants import LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN
+from .. import quantities
+from ..constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_CATAMARAN, tenant_namespace
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.ops import patch_status
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, condition, reference, same_conditions, set_condition, status_patch
-from .offers import Placement
+from ..objects import as_dict, condition, reference, set_condition, status_patch
+from . import policy
+from .offers import Placement, ResourceOfferController, TenantTerms
 
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# A refused ShadowPod is retried when its tenant's terms or usage change; this is only a safety net.
+REFUSED_RETRY_S = 300
 
 
 def classify_create_error(error: ApiError) -> tuple[str, str]:
@@ -40,17 +50,22 @@ def classify_create_error(error: ApiError) -> tuple[str, str]:
     return "CreateFailed", message
 
 
-def pod_from_shadow(shadow: dict, placement: Placement | None = None) -> dict:
+def pod_from_shadow(shadow: dict, placement: Placement | None = None, consumer: str | None = None) -> dict:
+    """The Pod for a ShadowPod. With `consumer` (the tenant owning the twin), the labels that say whose pod
+    it is come from the manager, not from the ShadowPod, so a tenant cannot hide a pod from its quota."""
     meta = shadow["metadata"]
     template = shadow["spec"]["pod"]
     spec = placement.apply(template["spec"]) if placement else template["spec"]
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    if consumer:
+        labels.update({LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": (template.get("metadata") or {}).get("labels") or {},
+            "labels": labels,
             "annotations": (template.get("metadata") or {}).get("annotations") or {},
             "ownerReferences": [
                 {
@@ -96,14 +111,20 @@ class ShadowPodController:
         client: AsyncClient,
         events: EventRecorder,
         workers: int = 8,
-        placement: Callable[[str], Placement] | None = None,
+        offers: ResourceOfferController | None = None,
+        tenant_of: Callable[[str], str | None] | None = None,
         wait_for: tuple[Informer, ...] = (),
     ):
         self.client = client
         self.events = events
-        # The tenant's placement for a twin namespace; the informers behind it must be synced first.
-        self.placement = placement or (lambda namespace: Placement())
+        # The tenants' terms and quotas, and the consumer owning a twin namespace; the informers behind
+        # them (`wait_for`) must be synced first. Without them, no tenant: only the default level applies.
+        self.offers = offers
+        self.tenant_of = tenant_of or (lambda namespace: None)
         self.wait_for = wait_for
+        self._refused: dict[str | None, set] = {}  # consumer -> keys of its ShadowPods refused for now
+        if offers is not None:
+            offers.on_admission_may_change(self._retry_refused)
         self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict)
         self.pods = Informer(
             client, Pod, name="shadowpod-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=as_dict
@@ -115,6 +136,19 @@ class ShadowPodController:
     def tasks(self):
         return [self.shadows.run(), self.pods.run(), self._run_queue()]
 
+    def _retry_refused(self, consumer: str | None) -> None:
+        tenants = list(self._refused) if consumer is None else [consumer]
+        for tenant in tenants:
+            for key in self._refused.pop(tenant, ()):
+                self.queue.add(key)
+
+    def _forget(self, key) -> None:
+        """The ShadowPod needs no pod now: drop its refusal and any quota it held for a pod never seen."""
+        for keys in self._refused.values():
+            keys.discard(key)
+        if self.offers is not None:
+            self.offers.release(key)
+
     async def _run_queue(self):
         for informer in (self.shadows, self.pods, *self.wait_for):
             await informer.synced.wait()
@@ -124,11 +158,13 @@ class ShadowPodController:
         namespace, name = key
         shadow = self.shadows.get(namespace, name)
         if shadow is None or shadow["metadata"].get("deletionTimestamp"):
+            self._forget(key)
             return None  # garbage collection removes the Pod through its owner reference
         pod = self.pods.get(namespace, name)
         status = shadow.get("status") or {}
         if pod is None:
             if status.get("phase") in TERMINAL_PHASES:
+                self._forget(key)
                 return None
             return await self._create_pod(shadow)
         owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
@@ -176,27 +212,55 @@ class ShadowPodController:
         await self._patch_status(shadow, wanted)
         return None
 
+    def _refusal(self, key, consumer: str | None, terms: TenantTerms, pod: dict) -> tuple[str, str] | None:
+        """Why the tenant may not have this pod now (reason, message), or None once its quota is reserved."""
+        level = terms.pod_security
+        found = policy.violations(pod["spec"], level, pod["metadata"].get("annotations"))
+        if found:
+            return "PodSecurityViolation", f'violates PodSecurity "{level}:latest": {", ".join(found)}'
+        if consumer is None or self.offers is None:
+            return None
+        exceeded = self.offers.admit(key, consumer, quantities.pod_requests(pod["spec"]))
+        if exceeded:
+            return "QuotaExceeded", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
+        return None
+
     async def _create_pod(self, shadow: dict) -> float | None:
         meta = shadow["metadata"]
-        status = shadow.get("status") or {}
+        key = (meta["namespace"], meta["name"])
+        consumer = self.tenant_of(meta["namespace"])
+        terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
+        pod = pod_from_shadow(shadow, terms.placement, consumer)
+        refusal = self._refusal(key, consumer, terms, pod)
+        if refusal is not None:
+            self._refused.setdefault(consumer, set()).add(key)
+            await self._report_refusal(shadow, *refusal)
+            return REFUSED_RETRY_S
         try:
-            placement = self.placement(meta["namespace"])
-            created = await self.client.create(Pod.from_dict(pod_from_shadow(shadow, placement)))
+            created = await self.client.create(Pod.from_dict(pod))
         except ApiError as error:
+            if self.offers is not None:
+                self.offers.release(key)
             if error.status.code == 409:
                 return 1  # an old incarnation is still terminating
-            reason, message = classify_create_error(error)
-            previous = condition(status, "PodCreated")
-            conditions = set_condition(status.get("conditions") or [], "PodCreated", "False", reason, message)
-            if not same_conditions(
-                [previous] if previous else [], [c for c in conditions if c["type"] == "PodCreated"]
-            ):
-                await self._patch_status(shadow, {"conditions": conditions, "phase": status.get("phase") or "Pending"})
-                await self.events.record(reference(shadow), "Warning", reason, message)
-            log.warning("cannot create pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", reason=reason))
+            await self._report_refusal(shadow, *classify_create_error(error))
             return 15
         log.debug("pod created", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", uid=created.metadata.uid))
         return None
+
+    async def _report_refusal(self, shadow: dict, reason: str, message: str) -> None:
+        """PodCreated=False with the reason and message; a Warning Event when the reason is new (a quota message
+        changes with the tenant's usage, which is no news)."""
+        meta = shadow["metadata"]
+        status = shadow.get("status") or {}
+        previous = condition(status, "PodCreated") or {}
+        conditions = set_condition(status.get("conditions") or [], "PodCreated", "False", reason, message)
+        if (previous.get("status"), previous.get("reason"), previous.get("message")) == ("False", reason, message):
+            return
+        await self._patch_status(shadow, {"conditions": conditions, "phase": status.get("phase") or "Pending"})
+        if (previous.get("status"), previous.get("reason")) != ("False", reason):
+            await self.events.record(reference(shadow), "Warning", reason, message)
+        log.warning("cannot create pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", reason=reason))
 
     async def _patch_status(self, shadow: dict, wanted: dict) -> None:
         patch = status_patch(shadow.get("status") or {}, wanted)
