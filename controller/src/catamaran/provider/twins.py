@@ -1,8 +1,11 @@
 """Twin namespaces, created by the provider's manager on behalf of its tenants.
 
 A tenant asks with a TwinNamespace in its tenant namespace; the manager creates the namespace,
-labels it with origin and destination, and binds the tenant's workload role there. A namespace
-that Catamaran did not create is reported as a conflict and never adopted or altered.
+labels it with origin and destination and with the tenant's Pod Security level (Pod Security
+Admission enforces it; relabelled when the tenant's ResourceOffer changes the level), and binds
+the tenant's workload role there. A namespace that Catamaran did not create is reported as a
+conflict and never adopted or altered; reserved names (the cluster's own namespaces, Catamaran's)
+are refused before anything is created.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from lightkube.types import PatchType
 
 from ..constants import (
     ANNOTATION_TWIN_OF,
+    DEFAULT_POD_SECURITY_LEVEL,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
+    RESOURCE_OFFER_NAME,
+    SYSTEM_NAMESPACE,
+    TENANT_NAMESPACE_PREFIX,
     TENANT_WORKLOAD_CLUSTER_ROLE,
     TWIN_FINALIZER,
 )
@@ -35,6 +42,21 @@ from ..tenancy import tenant_role_binding
 
 log = logging.getLogger(__name__)
 
+POD_SECURITY_MODES = ("enforce", "warn", "audit")
+RESERVED_NAMES = frozenset({"default", SYSTEM_NAMESPACE})
+RESERVED_PREFIXES = ("kube-", TENANT_NAMESPACE_PREFIX)
+
+
+def reserved_name(name: str) -> bool:
+    """Names a tenant may never have as a twin: the cluster's own namespaces and Catamaran's."""
+    return name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES)
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """Pod Security Admission labels enforcing (and warning and auditing) `level` at the latest version."""
+    labels = {f"pod-security.kubernetes.io/{mode}": level for mode in POD_SECURITY_MODES}
+    return {**labels, **{f"pod-security.kubernetes.io/{mode}-version": "latest" for mode in POD_SECURITY_MODES}}
+
 
 def owned_by(namespace: dict | None, twin_of: str) -> bool:
     meta = (namespace or {}).get("metadata") or {}
@@ -46,11 +68,19 @@ def owned_by(namespace: dict | None, twin_of: str) -> bool:
 class TwinNamespaceController:
     name = "twinnamespaces"
 
-    def __init__(self, client: AsyncClient, cluster_id: str, tenants: Informer, events: EventRecorder):
+    def __init__(
+        self,
+        client: AsyncClient,
+        cluster_id: str,
+        tenants: Informer,
+        events: EventRecorder,
+        terms: Informer | None = None,
+    ):
         self.client = client
         self.cluster_id = cluster_id
         self.events = events
         self.tenants = tenants  # tenant namespace -> consumer cluster id
+        self.terms = terms  # the ResourceOffers' terms (TenantTerms), for each tenant's Pod Security level
         self.twins = Informer(client, TwinNamespace, name="twinnamespaces", transform=as_dict)
         self.namespaces = Informer(
             client,
@@ -62,6 +92,19 @@ class TwinNamespaceController:
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.twins.on_change(lambda event, key, new, old: self.queue.add(key))
         self.namespaces.on_change(self._namespace_changed)
+        if terms is not None:
+            terms.on_change(self._terms_changed)
+
+    def _terms_changed(self, event, key, new, old) -> None:
+        if new is not None and old is not None and new.pod_security == old.pod_security:
+            return
+        for twin_key in list(self.twins.cache):
+            if twin_key[0] == key[0]:
+                self.queue.add(twin_key)
+
+    def level(self, tenant_ns: str) -> str:
+        terms = self.terms.get(tenant_ns, RESOURCE_OFFER_NAME) if self.terms is not None else None
+        return terms.pod_security if terms is not None else DEFAULT_POD_SECURITY_LEVEL
 
     def _namespace_changed(self, event, key, new, old) -> None:
         twin_of = ((new or old)["metadata"].get("annotations") or {}).get(ANNOTATION_TWIN_OF)
@@ -72,7 +115,7 @@ class TwinNamespaceController:
         return [self.twins.run(), self.namespaces.run(), self._run()]
 
     async def _run(self):
-        for informer in (self.twins, self.namespaces, self.tenants):
+        for informer in (self.twins, self.namespaces, self.tenants, *([self.terms] if self.terms else [])):
             await informer.synced.wait()
         await self.queue.run()
 
@@ -89,6 +132,15 @@ class TwinNamespaceController:
         if consumer is None:
             await self._status(twin, "Failed", f"{tenant_ns} is not a Catamaran tenant namespace")
             return None
+        if reserved_name(name):
+            message = (
+                f"namespace {name} is reserved (default, kube-*, {SYSTEM_NAMESPACE}, {TENANT_NAMESPACE_PREFIX}*) "
+                "and is never a twin namespace"
+            )
+            if (twin.get("status") or {}).get("phase") != "Failed":
+                await self.events.record(reference(twin), "Warning", "ReservedName", message)
+            await self._status(twin, "Failed", message)
+            return None
         if TWIN_FINALIZER not in (meta.get("finalizers") or []):
             await self.client.patch(
                 TwinNamespace,
@@ -97,6 +149,7 @@ class TwinNamespaceController:
                 namespace=tenant_ns,
                 patch_type=PatchType.MERGE,
             )
+        level = self.level(tenant_ns)
         existing = await self._get_namespace(name)
         if existing is not None and not owned_by(existing, twin_of):
             message = f"namespace {name} already exists and is not managed by Catamaran for {twin_of}; not adopted"
@@ -114,6 +167,7 @@ class TwinNamespaceController:
                                 LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
                                 LABEL_ORIGIN_CLUSTER_ID: consumer,
                                 LABEL_DESTINATION_CLUSTER_ID: self.cluster_id,
+                                **pod_security_labels(level),
                             },
                             "annotations": {ANNOTATION_TWIN_OF: twin_of},
                         }
@@ -124,6 +178,12 @@ class TwinNamespaceController:
         elif existing["metadata"].get("deletionTimestamp"):
             await self._status(twin, "Pending", f"namespace {name} is still terminating")
             return 2
+        else:
+            wanted = pod_security_labels(level)
+            labels = existing["metadata"].get("labels") or {}
+            if any(labels.get(key) != value for key, value in wanted.items()):
+                await self.client.patch(Namespace, name, {"metadata": {"labels": wanted}}, patch_type=PatchType.MERGE)
+                log.info("twin namespace relabelled", extra=fields(namespace=name, pod_security=level))
         await self.client.apply(
             RoleBinding.from_dict(tenant_role_binding(name, tenant_ns, TENANT_WORKLOAD_CLUSTER_ROLE)),
             field_manager="catamaran-manager",
