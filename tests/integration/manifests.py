@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import copy
+
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 IMAGE = "registry.invalid/app:1"  # never pulled: kwok and the provider's kwok run nothing
+# What the Pod Security Standard "restricted" asks of a container: the default level of a tenant on a provider.
+RESTRICTED_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
-def container(name: str = "app", cpu: str | None = None, memory: str | None = None) -> dict:
+def container(name: str = "app", cpu: str | None = None, memory: str | None = None, image: str = IMAGE) -> dict:
+    """A container that meets the "restricted" Pod Security Standard, so providers accept it at the default level."""
     requests = {key: value for key, value in (("cpu", cpu), ("memory", memory)) if value}
-    return {"name": name, "image": IMAGE, **({"resources": {"requests": requests}} if requests else {})}
+    return {
+        "name": name,
+        "image": image,
+        "securityContext": copy.deepcopy(RESTRICTED_SECURITY_CONTEXT),
+        **({"resources": {"requests": requests}} if requests else {}),
+    }
 
 
 def deployment(name: str, replicas: int, pod_spec: dict | None = None, namespace: str | None = None) -> dict:
