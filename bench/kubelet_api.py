@@ -200,6 +200,7 @@ def main() -> None:
                 raise SystemExit(f"{NODE} never became Ready; see {vk.log_path}")
             time.sleep(1)
         lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE, check=False)
+        federation.offload_namespace(lab, CONSUMER, NAMESPACE)  # only offloaded namespaces' pods leave
         while lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "sa", "default", check=False).returncode:
             time.sleep(0.5)
         script = (

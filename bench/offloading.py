@@ -151,6 +151,7 @@ def main() -> None:
                 raise SystemExit(f"virtual node {node} never became Ready; see {vk.log_path}")
             time.sleep(1)
         lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE, check=False)
+        federation.offload_namespace(lab, CONSUMER, NAMESPACE)  # only offloaded namespaces' pods leave
         time.sleep(2)
 
         rows = []

@@ -273,9 +273,32 @@ def node_ready(lab: Lab, cluster: str, node: str) -> str | None:
     return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
 
 
+def offload_namespace(lab: Lab, consumer: str, namespace: str, **spec) -> None:
+    """A NamespaceOffloading for `namespace`: only the pods of offloaded namespaces leave the consumer."""
+    offloading = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading", "namespace": namespace},
+        "spec": spec,
+    }
+    lab.kubectl(consumer, "apply", "-f", "-", input=json.dumps(offloading))
+
+
+def twin_ready(lab: Lab, consumer: str, provider: str, namespace: str) -> bool:
+    """Has the virtual kubelet of `provider` reported the namespace's twin Ready on its NamespaceOffloading?"""
+    result = lab.kubectl(
+        consumer, "-n", namespace, "get", "namespaceoffloading", "offloading", "-o", "json", check=False
+    )
+    if result.returncode != 0:
+        return False
+    clusters = json.loads(result.stdout).get("status", {}).get("clusters") or []
+    return any(c.get("clusterID") == provider and c.get("phase") == "Ready" for c in clusters)
+
+
 @contextlib.contextmanager
 def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: list[ControllerProcess]):
-    """Run the peering's processes until the virtual node is Ready and `namespace` exists; undo all of it after.
+    """Run the peering's processes until the virtual node is Ready and `namespace` is offloaded to the provider
+    (a NamespaceOffloading selecting every cluster, its twin Ready); undo all of it after.
 
     The namespace and the twins go while the processes still run, so finalizers and remote pods are handled.
     """
@@ -285,7 +308,9 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
     try:
         wait_for(lambda: node_ready(lab, consumer, node) == "True", timeout=60, what=f"virtual node {node} Ready")
         lab.kubectl(consumer, "create", "namespace", namespace)
+        offload_namespace(lab, consumer, namespace)
         wait_for(lambda: lab.kubectl(consumer, "-n", namespace, "get", "sa", "default", check=False).returncode == 0)
+        wait_for(lambda: twin_ready(lab, consumer, provider, namespace), timeout=60, what=f"{namespace}'s twin Ready")
         yield
     finally:
         lab.kubectl(consumer, "delete", "namespace", namespace, "--timeout=60s", check=False, timeout=90)

@@ -94,6 +94,7 @@ def fed(lab, lab_config_in_use):
         for node in (REAL_NODE, KWOK_NODE):
             wait_for(lambda n=node: federation.node_ready(lab, CONSUMER, n) == "True", timeout=60, what=f"{node} Ready")
         lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE)
+        federation.offload_namespace(lab, CONSUMER, NAMESPACE)
         wait_for(lambda: lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "sa", "default", check=False).returncode == 0)
         pods = [
             pinned(real_pod("talker", ["sh", "-c", TALKER_SCRIPT]), REAL_NODE),
