@@ -36,7 +36,7 @@ from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 
 from . import federation
 from .conftest import get_json, require_real_node, wait_for
-from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
+from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, container, real_pod
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,7 @@ def fed(lab, lab_config_in_use):
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {"name": "fake"},
-                    "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
+                    "spec": {"containers": [container()]},
                 },
                 KWOK_NODE,
             ),

@@ -318,7 +318,7 @@ def test_webhook_outage_follows_the_failure_policy(lab, fed):
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "c", "image": "registry.invalid/app:1"}]},
+        "spec": {"containers": [container("c")]},
     }
     manager = fed["processes"]["consumer"]
     manager.stop()

@@ -22,7 +22,7 @@ from catamaran.constants import NODE_LEASE_NAMESPACE, virtual_node_name
 
 from . import federation
 from .conftest import get_json, wait_for
-from .manifests import deployment
+from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration
 
@@ -72,13 +72,7 @@ def offloaded_pod_spec(cpu: str = "10m", **extra) -> dict:
     return {
         "nodeSelector": {"catamaran.io/type": "virtual-node"},
         "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
-        "containers": [
-            {
-                "name": "app",
-                "image": "registry.invalid/app:1",
-                "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}},
-            }
-        ],
+        "containers": [container("app", cpu=cpu, memory="16Mi")],
         **extra,
     }
 
