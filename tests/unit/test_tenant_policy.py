@@ -151,6 +151,14 @@ def test_an_unknown_level_is_checked_as_restricted():
     )
 
 
+def test_the_stricter_level_applies_until_a_twin_is_relabelled():
+    assert policy.stricter("privileged", "restricted") == "restricted"
+    assert policy.stricter("restricted", "privileged") == "restricted"
+    assert policy.stricter("privileged", "baseline") == "baseline"
+    assert policy.stricter("baseline", None) == "baseline"
+    assert policy.stricter("privileged", "not-a-level") == "privileged"
+
+
 def test_the_integration_tests_pods_meet_restricted():
     for spec in (
         deployment("web", 1)["spec"]["template"]["spec"],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from lightkube import AsyncClient
 
-from ..constants import LABEL_ORIGIN_CLUSTER_ID
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
@@ -22,17 +21,12 @@ def provider_tasks(
     tenants: Informer = offers.tenants
     twins = TwinNamespaceController(client, cluster_id, tenants, events, terms=offers.offers)
 
-    def tenant_of(twin_namespace: str) -> str | None:
-        """The consumer that owns a twin namespace (read from the manager's own labels)."""
-        namespace = twins.namespaces.get(None, twin_namespace)
-        return ((namespace or {}).get("metadata", {}).get("labels") or {}).get(LABEL_ORIGIN_CLUSTER_ID)
-
     shadowpods = ShadowPodController(
         client,
         events,
         workers=workers,
         offers=offers,
-        tenant_of=tenant_of,
+        twin_namespaces=twins.namespaces,
         wait_for=(offers.offers, offers.nodes, offers.pods, twins.namespaces),
     )
     credentials = CredentialController(

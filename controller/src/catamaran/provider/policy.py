@@ -14,7 +14,9 @@ from collections.abc import Iterator
 
 from ..constants import POD_SECURITY_LEVELS
 
-RESTRICTED, BASELINE, PRIVILEGED = POD_SECURITY_LEVELS
+RESTRICTED, BASELINE, PRIVILEGED = POD_SECURITY_LEVELS  # strictest first
+# The namespace label through which Pod Security Admission enforces a level.
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 
 BASELINE_CAPABILITIES = frozenset(
     {
@@ -54,6 +56,13 @@ RESTRICTED_VOLUME_TYPES = frozenset(
 )
 SECCOMP_ALLOWED = ("RuntimeDefault", "Localhost")
 APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def stricter(level: str, other: str | None) -> str:
+    """The stricter of two levels; `other` may be absent or unknown (then `level`)."""
+    if other not in POD_SECURITY_LEVELS:
+        return level
+    return min(level, other, key=POD_SECURITY_LEVELS.index)
 
 
 def violations(pod_spec: dict, level: str, annotations: dict | None = None) -> list[str]:

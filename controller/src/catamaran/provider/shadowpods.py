@@ -9,7 +9,6 @@ ShadowPod is tried again when the tenant's terms change or its pods free some of
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -112,19 +111,22 @@ class ShadowPodController:
         events: EventRecorder,
         workers: int = 8,
         offers: ResourceOfferController | None = None,
-        tenant_of: Callable[[str], str | None] | None = None,
+        twin_namespaces: Informer | None = None,
         wait_for: tuple[Informer, ...] = (),
     ):
         self.client = client
         self.events = events
-        # The tenants' terms and quotas, and the consumer owning a twin namespace; the informers behind
-        # them (`wait_for`) must be synced first. Without them, no tenant: only the default level applies.
+        # The tenants' terms and quotas, and the twin namespaces (as dicts; their labels name the consumer
+        # and the enforced Pod Security level); these informers and `wait_for` must be synced first.
+        # Without them, no tenant: only the default level applies.
         self.offers = offers
-        self.tenant_of = tenant_of or (lambda namespace: None)
+        self.twin_namespaces = twin_namespaces
         self.wait_for = wait_for
         self._refused: dict[str | None, set] = {}  # consumer -> keys of its ShadowPods refused for now
         if offers is not None:
             offers.on_admission_may_change(self._retry_refused)
+        if twin_namespaces is not None:
+            twin_namespaces.on_change(self._twin_namespace_changed)
         self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict)
         self.pods = Informer(
             client, Pod, name="shadowpod-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=as_dict
@@ -135,6 +137,22 @@ class ShadowPodController:
 
     def tasks(self):
         return [self.shadows.run(), self.pods.run(), self._run_queue()]
+
+    def _twin(self, namespace: str) -> tuple[str | None, str | None]:
+        """The consumer owning a twin namespace and the level Pod Security Admission enforces there."""
+        twin = self.twin_namespaces.get(None, namespace) if self.twin_namespaces is not None else None
+        labels = ((twin or {}).get("metadata") or {}).get("labels") or {}
+        return labels.get(LABEL_ORIGIN_CLUSTER_ID), labels.get(policy.ENFORCE_LABEL)
+
+    def _twin_namespace_changed(self, event, key, new, old) -> None:
+        """A relabelled twin may now admit what it refused (the level is relaxed once the label is)."""
+        labels = [((obj or {}).get("metadata") or {}).get("labels") for obj in (new, old)]
+        if labels[0] == labels[1]:
+            return
+        for keys in self._refused.values():
+            for refused in [k for k in keys if k[0] == key[1]]:
+                keys.discard(refused)
+                self.queue.add(refused)
 
     def _retry_refused(self, consumer: str | None) -> None:
         tenants = list(self._refused) if consumer is None else [consumer]
@@ -212,9 +230,14 @@ class ShadowPodController:
         await self._patch_status(shadow, wanted)
         return None
 
-    def _refusal(self, key, consumer: str | None, terms: TenantTerms, pod: dict) -> tuple[str, str] | None:
-        """Why the tenant may not have this pod now (reason, message), or None once its quota is reserved."""
-        level = terms.pod_security
+    def _refusal(
+        self, key, consumer: str | None, terms: TenantTerms, enforced: str | None, pod: dict
+    ) -> tuple[str, str] | None:
+        """Why the tenant may not have this pod now (reason, message), or None once its quota is reserved.
+
+        The level is the tenant's, or the twin's label while that is stricter (not relabelled yet), so the
+        pod is never sent to be refused by Pod Security Admission."""
+        level = policy.stricter(terms.pod_security, enforced)
         found = policy.violations(pod["spec"], level, pod["metadata"].get("annotations"))
         if found:
             return "PodSecurityViolation", f'violates PodSecurity "{level}:latest": {", ".join(found)}'
@@ -228,10 +251,10 @@ class ShadowPodController:
     async def _create_pod(self, shadow: dict) -> float | None:
         meta = shadow["metadata"]
         key = (meta["namespace"], meta["name"])
-        consumer = self.tenant_of(meta["namespace"])
+        consumer, enforced = self._twin(meta["namespace"])
         terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
         pod = pod_from_shadow(shadow, terms.placement, consumer)
-        refusal = self._refusal(key, consumer, terms, pod)
+        refusal = self._refusal(key, consumer, terms, enforced, pod)
         if refusal is not None:
             self._refused.setdefault(consumer, set()).add(key)
             await self._report_refusal(shadow, *refusal)
