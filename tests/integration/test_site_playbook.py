@@ -135,11 +135,22 @@ def test_check_diff_shows_changes_and_changes_nothing(lab, federation):
     ("case", "change", "expected"),
     [
         (
-            "unreachable",
-            lambda h: h["cluster-3"].update(catamaran_kubeconfig="{{ inventory_dir }}/unreachable.kubeconfig"),
-            "cluster-3: cannot reach https://127.0.0.1:1",
+            "refused-credential",
+            lambda h: h["cluster-3"].update(catamaran_kubeconfig="{{ inventory_dir }}/refused.kubeconfig"),
+            "cluster-3: GET the API server: Unauthorized",
         ),
         ("wrong-context", lambda h: h["cluster-2"].update(catamaran_context="cluster-9"), "context 'cluster-9' is not"),
+        (
+            "privileged-not-lent",
+            lambda h: h[CONSUMER]["catamaran_peerings"][1].update(pod_security="privileged"),
+            "pod_security privileged is not allowed by provider cluster-3 "
+            "(host cluster-3: catamaran_allowed_pod_security is restricted, baseline)",
+        ),
+        (
+            "bad-label-key",
+            lambda h: h[CONSUMER]["catamaran_peerings"][1].update(node_labels={"tier/": "gold"}),
+            "catamaran_peerings[1]: node_labels: label key 'tier/'",
+        ),
         (
             "sharing-150",
             lambda h: h[CONSUMER]["catamaran_peerings"][1].update(sharing_percentage=150),
@@ -159,9 +170,10 @@ def test_bad_input_fails_before_any_change(lab, federation, case, change, expect
         change(clusters)
 
     inventory = variant(lab, federation, case, bad)
-    unreachable = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
-    unreachable["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
-    (inventory.parent / "unreachable.kubeconfig").write_text(yaml.safe_dump(unreachable))
+    # A cluster that answers but refuses the credential is a configuration error, not an outage: it stops the run.
+    refused = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
+    refused["users"][0]["user"] = {"token": "not-a-valid-token"}
+    (inventory.parent / "refused.kubeconfig").write_text(yaml.safe_dump(refused))
     before = snapshot(lab)
     run = run_playbook(inventory)
     assert run.returncode != 0
@@ -176,7 +188,7 @@ def test_credentials_never_appear_even_with_vvv(lab, federation):
         "catamaran-tenant-cluster-1",
         "get",
         "secret",
-        "catamaran-consumer-token",
+        "catamaran-tenant-credential",
         "-o",
         "jsonpath={.data.token}",
     ).stdout
@@ -199,6 +211,42 @@ def test_credentials_never_appear_even_with_vvv(lab, federation):
     assert "<redacted sha256:" in run.output
     for secret in (token, token_b64, stored, stored[:40]):
         assert secret not in run.output
+
+
+def provider_credential(lab, provider: str) -> tuple[str, str]:
+    """The tenant's credential Secret on a provider, minted by its manager: (uid, token)."""
+    secret = get_json(lab, provider, "-n", "catamaran-tenant-cluster-1", "secret", "catamaran-tenant-credential")
+    return secret["metadata"]["uid"], base64.b64decode(secret["data"]["token"]).decode()
+
+
+def stored_token(lab, provider: str) -> str:
+    """The token in the consumer's credential Secret for one provider."""
+    secret = get_json(lab, CONSUMER, "-n", "catamaran-system", "secret", f"catamaran-credentials-{provider}")
+    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    return kubeconfig["users"][0]["user"]["token"]
+
+
+def test_rotating_credentials_hands_the_consumer_new_tokens(lab, federation):
+    before = {provider: provider_credential(lab, provider) for provider in PROVIDERS}
+    for provider in PROVIDERS:
+        assert stored_token(lab, provider) == before[provider][1]
+
+    run = run_playbook(federation["inventory"], "-e", "catamaran_rotate_credentials=true")
+    assert run.returncode == 0, run.failures()
+    assert run.changed()[CONSUMER] >= 1
+    for provider in PROVIDERS:
+        uid, token = provider_credential(lab, provider)
+        assert uid != before[provider][0], f"{provider}: the credential Secret was not replaced"
+        assert token != before[provider][1], f"{provider}: the manager did not mint a new token"
+        assert stored_token(lab, provider) == token
+        assert token not in run.output
+        assert before[provider][1] not in run.output
+        # The virtual kubelet swaps the new token in without a restart; its node stays (or turns back) Ready.
+        wait_for(lambda p=provider: node_ready(lab, f"catamaran-{p}"), timeout=60, what=f"catamaran-{provider} Ready")
+
+    again = run_playbook(federation["inventory"])
+    assert again.returncode == 0, again.failures()
+    assert again.changed() == {"cluster-1": 0, "cluster-2": 0, "cluster-3": 0}
 
 
 def test_removing_a_provider_and_the_namespace_unpeers_cleanly(lab, federation):
