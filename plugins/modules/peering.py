@@ -28,7 +28,7 @@ description:
   - With O(state=absent), cordons and drains the virtual node (its virtual kubelet removes the offloaded pods from
     the provider), deletes the ForeignCluster and credential, and removes the tenant's twin namespaces, the tenant
     namespace with its ServiceAccount, token and bindings, and the tenant ClusterRoles once no tenant is left.
-  - With O(state=absent) and O(force=true), a cluster that cannot be reached does not stop the un-peering: the
+  - With O(state=absent) and O(force=true), a cluster that cannot be reached does not stop the un-peering; the
     module cleans the reachable side alone and lists in RV(not_cleaned) what was left on the other.
   - Every option is checked before any cluster is changed; a bad label key or value, a CIDR that is not one or is
     smaller than the provider's pod range, a timeout or health-check number below 1, fail naming the field.
