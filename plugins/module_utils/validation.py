@@ -34,8 +34,8 @@ def label_key(key, where):
     """A label key as the API server accepts it: [DNS-1123 subdomain/]name (name at most 63)."""
     if not isinstance(key, str) or not key:
         raise InvalidSetting("%s: label key %r must be a non-empty string" % (where, key))
-    prefix, _, name = key.rpartition("/")
-    if "/" in key and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
         raise InvalidSetting(
             "%s: label key %r: the prefix %r must be a DNS-1123 subdomain (lower case, at most 253)"
             % (where, key, prefix)
