@@ -18,7 +18,7 @@ from catamaran.constants import (
 )
 from catamaran.kube.clients import BearerToken, async_client, bearer_token
 from catamaran.vk.kubelet.provider import ProviderChannel
-from catamaran.vk.peering import issued_at, kubeconfig_token, kubeconfig_with_token, newer_token
+from catamaran.vk.peering import bound_to, issued_at, kubeconfig_token, kubeconfig_with_token, newer_token, reissued
 
 LIFETIME = 1000
 ISSUED = 1_700_000_000.0
@@ -28,11 +28,14 @@ def secret(issued=ISSUED, expires=ISSUED + LIFETIME, lifetime=LIFETIME, bound_to
     return tenancy.credential_secret("c1", token, issued, expires, lifetime, bound_to)
 
 
-def jwt(iat: int) -> str:
+def jwt(iat: int, binding_uid: str = "uid-1") -> str:
+    """Claims shaped like a service-account token bound to a Secret; the signature is never checked here."""
+
     def part(value: dict) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
-    return f"{part({'alg': 'RS256'})}.{part({'iat': iat, 'sub': 'x'})}.signature"
+    claims = {"iat": iat, "sub": "x", "kubernetes.io": {"secret": {"name": "binding", "uid": binding_uid}}}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.signature"
 
 
 def test_tenant_manifests_bind_tokens_to_an_empty_secret_and_mint_no_legacy_token():
@@ -135,9 +138,20 @@ def test_newer_token_orders_by_issue_time_when_known():
     assert newer_token(late, early)
     assert not newer_token(early, late)  # a stale copy never replaces a renewed token
     assert not newer_token(late, late)
+    assert newer_token(jwt(200, "uid-2"), late)  # the same second: a re-issue right after a renewal is taken
     assert issued_at("opaque") is None
     assert newer_token("opaque-2", "opaque-1")  # without dates, a different token is taken
     assert newer_token(late, "opaque-1")
+
+
+def test_a_token_bound_to_a_new_binding_is_a_reissue():
+    renewal, current = jwt(200, "uid-1"), jwt(100, "uid-1")
+    after_revocation = jwt(300, "uid-2")
+    assert bound_to(after_revocation) == "uid-2"
+    assert not reissued(renewal, current)
+    assert reissued(after_revocation, current)
+    assert not reissued("opaque", current)  # unknown binding: judged by issue time alone
+    assert bound_to("not.a.jwt") is None
 
 
 def test_swapped_token_reaches_requests_and_websocket_headers():

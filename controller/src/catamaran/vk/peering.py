@@ -164,30 +164,54 @@ def kubeconfig_with_token(text: str, token: str) -> str:
     return yaml.safe_dump(config)
 
 
-def issued_at(token: str) -> int | None:
-    """The `iat` claim of a JWT (read, not verified: it only orders tokens the API server will judge). Pure."""
+def token_claims(token: str) -> dict:
+    """A JWT's claims, read and not verified (the API server judges the token; this only tells tokens apart). Pure."""
     parts = token.split(".")
     if len(parts) != 3:
-        return None
+        return {}
     try:
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-        return int(claims["iat"])
-    except (binascii.Error, ValueError, KeyError, TypeError):
+    except (binascii.Error, ValueError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def issued_at(token: str) -> int | None:
+    """The `iat` claim of a JWT, None when it has none. Pure."""
+    try:
+        return int(token_claims(token)["iat"])
+    except (KeyError, TypeError, ValueError):
         return None
+
+
+def bound_to(token: str) -> str | None:
+    """The uid of the Secret a bound service-account token is bound to, None when unknown. Pure."""
+    try:
+        return token_claims(token)["kubernetes.io"]["secret"]["uid"] or None
+    except (KeyError, TypeError):
+        return None
+
+
+def reissued(candidate: str, current: str) -> bool:
+    """Whether `candidate` is bound to another binding Secret than `current`: minted after a revocation. Pure."""
+    candidate_binding, current_binding = bound_to(candidate), bound_to(current)
+    return candidate_binding is not None and current_binding is not None and candidate_binding != current_binding
 
 
 def newer_token(candidate: str, current: str) -> bool:
-    """Whether `candidate` should replace `current`: issued later, or simply different when either has no date.
+    """Whether `candidate` should replace `current`: not issued earlier, or simply different when either has no
+    date.
 
     Ordering by issue time keeps a stale copy (a peering run that read the previous token) from replacing a
-    renewed one; a token minted after a revocation is always the newer one.
+    renewed one; a token minted after a revocation is never the older one. Dates have a one-second grain, so
+    a token of the same second is taken (a renewal and a revocation can fall in one second).
     """
     if candidate == current:
         return False
     candidate_at, current_at = issued_at(candidate), issued_at(current)
     if candidate_at is None or current_at is None:
         return True
-    return candidate_at > current_at
+    return candidate_at >= current_at
 
 
 class CredentialFollower:
@@ -196,6 +220,10 @@ class CredentialFollower:
     The provider's credential Secret (renewed by its manager) is watched with the token itself; the
     consumer-side Secret through the peering's informer. A token newer than the consumer-side copy is
     written back there, so a restarted virtual kubelet starts with a valid one.
+
+    Only renewals (the same binding) are taken from the provider's Secret. A token bound to a new binding
+    Secret was minted after a revocation: it comes through the peering (the consumer-side Secret) or not
+    at all, so a revoked virtual kubelet does not reinstate itself through a watch it opened before.
     """
 
     def __init__(
@@ -223,8 +251,12 @@ class CredentialFollower:
         return [self.remote.run(), self._write_back_loop()]
 
     def _remote_changed(self, event, key, new, old) -> None:
-        if new:
-            self._offer(new, f"Secret {key[0]}/{key[1]} on the provider")
+        if not new:
+            return
+        if reissued(new, self.auth.token):
+            log.info("provider credential re-issued after a revocation; waiting for the peering to bring it")
+            return
+        self._offer(new, f"Secret {key[0]}/{key[1]} on the provider")
 
     def _local_changed(self, event, key, new, old) -> None:
         token = self._local_token(new)
