@@ -1,21 +1,33 @@
 """One list+watch per resource type, with a local cache and change notifications.
 
 Follows the usual informer hygiene: list, then watch from the list's resourceVersion; relist on
-410 Gone; reconnect with backoff when the API server is unreachable; server-side timeouts so a
-silently dead connection is replaced. Selectors are applied by the server. A `transform` may
-shrink each object before it is cached, which keeps memory bounded for large lists.
+410 Gone; reconnect with backoff when the API server is unreachable. Selectors are applied by the
+server. A `transform` may shrink each object before it is cached, which keeps memory bounded for
+large lists.
+
+A half-open connection delivers nothing and raises nothing, so every watch asks for bookmarks (the
+API server sends one about every minute, even when nothing changes) and gives up on a read that
+waits longer than `read_timeout`; it then watches again from the last resourceVersion it saw.
+An informer that keeps failing says so (`failing`, `last_error`, `failing_since`), for readiness
+and for the status of whatever depends on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+import httpx2
+import msgspec
 from lightkube import ALL_NS, AsyncClient
+from lightkube.core import decoders
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
+from lightkube.core.selector import build_selector
 
 from .. import metrics
 from ..logs import fields
@@ -25,10 +37,47 @@ log = logging.getLogger(__name__)
 Key = tuple[str | None, str]
 Handler = Callable[[str, Key, Any, Any], None]
 
+# A watch that delivered nothing, not even a bookmark, for this long is taken for dead and replaced.
+# The API server sends a bookmark about every 60 s, so a healthy quiet watch never reaches it.
+READ_TIMEOUT_SECONDS = 120.0
+# This many failed list or watch attempts in a row make an informer `failing`: one failure is often an
+# API server restarting; several mean lost rights or a server that stays away.
+FAILING_AFTER = 3
+
+_informers: weakref.WeakSet[Informer] = weakref.WeakSet()
+# Called with the informer whenever it starts or stops failing.
+failure_listeners: list[Callable[[Informer], None]] = []
+
+
+class _Bookmark(msgspec.Struct):
+    metadata: dict
+
 
 def object_key(obj) -> Key:
     meta = obj.metadata
     return (meta.namespace, meta.name)
+
+
+def running_informers() -> list[Informer]:
+    """The informers of this process whose run() is active, by name."""
+    return sorted((i for i in _informers if i.running), key=lambda i: i.name)
+
+
+def describe_failure(informer: Informer) -> str:
+    return (
+        f"informer {informer.name}: {informer.consecutive_failures} failures in a row since "
+        f"{informer.failing_since}: {informer.last_error}"
+    )
+
+
+def error_text(error: Exception) -> str:
+    """A short reason for status messages: the API status (code and message) when there is one."""
+    status = getattr(error, "status", None)
+    message = getattr(status, "message", None)
+    if message:
+        code = getattr(status, "code", None)
+        return (f"{code} {message}" if code else message)[:300]
+    return (str(error) or type(error).__name__)[:300]
 
 
 class Informer:
@@ -43,6 +92,7 @@ class Informer:
         fields: dict | None = None,
         transform: Callable[[Any], Any] | None = None,
         server_timeout: int = 290,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
     ):
         self.client = client
         self.resource = resource
@@ -52,12 +102,22 @@ class Informer:
         self.fields = fields
         self.transform = transform or (lambda obj: obj)
         self.server_timeout = server_timeout
+        self.read_timeout = read_timeout
         self.cache: dict[Key, Any] = {}
         self.synced = asyncio.Event()
         self.healthy = False
+        self.running = False
         self.last_error: str | None = None  # why the last list or watch failed, for status reports
+        self.consecutive_failures = 0
+        self.failing_since: str | None = None  # when the current run of failures began (UTC)
+        self.watches_started = 0
         self._versions: dict[Key, str] = {}
         self._handlers: list[Handler] = []
+        _informers.add(self)
+
+    @property
+    def failing(self) -> bool:
+        return self.consecutive_failures >= FAILING_AFTER
 
     def on_change(self, handler: Handler) -> None:
         """`handler(event, key, new, old)`; event is ADDED, MODIFIED or DELETED, `new` is None on delete."""
@@ -75,39 +135,144 @@ class Informer:
         return selectors
 
     async def run(self) -> None:
+        self.running = True
+        try:
+            await self._run()
+        finally:
+            self.running = False
+
+    async def _run(self) -> None:
         backoff = 0.5
         while True:
             try:
                 version = await self._relist()
+                self._succeeded()
                 backoff = 0.5
-                async for event, obj in self.client.watch(
-                    self.resource,
-                    resource_version=version,
-                    server_timeout=self.server_timeout,
-                    **self._selectors(),
-                ):
-                    self._apply(event, obj)
+                while True:
+                    version = await self._watch(version)
             except asyncio.CancelledError:
                 raise
             except ApiError as error:
                 if error.status.code == 410:
                     metrics.WATCH_RESTARTS.labels(self.name, "gone").inc()
                     continue
-                self._unhealthy(error, backoff)
+                self._failed(error, backoff)
             except Exception as error:  # unreachable server, reset connection, decoding trouble
-                self._unhealthy(error, backoff)
+                self._failed(error, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30)
 
-    def _unhealthy(self, error: Exception, backoff: float) -> None:
+    async def _watch(self, version: str) -> str:
+        """One watch request from `version` until the server ends it or it goes quiet; the last version seen.
+
+        lightkube's watch asks for no bookmarks and reads without a timeout, so the request is built here,
+        on the client's own connection pool, credentials and TLS settings.
+        """
+        if not isinstance(self.client, AsyncClient):
+            return await self._watch_plain(version)
+        generic = self.client._client
+        request = generic.prepare_request(
+            "list",
+            res=self.resource,
+            namespace=self._selectors().get("namespace"),
+            watch=True,
+            params={
+                "timeoutSeconds": self.server_timeout,
+                "resourceVersion": version,
+                "allowWatchBookmarks": "true",
+                "labelSelector": build_selector(self.labels) if self.labels else None,
+                "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+            },
+        )
+        http = generic._client
+        timeout = httpx2.Timeout(15.0, read=self.read_timeout)
+        self.watches_started += 1
+        response = await http.send(
+            http.build_request(request.method, request.url, params=request.params, timeout=timeout), stream=True
+        )
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                generic.raise_for_status(response)
+            self._succeeded()
+            async for line in response.aiter_lines():
+                if line:
+                    version = self._handle_line(line, version)
+        except httpx2.ReadTimeout:
+            metrics.WATCH_RESTARTS.labels(self.name, "inactivity").inc()
+            log.info(
+                "watch silent for its read timeout; watching again",
+                extra=fields(informer=self.name, read_timeout=self.read_timeout),
+            )
+        finally:
+            await response.aclose()
+        return version
+
+    async def _watch_plain(self, version: str) -> str:
+        """Any other client (the unit tests' in-memory API servers): its watch(), with the same read timeout."""
+        self.watches_started += 1
+        stream = aiter(
+            self.client.watch(
+                self.resource, resource_version=version, server_timeout=self.server_timeout, **self._selectors()
+            )
+        )
+        self._succeeded()
+        while True:
+            try:
+                event, obj = await asyncio.wait_for(anext(stream), self.read_timeout)
+            except StopAsyncIteration:
+                return version
+            except TimeoutError:
+                metrics.WATCH_RESTARTS.labels(self.name, "inactivity").inc()
+                return version
+            self._apply(event, obj)
+            version = obj.metadata.resourceVersion or version
+
+    def _handle_line(self, line: str, version: str) -> str:
+        event = decoders.decode_watch_event(line)
+        if event.type == "ERROR":
+            raise ApiError(status=decoders.decode_status(event.object))
+        if event.type == "BOOKMARK":
+            metrics.WATCH_EVENTS.labels(self.name, "BOOKMARK").inc()
+            bookmark = msgspec.json.decode(event.object, type=_Bookmark)
+            return bookmark.metadata.get("resourceVersion") or version
+        obj = decoders.decode_object(event.object, self.resource)
+        self._apply(event.type, obj)
+        return obj.metadata.resourceVersion or version
+
+    def _succeeded(self) -> None:
+        self.healthy = True
+        if self.consecutive_failures == 0:
+            return
+        was_failing = self.failing
+        self.consecutive_failures = 0
+        self.failing_since = None
+        if was_failing:
+            log.info("informer recovered", extra=fields(informer=self.name))
+            self._tell_listeners()
+
+    def _failed(self, error: Exception, backoff: float) -> None:
         self.healthy = False
-        status = getattr(error, "status", None)
-        self.last_error = (getattr(status, "message", None) or str(error) or type(error).__name__)[:300]
+        self.last_error = error_text(error)
+        if self.consecutive_failures == 0:
+            self.failing_since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.consecutive_failures += 1
         metrics.WATCH_RESTARTS.labels(self.name, type(error).__name__).inc()
         log.warning(
             "watch interrupted; relisting",
-            extra=fields(informer=self.name, error=str(error)[:300], retry_in=backoff),
+            extra=fields(
+                informer=self.name, error=self.last_error, failures=self.consecutive_failures, retry_in=backoff
+            ),
         )
+        if self.consecutive_failures == FAILING_AFTER:
+            self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
+        for listener in list(failure_listeners):
+            try:
+                listener(self)
+            except Exception:
+                log.exception("informer failure listener failed", extra=fields(informer=self.name))
 
     async def _relist(self) -> str:
         listing = self.client.list(self.resource, chunk_size=500, **self._selectors())
