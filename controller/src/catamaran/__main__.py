@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from . import logs, metrics
+from . import health, logs
 from .constants import SYSTEM_NAMESPACE
 from .consumer.csr import KubeletServingApprover
 from .consumer.offloading import NamespaceOffloadingController
@@ -46,6 +46,7 @@ def consumer_tasks(client, args) -> list:
             service=service,
         )
         tasks.append(webhook.run())
+        health.HEALTH.add_check("pod webhook", health.listening("127.0.0.1", args.webhook_port))
     return tasks
 
 
@@ -54,8 +55,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="local cluster kubeconfig")
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("--cluster-id", required=True, help="this cluster's id (a DNS-1123 label)")
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port (0: off)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="port of /metrics, /livez, /healthz and /readyz (0: off)"
+    )
     parser.add_argument("--metrics-address", default="127.0.0.1")
+    parser.add_argument(
+        "--health-url-file",
+        type=Path,
+        help="write the base URL of that server here once it listens (with --metrics-port 0: any free port)",
+    )
+    parser.add_argument(
+        "--liveness-stall-seconds",
+        type=float,
+        default=health.STALL_SECONDS,
+        help="/livez fails once the event loop has not turned for this long",
+    )
     parser.add_argument("--log-level", default="info")
     commands = parser.add_subparsers(dest="command", required=True)
     manager = commands.add_parser(
@@ -138,7 +152,7 @@ async def _main(args) -> None:
     log.info("starting", extra=logs.fields(command=args.command, cluster_id=args.cluster_id))
     try:
         async with asyncio.TaskGroup() as group:
-            for task in tasks:
+            for task in [health.HEALTH.heartbeat(), *tasks]:
                 group.create_task(task)
     except* PeeringRemoved as removed:
         # A deliberate end, not a failure: returning exits 0, so a supervisor does not restart the process.
@@ -146,9 +160,15 @@ async def _main(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.metrics_port < 0 or args.metrics_port > 65535:
+        parser.error(f"--metrics-port: {args.metrics_port} is not a port number (0-65535)")
+    if args.liveness_stall_seconds <= 0:
+        parser.error(f"--liveness-stall-seconds: must be positive, not {args.liveness_stall_seconds}")
     logs.setup(args.log_level)
-    metrics.serve(args.metrics_port, args.metrics_address)
+    health.HEALTH.stall_seconds = args.liveness_stall_seconds
+    health.serve(args.metrics_port, args.metrics_address, args.health_url_file)
     loop = asyncio.new_event_loop()
     main_task = loop.create_task(_main(args))
     for sig in (signal.SIGTERM, signal.SIGINT):

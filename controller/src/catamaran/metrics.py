@@ -1,6 +1,6 @@
-"""Prometheus metrics shared by every reconciler and watch loop."""
+"""Prometheus metrics shared by every reconciler and watch loop (served by health.serve)."""
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter("catamaran_reconciles_total", "Reconciliations run", ["controller", "result"])
 RECONCILE_SECONDS = Histogram(
@@ -13,11 +13,6 @@ QUEUE_DEPTH = Gauge("catamaran_queue_depth", "Keys waiting in a work queue", ["c
 WATCH_EVENTS = Counter("catamaran_watch_events_total", "Watch events received", ["informer", "type"])
 WATCH_RESTARTS = Counter("catamaran_watch_restarts_total", "Watches restarted by a relist", ["informer", "reason"])
 CACHED_OBJECTS = Gauge("catamaran_cached_objects", "Objects held by an informer cache", ["informer"])
-
-
-def serve(port: int, address: str = "127.0.0.1") -> None:
-    if port:
-        start_http_server(port, addr=address)
 
 
 REMOTE_EVENTS_MIRRORED = Counter(
