@@ -1,4 +1,9 @@
-"""The virtual node: its object, capacity, conditions, Lease, and the provider health check."""
+"""The virtual node: its object, capacity, conditions, Lease, and the provider health check.
+
+Besides the health check, other parts may hold the node NotReady with a reason of their own
+(`set_problem`): informers that keep failing (WatchesFailing, watched here), a rejected credential
+(CredentialRejected). The most specific reason is shown; listeners hear every change of the verdict.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from .. import health as process_health
 from .. import quantities
 from ..constants import (
     LABEL_REMOTE_CLUSTER_ID,
@@ -25,6 +31,7 @@ from ..constants import (
     VIRTUAL_NODE_TAINT,
     virtual_node_name,
 )
+from ..kube import informer as informers
 from ..kube.clients import get_raw
 from ..kube.events import EventRecorder
 from ..kube.ops import tolerating
@@ -36,6 +43,10 @@ log = logging.getLogger(__name__)
 ROUNDED_TO_ZERO = "catamaran.io/ResourcesRoundedToZero"
 PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
 KUBELET_VERSION = "catamaran-v0.1.0"
+WATCHES_FAILING = "WatchesFailing"
+# NotReady reasons other than the health check's ProviderUnreachable (which beats them all), most specific
+# first; a reason not listed here comes after these.
+PROBLEM_PRIORITY = ("CredentialRejected", WATCHES_FAILING)
 
 
 @dataclass
@@ -68,16 +79,37 @@ def node_labels(settings: NodeSettings) -> dict:
     }
 
 
+def top_problem(problems: dict[str, str]) -> tuple[str, str] | None:
+    """The (reason, message) to show of the problems holding the node NotReady, or None."""
+    if not problems:
+        return None
+    rank = {reason: index for index, reason in enumerate(PROBLEM_PRIORITY)}
+    reason = min(problems, key=lambda r: (rank.get(r, len(rank)), r))
+    return reason, problems[reason]
+
+
+def failing_watches_message(failing: list) -> str:
+    return "; ".join(informers.describe_failure(i) for i in failing)
+
+
 def node_status(
-    settings: NodeSettings, offer: dict | None, healthy: bool, unhealthy_reason: str, previous: list[dict]
+    settings: NodeSettings,
+    offer: dict | None,
+    healthy: bool,
+    unhealthy_reason: str,
+    previous: list[dict],
+    problems: dict[str, str] | None = None,
 ) -> tuple[dict, list[str]]:
-    """Node status from the provider's offer and health; also the resources that rounded to zero."""
+    """Node status from the provider's offer, health and problems; also the resources that rounded to zero."""
     offer = offer or {}
     capacity, vanished = quantities.share(offer.get("free") or {}, settings.sharing_percentage)
     capacity.setdefault("pods", "0")
     conditions = previous
+    problem = top_problem(problems or {})
     if not healthy:
         ready = ("False", "ProviderUnreachable", unhealthy_reason)
+    elif problem:
+        ready = ("False", *problem)
     elif not offer:
         ready = ("False", "NoResourceOffer", "the provider has not published its resources yet")
     else:
@@ -147,7 +179,10 @@ class VirtualNode:
         self.healthy = True
         self.unhealthy_reason = ""
         self.failures = 0
-        self.health_listeners: list = []
+        self.problems: dict[str, str] = {}  # NotReady reason -> message, besides the health check
+        self.health_listeners: list = []  # called with `ready` whenever the verdict (ready, reason) changes
+        self._verdict = (True, "")
+        self._informers_changed = asyncio.Event()
         self._changed = asyncio.Event()
         self._reported_zero: set[str] = set()
         self._node_uid: str | None = None
@@ -167,7 +202,61 @@ class VirtualNode:
         await self._status_published.wait()
 
     def tasks(self):
-        return [self._health_loop(), self._lease_loop(), self._status_loop()]
+        return [self._health_loop(), self._lease_loop(), self._status_loop(), self._watch_informers()]
+
+    @property
+    def not_ready(self) -> tuple[str, str] | None:
+        """(reason, message) while the node is NotReady for its health check or a problem, else None."""
+        if not self.healthy:
+            return "ProviderUnreachable", self.unhealthy_reason
+        return top_problem(self.problems)
+
+    def set_problem(self, reason: str, message: str | None) -> None:
+        """Hold the node NotReady with `reason` (a CamelCase word) and `message`; None clears it."""
+        if message is None:
+            if self.problems.pop(reason, None) is None:
+                return
+        elif self.problems.get(reason) == message:
+            return
+        else:
+            self.problems[reason] = message
+        self._changed.set()
+        self._tell_listeners()
+
+    def _tell_listeners(self) -> None:
+        verdict = self.not_ready
+        summary = (verdict is None, verdict[0] if verdict else "")
+        if summary == self._verdict:
+            return
+        self._verdict = summary
+        for listener in self.health_listeners:
+            listener(verdict is None)
+
+    def _readiness(self) -> str | None:
+        """The process's readiness (/readyz): the provider link and problems; failing watches are reported
+        by the informers themselves."""
+        verdict = self.not_ready
+        if verdict is None or verdict[0] == WATCHES_FAILING:
+            return None
+        return f"{verdict[0]}: {verdict[1]}"
+
+    async def _watch_informers(self) -> None:
+        """WatchesFailing while any informer of this process keeps failing (lost rights, a server away)."""
+
+        def changed(_informer) -> None:
+            self._informers_changed.set()
+
+        informers.failure_listeners.append(changed)
+        process_health.HEALTH.add_check(f"virtual node {self.name}", self._readiness)
+        try:
+            while True:
+                failing = [i for i in informers.running_informers() if i.failing]
+                self.set_problem(WATCHES_FAILING, failing_watches_message(failing) if failing else None)
+                await self._informers_changed.wait()
+                self._informers_changed.clear()
+        finally:
+            informers.failure_listeners.remove(changed)
+            process_health.HEALTH.remove_check(f"virtual node {self.name}")
 
     async def remove(self) -> None:
         """Delete the Node and its Lease; call only once tasks() are cancelled, or they would recreate both."""
@@ -202,7 +291,13 @@ class VirtualNode:
             )
         except Exception as error:  # timeouts and connection errors are the point of the check
             return False, f"{type(error).__name__}: {error}"[:200]
-        if code == 200:
+        # The provider answered, so it is reachable; a 401 means it refuses the tenant credential (expired or
+        # revoked), which a new credential heals without a restart (vk/peering.py CredentialFollower).
+        rejected = code == 401
+        self.set_problem(
+            "CredentialRejected", "the provider rejects the tenant credential (401 Unauthorized)" if rejected else None
+        )
+        if code == 200 or rejected:
             return True, ""
         return False, f"/readyz answered {code}: {body.strip()[:120]}"
 
@@ -211,8 +306,7 @@ class VirtualNode:
         self.healthy, self.unhealthy_reason = healthy, reason
         if changed:
             self._changed.set()
-            for listener in self.health_listeners:
-                listener(healthy)
+            self._tell_listeners()
 
     async def _status_loop(self) -> None:
         while True:
@@ -249,7 +343,9 @@ class VirtualNode:
         if any(current_labels.get(k) != v for k, v in wanted_labels.items()):
             await self.local.patch(Node, self.name, {"metadata": {"labels": wanted_labels}}, patch_type=PatchType.MERGE)
         previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
-        status, vanished = node_status(self.settings, self.offer, self.healthy, self.unhealthy_reason, previous)
+        status, vanished = node_status(
+            self.settings, self.offer, self.healthy, self.unhealthy_reason, previous, self.problems
+        )
         await self.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
         self._status_published.set()
         if set(vanished) - self._reported_zero:

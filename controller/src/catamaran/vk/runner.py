@@ -225,8 +225,8 @@ class VirtualKubelet:
         node.health_listeners.append(
             lambda healthy: asyncio.get_running_loop().create_task(
                 self._report(
-                    "ProviderReachable" if healthy else "ProviderUnreachable",
-                    node.unhealthy_reason or f"virtual node {node.name} is serving",
+                    "ProviderReachable" if healthy else (node.not_ready or ("ProviderUnreachable",))[0],
+                    (node.not_ready or ("", f"virtual node {node.name} is serving"))[1],
                     ready=healthy,
                 )
             )
