@@ -6,6 +6,9 @@
 Each process runs under `python -m catamaran.supervisor`, which restarts it after failures and
 keeps <state_dir>/<name>.pid, .log and .status.json. <name>.spec.json records what was asked
 for, so a changed command restarts the process and an unchanged one leaves it alone.
+
+With a liveness probe the process writes its health server's URL to <name>.health-url (its
+--health-url-file) and the supervisor restarts it when /livez fails there several times in a row.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,9 +17,34 @@ __metaclass__ = type
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
+
+# A process name becomes file names in state_dir and a supervisor argument: no paths, no spaces.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def name_problem(name):
+    """None for a usable process name, else what is wrong with it."""
+    if not NAME_PATTERN.match(name or ""):
+        return (
+            "name: %r must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(it names files in state_dir)" % (name,)
+        )
+    return None
+
+
+def liveness_problem(liveness):
+    """None for usable liveness settings (a dict or None), else which field is wrong and why."""
+    if not liveness:
+        return None
+    for field in ("period", "timeout", "failure_threshold"):
+        value = liveness.get(field)
+        if value is None or value <= 0:
+            return "liveness.%s: must be a positive number, not %r" % (field, value)
+    return None
 
 
 class ProcessError(Exception):
@@ -32,6 +60,7 @@ class SupervisedProcess:
         self.spec_file = os.path.join(state_dir, name + ".spec.json")
         self.status_file = os.path.join(state_dir, name + ".status.json")
         self.log_file = os.path.join(state_dir, name + ".log")
+        self.health_url_file = os.path.join(state_dir, name + ".health-url")
 
     def _read(self, path):
         try:
@@ -71,34 +100,41 @@ class SupervisedProcess:
             supervisor_pid=pid,
             child_pid=status.get("child_pid") if pid else None,
             restarts=status.get("restarts", 0) if pid else 0,
+            liveness_restarts=status.get("liveness_restarts", 0) if pid else 0,
+            last_restart_reason=status.get("last_restart_reason"),
             state=status.get("state") if pid else ("exited" if status.get("state") == "exited" else "stopped"),
             last_exit=status.get("last_exit"),
             log=self.log_file,
             command=(self.spec() or {}).get("command"),
         )
 
-    def start(self, command, env):
+    def supervisor_args(self, command, liveness):
+        """The supervisor's command line; the liveness probe's URL file goes to both ends."""
+        args = [self.python, "-m", "catamaran.supervisor", "--name", self.name, "--state-dir", self.state_dir]
+        child = [self.python, "-m", "catamaran"]
+        if liveness:
+            args += [
+                "--liveness-url-file",
+                self.health_url_file,
+                "--liveness-period",
+                str(liveness["period"]),
+                "--liveness-timeout",
+                str(liveness["timeout"]),
+                "--liveness-failures",
+                str(liveness["failure_threshold"]),
+            ]
+            child += ["--health-url-file", self.health_url_file]  # a global option: before the subcommand
+        return [*args, "--", *child, *command]
+
+    def start(self, command, env, liveness=None):
         if not os.path.isdir(self.state_dir):
             os.makedirs(self.state_dir)
         with open(self.spec_file, "w") as handle:
-            json.dump(dict(command=command, env=env), handle)
+            json.dump(dict(command=command, env=env, liveness=liveness), handle)
         child_env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
         with open(os.path.join(self.state_dir, self.name + ".supervisor.log"), "ab") as log:
             supervisor = subprocess.Popen(
-                [
-                    self.python,
-                    "-m",
-                    "catamaran.supervisor",
-                    "--name",
-                    self.name,
-                    "--state-dir",
-                    self.state_dir,
-                    "--",
-                    self.python,
-                    "-m",
-                    "catamaran",
-                    *command,
-                ],
+                self.supervisor_args(command, liveness),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

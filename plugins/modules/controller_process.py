@@ -15,7 +15,11 @@ description:
   - Starts C(python -m catamaran <command>) under C(python -m catamaran.supervisor), which restarts it after
     a failure (capped backoff) and stops with it when it exits 0 on purpose.
   - Keeps C(<name>.pid), C(<name>.log), C(<name>.status.json) and C(<name>.spec.json) in O(state_dir).
-  - Idempotent. A running process with the same command and environment is left alone. A different one is restarted.
+  - Idempotent. A running process with the same command, environment and liveness probe is left alone. A different
+    one is restarted.
+  - With O(liveness.enabled) (the default) the process serves C(/livez) (its C(--health-url-file), any free port
+    unless C(--metrics-port) names one) and the supervisor restarts it after O(liveness.failure_threshold) failed
+    probes in a row, as a kubelet's liveness probe would, so a wedged event loop does not go unnoticed.
   - This is the P(catamaran.federation.controller#role) role's C(local) mode, for clusters that cannot run the
     controller image, such as the lab.
 author:
@@ -29,7 +33,9 @@ attributes:
     description: Shows the state and command before and after.
 options:
   name:
-    description: A name unique in O(state_dir), such as C(manager-cluster-1).
+    description:
+      - A name unique in O(state_dir), such as C(manager-cluster-1).
+      - 1-100 letters, digits, C(.), C(_) or C(-), starting with a letter or digit (it names files in O(state_dir)).
     type: str
     required: true
   state:
@@ -57,6 +63,27 @@ options:
     description: Directory for pid, log, spec and status files.
     type: path
     required: true
+  liveness:
+    description: The supervisor's liveness probe of C(/livez).
+    type: dict
+    default: {}
+    suboptions:
+      enabled:
+        description: Probe the process and restart it when it stops answering.
+        type: bool
+        default: true
+      period:
+        description: Seconds between probes (positive).
+        type: float
+        default: 10
+      timeout:
+        description: Seconds one probe may take (positive).
+        type: float
+        default: 5
+      failure_threshold:
+        description: Failed probes in a row that restart the process (positive).
+        type: int
+        default: 3
 """
 
 EXAMPLES = r"""
@@ -106,6 +133,14 @@ process:
       description: How often the supervisor restarted the process.
       type: int
       sample: 0
+    liveness_restarts:
+      description: How many of those restarts the liveness probe caused.
+      type: int
+      sample: 0
+    last_restart_reason:
+      description: Why the liveness probe last restarted the process, if it did.
+      type: str
+      sample: "liveness probe failed 3 times in a row: HTTP 503: event loop has not turned for 31s (limit 30s)"
     state:
       description: V(running), V(backoff) (waiting to restart), V(stopped) or V(exited) (ended with status 0).
       type: str
@@ -122,7 +157,12 @@ process:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.catamaran.federation.plugins.module_utils.processes import ProcessError, SupervisedProcess
+from ansible_collections.catamaran.federation.plugins.module_utils.processes import (
+    ProcessError,
+    SupervisedProcess,
+    liveness_problem,
+    name_problem,
+)
 
 
 def main():
@@ -134,14 +174,29 @@ def main():
             env=dict(type="dict", default={}),
             python=dict(type="path", required=True),
             state_dir=dict(type="path", required=True),
+            liveness=dict(
+                type="dict",
+                default={},
+                options=dict(
+                    enabled=dict(type="bool", default=True),
+                    period=dict(type="float", default=10),
+                    timeout=dict(type="float", default=5),
+                    failure_threshold=dict(type="int", default=3),
+                ),
+            ),
         ),
         required_if=[("state", "started", ["command"]), ("state", "restarted", ["command"])],
         supports_check_mode=True,
     )
     params = module.params
+    liveness = dict(params["liveness"] or {})
+    liveness = None if not liveness.pop("enabled", True) else liveness
+    problem = name_problem(params["name"]) or liveness_problem(liveness)
+    if problem:
+        module.fail_json(msg=problem)
     process = SupervisedProcess(params["state_dir"], params["name"], params["python"])
     before = process.describe()
-    wanted = dict(command=params["command"], env=params["env"])
+    wanted = dict(command=params["command"], env=params["env"], liveness=liveness)
     state = params["state"]
     if state == "started":
         changed = not before["running"] or process.spec() != wanted
@@ -155,7 +210,7 @@ def main():
         if changed and not module.check_mode:
             process.stop()
             if state in ("started", "restarted"):
-                process.start(params["command"], params["env"])
+                process.start(params["command"], params["env"], liveness)
             elif state == "absent":
                 process.forget()
     except (ProcessError, OSError) as error:
