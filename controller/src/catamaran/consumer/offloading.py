@@ -3,7 +3,9 @@
 Each virtual kubelet (the only holder of its provider's credential) creates or removes its twin
 namespace and reports its own entry in `status.clusters`; this controller turns those entries and
 the set of matching virtual nodes into `offloadingPhase`, and finishes deletion once every twin is
-gone. It also binds the virtual kubelets' reflection role (Secrets, service-account tokens) in the
+gone. An entry of a provider that is no longer peered (neither its ForeignCluster nor its virtual
+node is left) has nobody to clear it, so this controller removes it: otherwise deletion would wait
+for it forever. It also binds the virtual kubelets' reflection role (Secrets, service-account tokens) in the
 offloaded namespace, and only there, for as long as the namespace is offloaded.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
@@ -28,7 +31,7 @@ from ..constants import (
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.ops import tolerating
-from ..kube.resources import NamespaceOffloading
+from ..kube.resources import ForeignCluster, NamespaceOffloading
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, reference, same_conditions, set_condition
@@ -62,6 +65,22 @@ def offloading_phase(deleting: bool, selected: list[str], entries: dict[str, dic
     if all(p == "Ready" for p in phases.values()):
         return "Ready", f"twin namespaces ready on {', '.join(selected)}"
     return "InProgress", f"waiting for {', '.join(c for c, p in phases.items() if p != 'Ready')}"
+
+
+def unpeered_entries(entries: list[dict], peered: set[str]) -> list[int]:
+    """Indexes of `status.clusters` entries whose cluster is no longer peered."""
+    return [index for index, entry in enumerate(entries) if entry.get("clusterID") not in peered]
+
+
+def removal_patch(entries: list[dict], indexes: list[int]) -> list[dict]:
+    """A JSON patch removing those entries, each guarded by a test of its clusterID (a concurrent change fails
+    the patch instead of removing the wrong entry); highest index first so the others keep their place."""
+    patch = []
+    for index in sorted(indexes, reverse=True):
+        path = f"/status/clusters/{index}"
+        patch.append({"op": "test", "path": f"{path}/clusterID", "value": entries[index]["clusterID"]})
+        patch.append({"op": "remove", "path": path})
+    return patch
 
 
 def summarize_virtual_node(node) -> dict:
@@ -105,20 +124,34 @@ class NamespaceOffloadingController:
         self.virtual_nodes = Informer(
             client, Node, name="virtual-nodes", labels={LABEL_TYPE: TYPE_VIRTUAL_NODE}, transform=summarize_virtual_node
         )
+        # Only the cluster id of each ForeignCluster: an entry of a cluster with neither is stale.
+        self.foreign_clusters = Informer(
+            client,
+            ForeignCluster,
+            name="foreignclusters",
+            transform=lambda foreign: (as_dict(foreign).get("spec") or {}).get("clusterID"),
+        )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key))
         self.virtual_nodes.on_change(lambda event, key, new, old: self._requeue_all())
+        self.foreign_clusters.on_change(lambda event, key, new, old: self._requeue_all())
 
     def _requeue_all(self) -> None:
         for key in list(self.offloadings.cache):
             self.queue.add(key)
 
     def tasks(self):
-        return [self.offloadings.run(), self.virtual_nodes.run(), self._run()]
+        return [self.offloadings.run(), self.virtual_nodes.run(), self.foreign_clusters.run(), self._run()]
+
+    def peered_clusters(self) -> set[str]:
+        return {node["cluster"] for node in self.virtual_nodes.cache.values()} | {
+            cluster for cluster in self.foreign_clusters.cache.values() if cluster
+        }
 
     async def _run(self):
         await self.offloadings.synced.wait()
         await self.virtual_nodes.synced.wait()
+        await self.foreign_clusters.synced.wait()
         await self.queue.run()
 
     async def reconcile(self, key) -> float | None:
@@ -129,6 +162,10 @@ class NamespaceOffloadingController:
         meta = offloading["metadata"]
         status = offloading.get("status") or {}
         deleting = bool(meta.get("deletionTimestamp"))
+        stale = unpeered_entries(status.get("clusters") or [], self.peered_clusters())
+        if stale:
+            await self._forget_unpeered(offloading, stale)
+            return None  # the status change comes back through the informer and requeues
         entries = {entry["clusterID"]: entry for entry in status.get("clusters") or []}
         if deleting and not entries:
             with tolerating(404):
@@ -174,6 +211,26 @@ class NamespaceOffloadingController:
                 kind = "Warning" if phase in ("SomeFailed", "AllFailed") else "Normal"
                 await self.events.record(reference(offloading), kind, phase, message)
         return None
+
+    async def _forget_unpeered(self, offloading: dict, indexes: list[int]) -> None:
+        meta = offloading["metadata"]
+        entries = offloading["status"]["clusters"]
+        clusters = sorted(entries[i]["clusterID"] for i in indexes)
+        try:
+            await self.client.patch(
+                NamespaceOffloading.Status,
+                meta["name"],
+                removal_patch(entries, indexes),
+                namespace=meta["namespace"],
+                patch_type=PatchType.JSON,
+            )
+        except ApiError as error:
+            if error.status.code in (404, 422):  # gone, or the entries moved meanwhile: the informer brings news
+                return
+            raise
+        message = f"removed the status of {', '.join(clusters)}: no longer peered"
+        log.info("unpeered clusters forgotten", extra=fields(namespace=meta["namespace"], clusters=clusters))
+        await self.events.record(reference(offloading), "Normal", "ClusterUnpeered", message)
 
     async def _bind_reflection(self, namespace: str) -> None:
         body = reflection_binding(namespace, self.controller_namespace)
