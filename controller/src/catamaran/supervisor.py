@@ -56,6 +56,7 @@ class Supervisor:
         self.command = command
         self.liveness = liveness
         self.liveness_restarts = 0
+        self.last_restart_reason: str | None = None
         self.pid_file = state_dir / f"{name}.pid"
         self.status_file = state_dir / f"{name}.status.json"
         self.log_file = state_dir / f"{name}.log"
@@ -68,6 +69,7 @@ class Supervisor:
             "supervisor_pid": os.getpid(),
             "restarts": self.restarts,
             "liveness_restarts": self.liveness_restarts,
+            "last_restart_reason": self.last_restart_reason,
             "time": time.time(),
             **fields,
         }
@@ -101,7 +103,7 @@ class Supervisor:
                     break
                 backoff = BACKOFF_MIN if time.monotonic() - started > STABLE_SECONDS else min(backoff * 2, BACKOFF_MAX)
                 self.restarts += 1
-                self._status(state="backoff", last_exit=code, retry_in=backoff, last_restart_reason=dead_reason)
+                self._status(state="backoff", last_exit=code, retry_in=backoff)
                 deadline = time.monotonic() + backoff
                 while not self.stopping and time.monotonic() < deadline:
                     time.sleep(0.2)
@@ -137,8 +139,9 @@ class Supervisor:
             if problem and failures >= self.liveness.failures:
                 dead_reason = f"liveness probe failed {failures} times in a row: {problem}"
                 self.liveness_restarts += 1
+                self.last_restart_reason = dead_reason
                 print(f"supervisor: {self.name}: {dead_reason}; restarting", file=sys.stderr, flush=True)
-                self._status(state="restarting", child_pid=self.child.pid, last_restart_reason=dead_reason)
+                self._status(state="restarting", child_pid=self.child.pid)
                 self.child.send_signal(signal.SIGTERM)
 
 
