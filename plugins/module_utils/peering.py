@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import base64
 
-from ansible_collections.catamaran.federation.plugins.module_utils import reflection, validation
+from ansible_collections.catamaran.federation.plugins.module_utils import networks, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
@@ -191,7 +191,7 @@ class Peering:
         for node in self.provider.list("v1", "Node"):
             spec = node.get("spec") or {}
             ranges.extend(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
-        return validation.covering_networks(ranges)
+        return networks.covering_networks(ranges)
 
     # -- present -------------------------------------------------------------------------------
     def present(self, params):

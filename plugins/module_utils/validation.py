@@ -98,21 +98,6 @@ def remap_covers(remap, provider_cidrs, where):
             )
 
 
-def covering_networks(ranges):
-    """One network per address family holding every range, as the provider's manager reports its pod ranges."""
-    by_family = {}
-    for entry in ranges:
-        network = ipaddress.ip_network(entry, strict=False)
-        by_family.setdefault(network.version, []).append(network)
-    covering = []
-    for networks in by_family.values():
-        supernet = networks[0]
-        while not all(n.subnet_of(supernet) for n in networks):
-            supernet = supernet.supernet()
-        covering.append(str(supernet))
-    return sorted(covering)
-
-
 def positive(value, where):
     if value is None:
         return None

@@ -16,6 +16,7 @@ import yaml
 
 from tests.integration.conftest import get_json, wait_for
 
+from .federation import node_ready as node_ready_status
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -81,11 +82,7 @@ def exists(lab, cluster: str, *args: str) -> bool:
 
 
 def node_ready(lab, node: str) -> bool:
-    result = lab.kubectl(CONSUMER, "get", "node", node, "-o", "json", check=False)
-    if result.returncode != 0:
-        return False
-    conditions = json.loads(result.stdout)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return node_ready_status(lab, CONSUMER, node) == "True"
 
 
 def api_server_ready(lab, cluster: str) -> bool:

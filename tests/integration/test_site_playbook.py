@@ -18,6 +18,7 @@ import yaml
 from tests.integration.conftest import get_json, require_real_node, wait_for
 
 from . import playbooks
+from .federation import node_ready as node_ready_status
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 
 CONSUMER = "cluster-1"
@@ -63,11 +64,7 @@ def snapshot(lab) -> dict:
 
 
 def node_ready(lab, node: str) -> bool:
-    result = lab.kubectl(CONSUMER, "get", "node", node, "-o", "json", check=False)
-    if result.returncode != 0:
-        return False
-    conditions = json.loads(result.stdout)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return node_ready_status(lab, CONSUMER, node) == "True"
 
 
 def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):

@@ -17,17 +17,14 @@ from ansible_collections.catamaran.federation.plugins.module_utils.changes impor
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import TENANT_WORKLOAD_CLUSTER_ROLE
 from ansible_collections.catamaran.federation.plugins.module_utils.kube import ClusterError, ClusterUnreachable
+from ansible_collections.catamaran.federation.plugins.module_utils.networks import covering_networks
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import (
     Peering,
     api_toleration,
     connect_both,
 )
 from ansible_collections.catamaran.federation.plugins.module_utils.tenancy import provider_cluster_roles
-from ansible_collections.catamaran.federation.plugins.module_utils.validation import (
-    InvalidSetting,
-    covering_networks,
-    remap_covers,
-)
+from ansible_collections.catamaran.federation.plugins.module_utils.validation import InvalidSetting, remap_covers
 from ansible_collections.catamaran.federation.plugins.modules.peering import argument_spec, reflection_options
 
 

@@ -13,7 +13,6 @@ tenant's pods use of it.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from ..kube.informer import Informer
 from ..kube.ops import tolerating
 from ..kube.resources import ResourceOffer
 from ..kube.workqueue import WorkQueue
+from ..networks import covering_networks
 from ..objects import now_iso
 from . import quota
 
@@ -178,21 +178,6 @@ def offer_status(nodes: dict, pods: dict, tenant: str, placement: Placement | No
         "podCIDRs": covering_networks({cidr for node in nodes.values() for cidr in node.pod_cidrs}),
         "pressure": pressure,
     }
-
-
-def covering_networks(cidrs) -> list[str]:
-    """One network per address family containing every node's pod range, so IP offsets stay unique."""
-    by_family: dict[int, list] = {}
-    for cidr in cidrs:
-        network = ipaddress.ip_network(cidr, strict=False)
-        by_family.setdefault(network.version, []).append(network)
-    covering = []
-    for networks in by_family.values():
-        supernet = networks[0]
-        while not all(n.subnet_of(supernet) for n in networks):
-            supernet = supernet.supernet()
-        covering.append(str(supernet))
-    return sorted(covering)
 
 
 class ResourceOfferController:
