@@ -87,13 +87,7 @@ def node_condition(lab, node: str, kind: str = "Ready") -> str | None:
 def offload(lab, fed, namespace: str, **spec) -> None:
     lab.kubectl(CONSUMER, "create", "namespace", namespace, check=False)
     fed["namespaces"].append(namespace)
-    body = {
-        "apiVersion": "offloading.catamaran.io/v1alpha1",
-        "kind": "NamespaceOffloading",
-        "metadata": {"name": "offloading", "namespace": namespace},
-        "spec": spec,
-    }
-    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
+    federation.offload_namespace(lab, CONSUMER, namespace, **spec)
     wait_for(lambda: lab.kubectl(CONSUMER, "-n", namespace, "get", "sa", "default", check=False).returncode == 0)
 
 
