@@ -16,6 +16,8 @@ from catamaran_lab import config as lab_config
 from catamaran_lab.errors import LabError
 from catamaran_lab.lab import Lab
 
+from . import collection
+
 
 @pytest.fixture(scope="session")
 def lab(pytestconfig) -> Lab:
@@ -28,6 +30,20 @@ def lab(pytestconfig) -> Lab:
         except LabError as error:
             pytest.fail(f"the lab could not start, so no integration test can run:\n{error}", pytrace=False)
     return lab
+
+
+@pytest.fixture(scope="session")
+def collection_artifact(tmp_path_factory):
+    """The collection's artifact, built once per session from this checkout (wheel included)."""
+    return collection.build_artifact(tmp_path_factory.mktemp("artifact"))
+
+
+@pytest.fixture(scope="session")
+def installed_collections(collection_artifact, tmp_path_factory):
+    """An empty collections path holding only that artifact, installed as users install it."""
+    path = tmp_path_factory.mktemp("collections")
+    collection.install_artifact(collection_artifact, path)
+    return path
 
 
 @pytest.fixture(scope="session")
