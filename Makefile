@@ -22,7 +22,7 @@ GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
-.PHONY: help setup lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
+.PHONY: help setup collection lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ $(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.t
 	ln -sfn ../../.. .collections/ansible_collections/catamaran/federation
 	@touch $@
 
+collection: setup ## build what users install: the controller's wheel, then the collection's artifact into dist/
+	PYTHON=$(BIN)/python tools/build-collection dist
+
 lab-build: setup ## install the real nodes' Debian packages; build the pinned binaries and images into ~/.cache/catamaran-lab (once)
 	$(LAB) build
 
@@ -48,7 +51,7 @@ lab-up: lab-build ## start the lab clusters (CLUSTERS=n, CATAMARAN_LAB_OVERLAP=1
 lab-down: ## stop every lab process and remove .lab/
 	@if [ -x $(LAB) ]; then $(LAB) down; else echo "lab: nothing to do (no $(VENV))"; fi
 
-demo: lab-up ## the main job: the lab's 3 clusters, site.yml peers them and offloads `demo`, a real sample app runs remotely
+demo: lab-up collection ## the main job: the lab's 3 clusters, site.yml peers them and offloads `demo`, a real sample app runs remotely
 	$(BIN)/ansible-playbook playbooks/site.yml
 	examples/lab/demo.sh deploy
 	examples/lab/demo.sh show
