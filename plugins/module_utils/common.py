@@ -11,8 +11,8 @@ import re
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.catamaran.federation.plugins.module_utils import connection
 from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
-    CONNECTION_OPTIONS,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     Cluster,
@@ -24,7 +24,16 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def connection_spec():
-    return dict((key, dict(value)) for key, value in CONNECTION_OPTIONS.items())
+    """The connection options (kubeconfig, context, host, api_key, ...), each unset unless given."""
+    return connection.argument_spec()
+
+
+def connection_options(params, side=None):
+    """The options a cluster is reached with: a side's suboptions (peering) over the top-level ones, or the
+    module's own parameters; unset ones come from K8S_AUTH_* (connection.resolve)."""
+    if side is None:
+        return connection.resolve(params)
+    return connection.resolve(params.get(side) or {}, defaults=params)
 
 
 class InvalidInput(Exception):
@@ -48,11 +57,14 @@ class CatamaranModule:
             self.ansible.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
         self.params = self.ansible.params
         self.check_mode = self.ansible.check_mode
+        # Credentials inside kubeconfig content (top level or a side's suboptions) never reach the output.
+        for options in [self.params] + [value for value in self.params.values() if isinstance(value, dict)]:
+            self.hide(*connection.secrets_in(options))
 
     def connect(self, label, options):
-        cluster = Cluster(
-            label, options["kubeconfig"], options.get("context"), request_timeout=options.get("request_timeout") or 10
-        )
+        """Reach one cluster with resolved options (connection_options) and prove the credential works."""
+        self.hide(*connection.secrets_in(options))
+        cluster = Cluster(label, options)
         cluster.check()
         return cluster
 
@@ -68,6 +80,8 @@ class CatamaranModule:
             self.ansible.exit_json(**body())
         except InvalidInput as error:
             self.ansible.fail_json(msg="invalid input: %s" % error)
+        except connection.ConnectionProblem as error:
+            self.ansible.fail_json(msg=str(error))
         except ClusterUnreachable as error:
             # Playbooks tell a cluster that is down (skip its pairs) from one that refuses (stop). Not `unreachable`:
             # Ansible would take that for the control host's own connection failing.
@@ -83,4 +97,9 @@ def run_info_module(key, report, extra_options=None):
     spec = connection_spec()
     spec.update(extra_options or {})
     module = CatamaranModule(spec, supports_check_mode=True)
-    module.run(lambda: {"changed": False, key: report(module.connect(None, module.params), module.params)})
+    module.run(
+        lambda: {
+            "changed": False,
+            key: report(module.connect(None, connection_options(module.params)), module.params),
+        }
+    )

@@ -11,21 +11,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import base64
 import json
-import os
 import time
 
-try:
-    import yaml
-except ImportError:  # reported by the modules through missing_required_lib
-    yaml = None
+from ansible_collections.catamaran.federation.plugins.module_utils import connection
 
 try:
     import urllib3
     from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
 
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
@@ -55,12 +48,6 @@ KINDS = {
     ("offloading.catamaran.io/v1alpha1", "ResourceOffer"): ("resourceoffers", True),
 }
 
-CONNECTION_OPTIONS = dict(
-    kubeconfig=dict(type="path", required=True),
-    context=dict(type="str"),
-    request_timeout=dict(type="int", default=10),
-)
-
 # Connection errors that mean "the API server cannot be reached", not "it said no".
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError) if HAS_KUBERNETES else (OSError,)
 
@@ -84,55 +71,25 @@ def describe(api_version, kind, name=None, namespace=None):
 
 
 class Cluster:
-    """One cluster reached through a kubeconfig file and optional context."""
+    """One cluster, reached as its resolved connection options say (module_utils.connection)."""
 
-    def __init__(self, label, kubeconfig, context=None, request_timeout=10):
-        # Messages name the cluster by its id when known, else by its kubeconfig context.
-        self.label = label or context or kubeconfig
-        self.kubeconfig = kubeconfig
-        self.request_timeout = request_timeout
-        self.context = context
-        self.server = None
-        self.ca_data = None
-        self._api = self._load(kubeconfig, context)
-
-    # -- connection -------------------------------------------------------------------------
-    def _load(self, path, context):
-        if not os.path.isfile(path):
-            raise ClusterError("%s: kubeconfig %s does not exist" % (self.label, path))
+    def __init__(self, label, options):
+        # Messages name the cluster by its id when known, else by its context, host or kubeconfig.
+        self.label = label or connection.label_for(options)
+        self.request_timeout = options.get("request_timeout") or connection.DEFAULT_REQUEST_TIMEOUT
         try:
-            with open(path) as handle:
-                document = yaml.safe_load(handle) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise ClusterError("%s: kubeconfig %s cannot be read: %s" % (self.label, path, error)) from None
-        contexts = {entry.get("name"): entry.get("context") or {} for entry in document.get("contexts") or []}
-        chosen = context or document.get("current-context")
-        if not chosen:
-            raise ClusterError("%s: kubeconfig %s has no current-context and no context was given" % (self.label, path))
-        if chosen not in contexts:
-            raise ClusterError(
-                "%s: context %r is not in kubeconfig %s (it has: %s)"
-                % (self.label, chosen, path, ", ".join(sorted(c for c in contexts if c)) or "none")
-            )
-        self.context = chosen
-        if self.label == self.kubeconfig:
-            self.label = chosen
-        clusters = {entry.get("name"): entry.get("cluster") or {} for entry in document.get("clusters") or []}
-        cluster = clusters.get(contexts[chosen].get("cluster")) or {}
-        self.server = cluster.get("server")
-        self.ca_data = cluster.get("certificate-authority-data")
-        if not self.ca_data and cluster.get("certificate-authority"):
-            with open(cluster["certificate-authority"], "rb") as handle:
-                self.ca_data = base64.b64encode(handle.read()).decode()
-        configuration = k8s_client.Configuration()
-        try:
-            k8s_config.load_kube_config(
-                config_file=path, context=chosen, client_configuration=configuration, persist_config=False
-            )
-        except (ConfigException, ValueError, OSError) as error:
-            raise ClusterError("%s: kubeconfig %s, context %s: %s" % (self.label, path, chosen, error)) from None
+            endpoint = connection.configure(options)
+        except connection.ConnectionProblem as error:
+            raise ClusterError("%s: %s" % (self.label, error)) from None
+        if not label and endpoint.context:
+            self.label = endpoint.context
+        self.context = endpoint.context
+        self.source = endpoint.source
+        self.server = endpoint.server
+        self.ca_data = endpoint.ca_data
+        configuration = endpoint.configuration
         configuration.retries = 1
-        return k8s_client.ApiClient(configuration)
+        self._api = k8s_client.ApiClient(configuration)
 
     def check(self):
         """GET /api: proves the server is reachable and accepts the credential (/version may be anonymous)."""
@@ -172,8 +129,7 @@ class Cluster:
             data = response.read()
         except UNREACHABLE as error:
             raise ClusterUnreachable(
-                "%s: cannot reach %s (kubeconfig %s, context %s): %s"
-                % (self.label, self.server, self.kubeconfig, self.context, _root_cause(error))
+                "%s: cannot reach %s (%s): %s" % (self.label, self.server, self.source, _root_cause(error))
             ) from None
         payload = _json(data)
         if 200 <= response.status < 300:

@@ -15,7 +15,11 @@ import base64
 
 from ansible_collections.catamaran.federation.plugins.module_utils import networks, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
-from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
+from ansible_collections.catamaran.federation.plugins.module_utils.common import (
+    InvalidInput,
+    check_cluster_id,
+    connection_options,
+)
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     CORE_GROUP,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
@@ -140,6 +144,7 @@ class Peering:
             validation.health_check(params.get("health_check"), "health_check")
             for field in ("wait_timeout", "drain_timeout"):
                 validation.positive(params.get(field), field)
+            validation.positive(params.get("request_timeout"), "request_timeout")
             for side in ("consumer", "provider"):
                 validation.positive((params.get(side) or {}).get("request_timeout"), "%s.request_timeout" % side)
             validation.pod_security(terms(params)["podSecurity"], "pod_security")
@@ -490,7 +495,7 @@ def connect_both(module, params, consumer_id, provider_id):
     connected, down = {}, []
     for side, cluster_id in (("consumer", consumer_id), ("provider", provider_id)):
         try:
-            connected[side] = module.connect(cluster_id, params[side])
+            connected[side] = module.connect(cluster_id, connection_options(params, side))
         except ClusterUnreachable as error:
             if not force:
                 raise

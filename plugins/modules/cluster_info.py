@@ -12,8 +12,8 @@ module: cluster_info
 short_description: Check that a cluster is reachable and report what Catamaran has installed there
 version_added: 0.1.0
 description:
-  - Connects with the given kubeconfig and context, calls the API server, and reports its version and
-    Catamaran's CRDs.
+  - Connects to the cluster (kubeconfig and context, a host and token, or the pod's service account), calls the API
+    server, and reports its version and Catamaran's CRDs.
   - Fails with a message naming the cluster when the kubeconfig is missing, the context is unknown, the
     server is unreachable or the credential is refused. Playbooks run it on every cluster before changing any.
 author:
@@ -29,6 +29,25 @@ EXAMPLES = r"""
     kubeconfig: "{{ catamaran_kubeconfig }}"
     context: "{{ catamaran_context | default(omit) }}"
   register: cluster
+
+- name: Reach a cluster with a token and its CA, no kubeconfig
+  catamaran.federation.cluster_info:
+    host: https://cluster-2.example.com:6443
+    api_key: "{{ cluster_2_token }}"
+    ca_cert: /etc/catamaran/cluster-2-ca.crt
+
+- name: From a pod (an execution environment in the cluster), with the pod's service account
+  catamaran.federation.cluster_info:
+
+- name: Every module of the collection reaches its cluster through the same kubeconfig, set once
+  module_defaults:
+    group/catamaran.federation.all:
+      kubeconfig: /etc/catamaran/federation.kubeconfig
+  block:
+    - name: Check each cluster of that kubeconfig
+      catamaran.federation.cluster_info:
+        context: "{{ item }}"
+      loop: [cluster-1, cluster-2]
 """
 
 RETURN = r"""

@@ -95,7 +95,11 @@ actions:
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
-from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.common import (
+    CatamaranModule,
+    connection_options,
+    connection_spec,
+)
 from ansible_collections.catamaran.federation.plugins.module_utils.crds import converge, load_definitions
 
 
@@ -119,7 +123,7 @@ def main():
 
     def body():
         definitions = params["definitions"] or load_definitions(params["src"])
-        cluster = module.connect(None, params)
+        cluster = module.connect(None, connection_options(params))
         changes = ChangeSet(module.check_mode)
         report = converge(
             module,

@@ -120,7 +120,11 @@ actions:
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils import offloading
-from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
+from ansible_collections.catamaran.federation.plugins.module_utils.common import (
+    CatamaranModule,
+    connection_options,
+    connection_spec,
+)
 
 
 def main():
@@ -146,7 +150,7 @@ def main():
     def body():
         if params["state"] == "present":
             offloading.validate(params)
-        cluster = module.connect(None, params)
+        cluster = module.connect(None, connection_options(params))
         converge = offloading.present if params["state"] == "present" else offloading.absent
         changes, live = converge(module, cluster, params)
         return changes.result(offloading=offloading.summary(live) if live else {})

@@ -34,47 +34,97 @@ description:
     smaller than the provider's pod range, a timeout or health-check number below 1, fail naming the field.
   - The credential is never printed, not in results, diffs, errors or at any verbosity.
   - The virtual kubelet that serves the node is run by the P(catamaran.federation.controller#role) role.
+  - The connection options at the top level (O(kubeconfig), O(context), O(host), O(api_key), ...) are the defaults
+    of both O(consumer) and O(provider); set them once with C(module_defaults) (group C(catamaran.federation.all))
+    and name only what differs per side, such as each side's O(consumer.context) and O(provider.context).
 author:
   - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
   - catamaran.federation.attributes
+  - catamaran.federation.connection
 options:
   consumer:
-    description: Connection to the consumer cluster (the one that gets the virtual node).
+    description:
+      - Connection to the consumer cluster (the one that gets the virtual node).
+      - Each suboption left out takes the top-level option of the same name (which C(module_defaults) can set once
+        for both sides), else its E(K8S_AUTH_*) environment variable, as described at the top level.
     type: dict
     required: true
     suboptions:
       kubeconfig:
-        description: Path to the consumer's kubeconfig on the host that runs the module.
-        type: path
-        required: true
+        description: Path to the consumer's kubeconfig, or its content as a dict (see O(kubeconfig)).
+        type: raw
       context:
-        description: Context in that kubeconfig; defaults to its current context.
+        description: Context in that kubeconfig; defaults to its current context (see O(context)).
         type: str
+      host:
+        description: URL of the consumer's API server (see O(host)).
+        type: str
+      api_key:
+        description: A bearer token for the consumer's API server (see O(api_key)); never printed.
+        type: str
+      ca_cert:
+        description: CA certificate file to verify the consumer's API server with (see O(ca_cert)).
+        type: path
+        aliases: [ssl_ca_cert]
+      client_cert:
+        description: Client certificate file (see O(client_cert)).
+        type: path
+        aliases: [cert_file]
+      client_key:
+        description: Key file of the client certificate (see O(client_key)).
+        type: path
+        aliases: [key_file]
+      validate_certs:
+        description: Whether to verify the consumer's API server certificate (see O(validate_certs)).
+        type: bool
+        aliases: [verify_ssl]
       request_timeout:
-        description: Seconds to wait for each API request.
+        description: Seconds (at least 1) to wait for each API request (see O(request_timeout)).
         type: int
-        default: 10
   provider:
-    description: Connection to the provider cluster (the one that runs the offloaded pods).
+    description:
+      - Connection to the provider cluster (the one that runs the offloaded pods); it needs cluster-admin rights, used only by this module.
+      - Each suboption left out takes the top-level option of the same name (which C(module_defaults) can set once
+        for both sides), else its E(K8S_AUTH_*) environment variable, as described at the top level.
     type: dict
     required: true
     suboptions:
       kubeconfig:
-        description: Path to the provider's kubeconfig (cluster-admin rights, used only by this module).
-        type: path
-        required: true
+        description: Path to the provider's kubeconfig, or its content as a dict (see O(kubeconfig)).
+        type: raw
       context:
-        description: Context in that kubeconfig; defaults to its current context.
+        description: Context in that kubeconfig; defaults to its current context (see O(context)).
         type: str
+      host:
+        description: URL of the provider's API server (see O(host)).
+        type: str
+      api_key:
+        description: A bearer token for the provider's API server (see O(api_key)); never printed.
+        type: str
+      ca_cert:
+        description: CA certificate file to verify the provider's API server with (see O(ca_cert)).
+        type: path
+        aliases: [ssl_ca_cert]
+      client_cert:
+        description: Client certificate file (see O(client_cert)).
+        type: path
+        aliases: [cert_file]
+      client_key:
+        description: Key file of the client certificate (see O(client_key)).
+        type: path
+        aliases: [key_file]
+      validate_certs:
+        description: Whether to verify the provider's API server certificate (see O(validate_certs)).
+        type: bool
+        aliases: [verify_ssl]
       request_timeout:
-        description: Seconds to wait for each API request.
+        description: Seconds (at least 1) to wait for each API request (see O(request_timeout)).
         type: int
-        default: 10
       api_server:
         description:
           - The provider's API server URL as the consumer's virtual kubelet reaches it.
-          - Defaults to the server of O(provider.kubeconfig).
+          - Defaults to the server the module reaches the provider at.
         type: str
   consumer_id:
     description: The consumer's cluster id (a DNS-1123 label).
@@ -347,11 +397,6 @@ options:
       - After that the module removes the remote copies itself and force-deletes the local pods.
     type: int
     default: 120
-requirements:
-  - kubernetes >= 24.2.0 (Python library)
-  - PyYAML >= 3.11
-notes:
-  - "Runs on the host the task is delegated to, usually the control node (C(connection: local))."
 """
 
 EXAMPLES = r"""
@@ -388,6 +433,36 @@ EXAMPLES = r"""
       ingress_class_name: nginx
       storage_class_name: fast-ssd
     wait: true
+
+- name: Peer two clusters of one kubeconfig, its path set once for every module of the collection
+  module_defaults:
+    group/catamaran.federation.all:
+      kubeconfig: ~/.kube/federation
+  block:
+    - name: Install the CRDs on both clusters
+      catamaran.federation.crds:
+        context: "{{ item }}"
+        src: "{{ catamaran_crds_dir }}"
+      loop: [cluster-2, cluster-3]
+
+    - name: Peer cluster-2 (consumer) with cluster-3 (provider); each side names only its context
+      catamaran.federation.peering:
+        consumer:
+          context: cluster-2
+        provider:
+          context: cluster-3
+        consumer_id: cluster-2
+        provider_id: cluster-3
+
+- name: Peer with a provider reached with a token (the consumer from K8S_AUTH_KUBECONFIG and K8S_AUTH_CONTEXT)
+  catamaran.federation.peering:
+    consumer: {}
+    provider:
+      host: https://cluster-4.example.com:6443
+      api_key: "{{ cluster_4_admin_token }}"
+      ca_cert: /etc/catamaran/cluster-4-ca.crt
+    consumer_id: cluster-1
+    provider_id: cluster-4
 
 - name: Hand the consumer a new credential now
   catamaran.federation.peering:
@@ -520,7 +595,8 @@ def reflection_options():
 def argument_spec():
     provider_spec = connection_spec()
     provider_spec["api_server"] = dict(type="str")
-    spec = dict(
+    spec = connection_spec()  # the defaults of both sides
+    spec.update(
         consumer=dict(type="dict", required=True, options=connection_spec()),
         provider=dict(type="dict", required=True, options=provider_spec),
         consumer_id=dict(type="str", required=True),
