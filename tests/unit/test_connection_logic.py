@@ -1,0 +1,325 @@
+"""How the collection's modules reach a cluster: where each connection option comes from, what is loaded, and
+the errors that say what is wrong (module_utils/connection.py, common.connection_options)."""
+
+from __future__ import annotations
+
+import base64
+import sys
+
+import pytest
+import yaml
+
+from catamaran_lab.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / ".collections"))
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.catamaran.federation.plugins.module_utils import connection
+from ansible_collections.catamaran.federation.plugins.module_utils.common import connection_options
+from ansible_collections.catamaran.federation.plugins.module_utils.connection import (
+    ConnectionProblem,
+    configure,
+    resolve,
+    secrets_in,
+)
+from ansible_collections.catamaran.federation.plugins.modules.peering import argument_spec as peering_spec
+
+CA = b"-----BEGIN CERTIFICATE-----\nnot really a CA\n-----END CERTIFICATE-----\n"
+
+
+def kubeconfig(contexts=("c1",), current="c1", cluster=None, user=None) -> dict:
+    cluster = cluster or {"server": "https://127.0.0.1:6443", "certificate-authority-data": b64(CA)}
+    user = user or {"token": "t0ken-value-1234"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "k", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": "k", "user": "u"}} for name in contexts],
+        "current-context": current,
+    }
+
+
+def bearer(endpoint) -> str:
+    """The Authorization header the client sends."""
+    return endpoint.configuration.auth_settings()["BearerToken"]["value"]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def write(path, document) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+# -- where each option comes from ------------------------------------------------------------------
+
+
+def test_the_task_wins_over_the_top_level_defaults_which_win_over_the_environment():
+    environ = {"K8S_AUTH_KUBECONFIG": "/env/kubeconfig", "K8S_AUTH_CONTEXT": "env-ctx", "K8S_AUTH_HOST": "https://e"}
+    resolved = resolve(
+        {"context": "task-ctx"}, defaults={"kubeconfig": "/top/kubeconfig", "context": "top"}, environ=environ
+    )
+    assert resolved["context"] == "task-ctx"
+    assert resolved["kubeconfig"] == "/top/kubeconfig"
+    assert resolved["host"] == "https://e"
+
+
+def test_unset_options_fall_back_to_the_kubernetes_core_environment_variables():
+    environ = {
+        "K8S_AUTH_KUBECONFIG": "/env/kubeconfig",
+        "K8S_AUTH_CONTEXT": "env-ctx",
+        "K8S_AUTH_HOST": "https://env:6443",
+        "K8S_AUTH_API_KEY": "env-token",
+        "K8S_AUTH_SSL_CA_CERT": "/env/ca.crt",
+        "K8S_AUTH_CERT_FILE": "/env/client.crt",
+        "K8S_AUTH_KEY_FILE": "/env/client.key",
+        "K8S_AUTH_VERIFY_SSL": "no",
+    }
+    assert resolve({}, environ=environ) == {
+        "kubeconfig": "/env/kubeconfig",
+        "context": "env-ctx",
+        "host": "https://env:6443",
+        "api_key": "env-token",
+        "ca_cert": "/env/ca.crt",
+        "client_cert": "/env/client.crt",
+        "client_key": "/env/client.key",
+        "validate_certs": False,
+        "request_timeout": 10,
+    }
+
+
+def test_the_option_named_variable_comes_before_the_client_named_one_as_in_kubernetes_core():
+    environ = {
+        "K8S_AUTH_CA_CERT": "/a",
+        "K8S_AUTH_SSL_CA_CERT": "/b",
+        "K8S_AUTH_VALIDATE_CERTS": "true",
+        "K8S_AUTH_VERIFY_SSL": "false",
+    }
+    resolved = resolve({}, environ=environ)
+    assert (resolved["ca_cert"], resolved["validate_certs"]) == ("/a", True)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("0", False), ("False", False), ("no", False), ("yes", True), ("1", True)]
+)
+def test_validate_certs_from_the_environment_is_false_only_for_0_false_no(value, expected):
+    assert resolve({}, environ={"K8S_AUTH_VERIFY_SSL": value})["validate_certs"] is expected
+
+
+def test_without_anything_certificates_are_verified_and_requests_wait_10_seconds():
+    resolved = resolve({}, environ={})
+    assert resolved["validate_certs"] is True
+    assert resolved["request_timeout"] == 10
+    assert resolve({"validate_certs": False}, environ={"K8S_AUTH_VERIFY_SSL": "yes"})["validate_certs"] is False
+
+
+def test_paths_expand_the_home_directory(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    resolved = resolve({"kubeconfig": "~/.kube/lab", "ca_cert": "~/ca.crt"}, environ={})
+    assert (resolved["kubeconfig"], resolved["ca_cert"]) == ("/home/someone/.kube/lab", "/home/someone/ca.crt")
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"kubeconfig": ["a", "b"]}, "kubeconfig must be a path or the kubeconfig's content as a dict, got list"),
+        ({"request_timeout": 0}, "request_timeout must be at least 1, got 0"),
+    ],
+)
+def test_wrong_options_are_refused_before_any_cluster_is_touched(given, message):
+    with pytest.raises(ConnectionProblem, match=message):
+        resolve(given, environ={})
+
+
+def test_a_peering_side_takes_the_top_level_options_it_does_not_set(monkeypatch):
+    monkeypatch.setenv("K8S_AUTH_KUBECONFIG", "/env/kubeconfig")
+    params = {
+        "kubeconfig": "/shared/kubeconfig",
+        "request_timeout": 5,
+        "consumer": {"context": "cluster-2", "kubeconfig": None, "request_timeout": None},
+        "provider": {"context": "cluster-3", "kubeconfig": "/provider/kubeconfig", "request_timeout": 20},
+    }
+    consumer = connection_options(params, "consumer")
+    provider = connection_options(params, "provider")
+    assert (consumer["kubeconfig"], consumer["context"], consumer["request_timeout"]) == (
+        "/shared/kubeconfig",
+        "cluster-2",
+        5,
+    )
+    assert (provider["kubeconfig"], provider["context"], provider["request_timeout"]) == (
+        "/provider/kubeconfig",
+        "cluster-3",
+        20,
+    )
+    params["kubeconfig"] = None
+    assert connection_options(params, "consumer")["kubeconfig"] == "/env/kubeconfig"
+
+
+def test_the_peering_module_takes_only_contexts_per_side_when_the_kubeconfig_is_set_once():
+    given = {
+        "kubeconfig": "/shared/kubeconfig",
+        "consumer": {"context": "cluster-2"},
+        "provider": {"context": "cluster-3", "ssl_ca_cert": "/ca.crt"},
+        "consumer_id": "cluster-2",
+        "provider_id": "cluster-3",
+    }
+    result = ArgumentSpecValidator(peering_spec()).validate(given)
+    assert not result.error_messages, result.error_messages
+    assert result.validated_parameters["provider"]["ca_cert"] == "/ca.crt"  # kubernetes.core's alias
+    assert result.validated_parameters["consumer"]["request_timeout"] is None  # so the top level can set it
+
+
+# -- what gets loaded --------------------------------------------------------------------------------
+
+
+def test_relative_paths_in_a_kubeconfig_are_resolved_against_its_directory(tmp_path, monkeypatch):
+    directory = tmp_path / "lab"
+    (directory / "pki").mkdir(parents=True)
+    (directory / "pki" / "ca.crt").write_bytes(CA)
+    (directory / "pki" / "admin.crt").write_text("cert")
+    (directory / "pki" / "admin.key").write_text("key")
+    path = write(
+        directory / "kubeconfig",
+        kubeconfig(
+            cluster={"server": "https://127.0.0.1:6443", "certificate-authority": "pki/ca.crt"},
+            user={"client-certificate": "pki/admin.crt", "client-key": "pki/admin.key"},
+        ),
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the old code opened certificate-authority relative to the working directory
+    endpoint = configure(resolve({"kubeconfig": path}, environ={}), environ={})
+    assert endpoint.configuration.ssl_ca_cert == str(directory / "pki" / "ca.crt")
+    assert endpoint.configuration.cert_file == str(directory / "pki" / "admin.crt")
+    assert endpoint.configuration.key_file == str(directory / "pki" / "admin.key")
+    assert endpoint.ca_data == b64(CA)  # what the peering hands the consumer's virtual kubelet
+    assert (endpoint.server, endpoint.context) == ("https://127.0.0.1:6443", "c1")
+    assert endpoint.source == f"kubeconfig {path}, context c1"
+
+
+def test_kubeconfig_content_as_a_dict_is_loaded_and_its_secrets_are_listed_for_masking():
+    content = kubeconfig(user={"token": "s3cret-token-value", "client-key-data": b64(b"key")})
+    resolved = resolve({"kubeconfig": content}, environ={})
+    endpoint = configure(resolved, environ={})
+    assert bearer(endpoint) == "Bearer s3cret-token-value"
+    assert endpoint.ca_data == b64(CA)
+    assert "s3cret-token-value" not in endpoint.source
+    assert set(secrets_in(resolved)) == {"s3cret-token-value", b64(b"key")}
+    assert connection.label_for(resolved) == "the cluster of the kubeconfig given as content"
+
+
+def test_the_context_picks_the_cluster_and_a_context_alone_uses_the_default_kubeconfig(tmp_path):
+    path = write(tmp_path / "merged", kubeconfig(contexts=("c1", "c2")))
+    endpoint = configure(resolve({"context": "c2"}, environ={}), environ={"KUBECONFIG": path})
+    assert endpoint.context == "c2"
+    assert endpoint.source == f"kubeconfig {path}, context c2"
+
+
+def test_host_and_api_key_need_no_kubeconfig_and_override_one_given_at_a_lower_level(tmp_path):
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(CA)
+    # The top-level kubeconfig does not even exist: with a host and a token, kubernetes.core does not read it.
+    resolved = resolve(
+        {"host": "https://10.0.0.1:6443/", "api_key": "abc-token-123", "ca_cert": str(ca)},
+        defaults={"kubeconfig": str(tmp_path / "missing")},
+        environ={},
+    )
+    endpoint = configure(resolved, environ={})
+    assert endpoint.server == "https://10.0.0.1:6443"
+    assert bearer(endpoint) == "Bearer abc-token-123"
+    assert endpoint.configuration.ssl_ca_cert == str(ca)
+    assert endpoint.ca_data == b64(CA)
+    assert endpoint.source == "host https://10.0.0.1:6443"
+    assert secrets_in(resolved) == ["abc-token-123"]
+
+
+def test_options_given_override_what_the_kubeconfig_says(tmp_path):
+    ca = tmp_path / "other-ca.crt"
+    ca.write_bytes(b"other")
+    path = write(tmp_path / "kubeconfig", kubeconfig())
+    endpoint = configure(
+        resolve(
+            {"kubeconfig": path, "host": "https://proxy:8443", "ca_cert": str(ca), "validate_certs": False}, environ={}
+        ),
+        environ={},
+    )
+    assert endpoint.server == "https://proxy:8443"
+    assert endpoint.configuration.ssl_ca_cert == str(ca)
+    assert endpoint.configuration.verify_ssl is False
+    assert bearer(endpoint) == "Bearer t0ken-value-1234"
+
+
+def test_in_a_pod_with_nothing_given_the_service_account_is_used(tmp_path):
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("pod-token")
+    ca.write_bytes(CA)
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    endpoint = configure(resolve({}, environ=environ), environ=environ, token_file=str(token), ca_file=str(ca))
+    assert endpoint.server == "https://10.96.0.1:443"
+    assert bearer(endpoint).lower() == "bearer pod-token"  # the in-cluster loader writes "bearer"
+    assert endpoint.ca_data == b64(CA)
+    assert endpoint.source == "the pod's service account"
+
+
+def test_outside_a_pod_with_nothing_given_the_default_kubeconfig_is_used(tmp_path):
+    path = write(tmp_path / "config", kubeconfig())
+    token = tmp_path / "no-token"  # the variables alone do not make a pod
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "KUBECONFIG": path}
+    endpoint = configure(resolve({}, environ=environ), environ=environ, token_file=str(token))
+    assert endpoint.source == f"kubeconfig {path}, context c1"
+
+
+# -- errors say what is wrong --------------------------------------------------------------------------
+
+
+def test_with_nothing_at_all_the_error_says_what_to_give(tmp_path):
+    environ = {"KUBECONFIG": str(tmp_path / "none")}
+    with pytest.raises(ConnectionProblem, match=r"^no connection given: set kubeconfig \(or K8S_AUTH_KUBECONFIG\)"):
+        configure(resolve({}, environ=environ), environ=environ, token_file=str(tmp_path / "no-token"))
+
+
+@pytest.mark.parametrize(
+    ("document", "given", "message"),
+    [
+        (None, {}, r"^kubeconfig .*/kubeconfig does not exist$"),
+        (kubeconfig(), {"context": "c9"}, r"^context 'c9' is not in kubeconfig .*/kubeconfig \(it has: c1\)$"),
+        (kubeconfig(current=None), {}, r"has no current-context and no context was given$"),
+        ("a: [", {}, r"^kubeconfig .*/kubeconfig cannot be read"),
+        (kubeconfig(), {"ca_cert": "/nowhere/ca.crt"}, r"^ca_cert /nowhere/ca.crt does not exist$"),
+        (kubeconfig(), {"client_key": "/nowhere/k.key"}, r"^client_key /nowhere/k.key does not exist$"),
+    ],
+)
+def test_a_kubeconfig_that_cannot_work_is_named_with_what_is_wrong(tmp_path, document, given, message):
+    path = tmp_path / "kubeconfig"
+    if isinstance(document, dict):
+        write(path, document)
+    elif document is not None:
+        path.write_text(document)
+    with pytest.raises(ConnectionProblem, match=message):
+        configure(resolve(dict(given, kubeconfig=str(path)), environ={}), environ={})
+
+
+def test_an_unknown_context_in_content_never_prints_the_content():
+    content = kubeconfig(user={"token": "never-printed-token"})
+    with pytest.raises(ConnectionProblem) as raised:
+        configure(resolve({"kubeconfig": content, "context": "nope"}, environ={}), environ={})
+    assert str(raised.value) == "context 'nope' is not in the kubeconfig given as content (it has: c1)"
+
+
+# -- the action group ----------------------------------------------------------------------------------
+
+
+def test_the_action_group_holds_every_module_that_takes_the_connection_options():
+    runtime = yaml.safe_load((REPO_ROOT / "meta" / "runtime.yml").read_text())
+    modules = {path.stem for path in (REPO_ROOT / "plugins" / "modules").glob("*.py")}
+    connected = {
+        name
+        for name in modules
+        if "catamaran.federation.connection" in (REPO_ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+    }
+    assert set(runtime["action_groups"]["all"]) == connected == modules - {"controller_process"}
+    assert runtime["requires_ansible"] == ">=2.19.0,<2.20.0"
