@@ -19,8 +19,8 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from .. import __version__, quantities
 from .. import health as process_health
-from .. import quantities
 from ..constants import (
     LABEL_REMOTE_CLUSTER_ID,
     LABEL_TYPE,
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 ROUNDED_TO_ZERO = "catamaran.io/ResourcesRoundedToZero"
 PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
-KUBELET_VERSION = "catamaran-v0.1.0"
+KUBELET_VERSION = f"catamaran-v{__version__}"  # the node's nodeInfo.kubeletVersion
 WATCHES_FAILING = "WatchesFailing"
 # NotReady reasons other than the health check's ProviderUnreachable (which beats them all), most specific
 # first; a reason not listed here comes after these.
