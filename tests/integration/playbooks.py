@@ -15,6 +15,8 @@ import yaml
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT, state_dir
 
+from .collection import isolated_environment
+
 LAB_INVENTORY = REPO_ROOT / "examples" / "lab" / "inventory.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
@@ -79,15 +81,31 @@ def ansible_env(**extra: str) -> dict[str, str]:
 
 
 def run_playbook(
-    inventory: Path, *args: str, playbook: str | Path = "site.yml", json_output: bool = True
+    inventory: Path,
+    *args: str,
+    playbook: str | Path = "site.yml",
+    json_output: bool = True,
+    collections: Path | None = None,
 ) -> PlaybookRun:
-    """Run one of playbooks/ by name, or any playbook by path."""
-    env = ansible_env(ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"))
+    """Run one of playbooks/ by name, or any playbook by path.
+
+    With `collections` (a collections path holding the installed artifact), a named playbook runs by its fully
+    qualified name from that install, outside the checkout and without its ansible.cfg, as users run it.
+    """
+    if collections is None:
+        env = ansible_env(ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"))
+        target, cwd = str(REPO_ROOT / "playbooks" / playbook), REPO_ROOT
+    else:
+        env = dict(isolated_environment(collections), TMPDIR=ansible_env()["TMPDIR"])
+        env.update(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", ANSIBLE_PYTHON_INTERPRETER="auto_silent")
+        named = isinstance(playbook, str) and "/" not in playbook
+        target = f"catamaran.federation.{Path(playbook).stem}" if named else str(playbook)
+        cwd = collections
     if json_output:
         env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
     result = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(REPO_ROOT / "playbooks" / playbook), *args],
-        cwd=REPO_ROOT,
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), target, *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,

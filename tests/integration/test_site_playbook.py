@@ -1,7 +1,9 @@
 """playbooks/site.yml against the lab: converge, idempotence, check mode, pruning, bad input, secrecy.
 
+The playbooks run as users run them: from the collection's artifact installed into an empty collections path
+(catamaran.federation.site), so the artifact's roles, module_utils, CRDs and controller wheel are what is tested.
 The tests share one federation (cluster-1 consumes cluster-2 and cluster-3, namespace demo
-offloaded) and run in order; the module fixture tears it down with playbooks/teardown.yml.
+offloaded) and run in order; the module fixture tears it down with catamaran.federation.teardown.
 """
 
 from __future__ import annotations
@@ -19,18 +21,21 @@ from tests.integration.conftest import get_json, require_real_node, wait_for
 
 from . import playbooks
 from .federation import node_ready as node_ready_status
-from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
+from .playbooks import hosts, lab_inventory, write_inventory
+from .playbooks import run_playbook as run_from
 
 CONSUMER = "cluster-1"
 PROVIDERS = ("cluster-2", "cluster-3")
 DEMO = playbooks.REPO_ROOT / "examples" / "lab" / "demo.sh"
 REPLICAS = 4
+INSTALLED: dict = {}  # set by the federation fixture: every playbook of this module runs from the installed artifact
 
 
 @pytest.fixture(scope="module")
-def federation(lab, tmp_path_factory):
+def federation(lab, installed_collections, tmp_path_factory):
     for provider in PROVIDERS:  # the lab inventory places the demo on the providers' real nodes
         require_real_node(lab.recorded_config().cluster(provider))
+    INSTALLED["collections"] = installed_collections
     directory = tmp_path_factory.mktemp("site")
     inventory = write_inventory(directory, lab_inventory(), lab)
     yield {"inventory": inventory, "directory": directory}
@@ -38,6 +43,10 @@ def federation(lab, tmp_path_factory):
     lab.kubectl(CONSUMER, "delete", "namespace", "demo", "--wait=false", check=False)
     lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False)
     assert teardown.returncode == 0, teardown.failures()
+
+
+def run_playbook(inventory, *args, **options):
+    return run_from(inventory, *args, collections=INSTALLED["collections"], **options)
 
 
 def variant(lab, federation, name: str, change) -> str:
