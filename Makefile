@@ -64,11 +64,13 @@ demo-down: ## take the demo apart (playbooks/teardown.yml un-peers everything), 
 lab-status: setup ## list the lab clusters, their kubeconfigs, health and memory
 	$(LAB) status
 
-lint: setup ## ruff, yamllint and ansible-lint (production profile)
+lint: setup ## ruff, yamllint, ansible-lint (production profile) and the changelog's fragments and changelog.yaml
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
 
 format: setup ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
