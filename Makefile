@@ -42,6 +42,32 @@ $(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.t
 collection: setup ## build what users install: the controller's wheel, then the collection's artifact into dist/
 	PYTHON=$(BIN)/python tools/build-collection dist
 
+# The docs site: antsibull-docs renders this checkout's collection (through .collections/) and Sphinx builds it,
+# offline and warnings as errors. Its toolchain is pinned apart from the dev tools (requirements/docs.in), in .docs/.
+DOCS_VENV := .docs/venv
+DOCS_SITE := .docs/site
+.PHONY: docs
+
+$(DOCS_VENV)/.installed: requirements/docs.in requirements/docs-constraints.txt
+	rm -rf $(DOCS_VENV)
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/docs.in -c requirements/docs-constraints.txt
+	@touch $@
+
+docs: setup $(DOCS_VENV)/.installed ## the docs site (modules, filter, roles, guide, changelog) into .docs/site/build/html
+	$(DOCS_VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs .
+	rm -rf $(DOCS_SITE)
+	mkdir -p -m 0700 $(DOCS_SITE)
+	$(DOCS_VENV)/bin/antsibull-docs sphinx-init --use-current --fail-on-error --dest-dir $(DOCS_SITE) \
+		--index-rst-source docs/site/index.rst --project Catamaran --copyright 'Catamaran developers' \
+		--title Catamaran --html-short-title Catamaran catamaran.federation
+	@# Offline: no intersphinx inventories; docs/site/ansible_references.rst holds the labels they would give.
+	echo 'intersphinx_mapping = {}' >> $(DOCS_SITE)/conf.py
+	cp docs/site/ansible_references.rst $(DOCS_SITE)/rst/
+	$(BIN)/antsibull-changelog generate --output $(DOCS_SITE)/rst/changelog.rst --output-format rst
+	PATH="$(CURDIR)/$(DOCS_VENV)/bin:$$PATH" ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/.collections" $(DOCS_SITE)/build.sh
+	@echo "docs: $(DOCS_SITE)/build/html/index.html"
+
 lab-build: setup ## install the real nodes' Debian packages; build the pinned binaries and images into ~/.cache/catamaran-lab (once)
 	$(LAB) build
 
