@@ -143,8 +143,18 @@ def secrets_in(resolved):
     return [value for value in secrets if isinstance(value, str) and value]
 
 
+def explicit(resolved):
+    """A host with a token or a client certificate: enough to connect without any kubeconfig (kubernetes.core)."""
+    return bool(
+        resolved.get("host")
+        and (resolved.get("api_key") or (resolved.get("client_cert") and resolved.get("client_key")))
+    )
+
+
 def label_for(resolved):
     """How messages name a cluster whose id is unknown."""
+    if explicit(resolved):
+        return resolved["host"]
     if resolved.get("context"):
         return resolved["context"]
     if resolved.get("host"):
@@ -194,9 +204,8 @@ def configure(resolved, environ=None, token_file=SERVICE_ACCOUNT_TOKEN, ca_file=
     configuration = k8s_client.Configuration()
     host = resolved.get("host")
     host = host.rstrip("/") if host else None
-    explicit = host and (resolved.get("api_key") or (resolved.get("client_cert") and resolved.get("client_key")))
     context = None
-    if explicit:
+    if explicit(resolved):
         source = "host %s" % host
     elif resolved.get("kubeconfig") is not None or resolved.get("context"):
         kubeconfig = resolved.get("kubeconfig")

@@ -234,6 +234,8 @@ def test_host_and_api_key_need_no_kubeconfig_and_override_one_given_at_a_lower_l
     assert endpoint.configuration.ssl_ca_cert == str(ca)
     assert endpoint.ca_data == b64(CA)
     assert endpoint.source == "host https://10.0.0.1:6443"
+    # Messages name that host, not a context a lower level may have set.
+    assert connection.label_for(dict(resolved, context="from-module-defaults")) == "https://10.0.0.1:6443/"
     assert secrets_in(resolved) == ["abc-token-123"]
 
 
