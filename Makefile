@@ -63,6 +63,7 @@ docs: setup $(DOCS_VENV)/.installed ## the docs site (modules, filter, roles, gu
 		--title Catamaran --html-short-title Catamaran catamaran.federation
 	@# Offline: no intersphinx inventories; docs/site/ansible_references.rst holds the labels they would give.
 	echo 'intersphinx_mapping = {}' >> $(DOCS_SITE)/conf.py
+	cp docs/site/antsibull-docs.cfg $(DOCS_SITE)/
 	cp docs/site/ansible_references.rst $(DOCS_SITE)/rst/
 	$(BIN)/antsibull-changelog generate --output $(DOCS_SITE)/rst/changelog.rst --output-format rst
 	PATH="$(CURDIR)/$(DOCS_VENV)/bin:$$PATH" ANSIBLE_COLLECTIONS_PATH="$(CURDIR)/.collections" $(DOCS_SITE)/build.sh
