@@ -32,9 +32,13 @@ def lab(pytestconfig) -> Lab:
     return lab
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def collection_artifact(tmp_path_factory):
-    """The collection's artifact, built once per session from this checkout (wheel included)."""
+    """The collection's artifact, built once per session from this checkout.
+
+    Autouse: building it also puts the controller's wheel from the current sources into the checkout's controller
+    role, which every playbook run from the checkout installs (a stale wheel would test old code).
+    """
     return collection.build_artifact(tmp_path_factory.mktemp("artifact"))
 
 
