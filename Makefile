@@ -29,7 +29,8 @@ help: ## list the targets
 
 setup: $(SETUP_STAMP) ## create .venv and install every Python dependency (pinned); no-op when done
 
-$(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.toml controller/pyproject.toml
+$(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.toml controller/pyproject.toml \
+		controller/setup.py galaxy.yml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), f"Python >= 3.11 needed, found {sys.version.split()[0]}"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.in -c requirements/constraints.txt

@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from catamaran_lab import config as lab_config  # noqa: E402
 from catamaran_lab.lab import Lab  # noqa: E402
+from tests.integration.collection import build_artifact  # noqa: E402
 from tests.integration.playbooks import lab_inventory, run_playbook, write_inventory  # noqa: E402
 
 BASELINE_PLAYBOOK = """---
@@ -57,6 +58,8 @@ def main() -> None:
     os.environ["CATAMARAN_LAB_BASE_PORT"] = str(config.base_port)
     lab = Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
     lab.up(config)
+    with tempfile.TemporaryDirectory() as artifact:
+        build_artifact(Path(artifact))  # the controller role installs the wheel this puts into the checkout
     rows = []
     try:
         with tempfile.TemporaryDirectory() as scratch:

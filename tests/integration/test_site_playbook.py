@@ -9,10 +9,12 @@ offloaded) and run in order; the module fixture tears it down with catamaran.fed
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -84,6 +86,14 @@ def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
         assert node_ready(lab, f"catamaran-{provider}")
     offloading = get_json(lab, CONSUMER, "-n", "demo", "namespaceoffloading", "offloading")
     assert offloading["status"]["offloadingPhase"] == "Ready"
+    # Every controller process runs from the wheel the installed artifact ships, in the role's virtual environment.
+    installed = INSTALLED["collections"] / "ansible_collections" / "catamaran" / "federation"
+    (wheel,) = (installed / "roles" / "controller" / "files").glob("catamaran_controller-*.whl")
+    venv = lab.root / "controller" / "venv"  # the lab inventory's controller_state_dir
+    assert (venv / f".catamaran-wheel-{hashlib.sha256(wheel.read_bytes()).hexdigest()}").is_file()
+    for cluster in (CONSUMER, *PROVIDERS):
+        supervisor = int((lab.root / "controller" / cluster / f"manager-{cluster}.pid").read_text())
+        assert Path(f"/proc/{supervisor}/cmdline").read_bytes().split(b"\0")[0] == bytes(venv / "bin" / "python")
 
     # The demo as `make demo` runs it: real containers on the providers' real nodes.
     deploy = subprocess.run(
