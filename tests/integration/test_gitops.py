@@ -11,6 +11,7 @@ fixture converges with the first push to main and takes apart with the collectio
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -244,6 +245,72 @@ def test_the_workflow_runs_the_scripts_of_the_repository():
         if line.strip() and not line.startswith("#"):
             requirement = Requirement(line)
             assert requirement.specifier.contains(version(requirement.name)), f"{line}: {version(requirement.name)}"
+
+
+# A stand-in for the GitHub CLI: answers the comment listing from COMMENTS (the selector ci/comment passes with
+# --jq, a startswith on the marker, applied to each comment's body) and records every call, with the body it
+# would post, in CALLS.
+FAKE_GH = r"""#!PYTHON
+import json, os, re, sys
+args = sys.argv[1:]
+body = None
+for i, arg in enumerate(args):
+    if arg == "--body-file" or arg.startswith("body=@"):
+        body = open(args[i + 1] if arg == "--body-file" else arg[len("body=@"):]).read()
+with open(os.environ["CALLS"], "a") as calls:
+    calls.write(json.dumps({"args": args, "body": body}) + "\n")
+if args[:2] == ["api", "--paginate"]:
+    marker = re.fullmatch(r'\.\[\] \| select\(\.body \| startswith\("(.*)"\)\) \| \.id', args[args.index("--jq") + 1])
+    for comment in json.loads(os.environ["COMMENTS"]):
+        if comment["body"].startswith(marker.group(1)):
+            print(comment["id"])
+"""
+NEW_COMMENT = ["pr", "comment", "7", "--repo", "owner/federation", "--body-file"]
+
+
+@pytest.mark.parametrize(
+    ("comments", "plan", "expected"),
+    [
+        ([], "the plan", NEW_COMMENT),
+        (
+            [{"id": 3, "body": f"{PLAN_MARKER}\nold"}, {"id": 4, "body": "LGTM"}, {"id": 5, "body": PLAN_MARKER}],
+            "the plan",
+            ["api", "--method", "PATCH", "repos/owner/federation/issues/comments/5", "-F"],
+        ),
+        ([{"id": 4, "body": "LGTM"}], None, NEW_COMMENT),
+    ],
+    ids=["first-plan", "replaces-the-last-plan", "plan-not-run"],
+)
+def test_the_plan_comment_is_posted_once_and_then_updated(tmp_path, comments, plan, expected):
+    """ci/comment with a stand-in gh: a new comment, or the previous plan comment edited; a note when no plan ran."""
+    (tmp_path / "bin").mkdir()
+    gh = tmp_path / "bin" / "gh"
+    gh.write_text(FAKE_GH.replace("PYTHON", sys.executable))
+    gh.chmod(0o755)
+    plan_file = tmp_path / "plan.md"
+    if plan is not None:
+        plan_file.write_text(f"{PLAN_MARKER}\n{plan}\n")
+    env = dict(
+        os.environ,
+        PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        CALLS=str(tmp_path / "calls"),
+        COMMENTS=json.dumps(comments),
+        GITHUB_REPOSITORY="owner/federation",
+        GITHUB_RUN_ID="99",
+    )
+    result = subprocess.run(
+        [str(TEMPLATE / "ci" / "comment"), "7", str(plan_file)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    listing, post, *rest = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
+    assert listing["args"][:3] == ["api", "--paginate", "repos/owner/federation/issues/7/comments"]
+    assert rest == []
+    assert post["args"][: len(expected)] == expected
+    if plan is not None:
+        assert post["body"] == plan_file.read_text()
+    else:
+        assert post["body"].startswith(f"{PLAN_MARKER}\n### Federation plan: not run")
+        assert "https://github.com/owner/federation/actions/runs/99" in post["body"]
 
 
 def test_a_proposal_is_planned_with_its_diff_and_changes_nothing(lab, pipeline):
