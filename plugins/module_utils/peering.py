@@ -168,10 +168,14 @@ class Peering:
         for cluster, names in ((self.consumer, CONSUMER_CRDS), (self.provider, PROVIDER_CRDS)):
             missing = [n for n in names if cluster.get(CRD_API, "CustomResourceDefinition", n) is None]
             if missing:
-                raise InvalidInput(
-                    "%s lacks Catamaran's CRDs (%s): install them first (catamaran.federation.crds)"
-                    % (cluster.label, ", ".join(missing))
+                message = "%s lacks Catamaran's CRDs (%s): install them first (catamaran.federation.crds)" % (
+                    cluster.label,
+                    ", ".join(missing),
                 )
+                if not self.module.check_mode:
+                    raise InvalidInput(message)
+                # A plan of a new federation: the crds role's dry run installed nothing, so plan as if it had.
+                self.module.ansible.warn(message + "; the plan assumes they are installed first")
         existing = self.provider.get("v1", "Namespace", self.tenant_namespace)
         labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
         if existing and labels.get(LABEL_MANAGED_BY) != MANAGED_BY_CATAMARAN:
