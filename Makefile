@@ -130,4 +130,4 @@ test: lint sanity lab-build ## everything CI runs: lint, sanity, unit and integr
 	$(BIN)/pytest tests
 
 clean: lab-down ## remove the virtualenv and lab state (the binary cache is kept)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity
+	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity .docs dist
