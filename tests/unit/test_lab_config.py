@@ -350,3 +350,51 @@ def test_malformed_environment_override_is_named(monkeypatch):
     monkeypatch.setenv("CATAMARAN_LAB_BASE_PORT", "lots")
     with pytest.raises(LabError, match="CATAMARAN_LAB_BASE_PORT='lots' is not a whole number"):
         config.load()
+
+
+def test_the_controllers_client_rates_come_from_the_lab_file_and_reach_both_components(tmp_path):
+    lab_file = tmp_path / "lab.yaml"
+    lab_file.write_text("controlPlane: {clientQPS: 700, clientBurst: 1400, concurrentSyncs: 12}\nclusters: [{}]\n")
+    lab = config.load(lab_file, real_nodes=False)
+    assert lab.control_plane == config.ControlPlaneSettings(client_qps=700, client_burst=1400, concurrent_syncs=12)
+    assert config.LabConfig.from_dict(json.loads(json.dumps(lab.to_dict()))) == lab
+    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
+    documents = kwok.kwokctl_documents(lab.clusters[0], paths, tmp_path, tmp_path / "pki", lab.control_plane)
+    patches = {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in documents[0]["componentsPatches"]}
+    for component in ("kube-controller-manager", "kube-scheduler"):
+        assert (patches[component]["kube-api-qps"], patches[component]["kube-api-burst"]) == ("700", "1400")
+    assert patches["kube-controller-manager"]["concurrent-replicaset-syncs"] == "12"
+    assert "700 requests/s" in lab.control_plane.describe()
+
+
+def test_the_default_lab_does_not_throttle_its_controllers_at_upstream_rates():
+    settings = config.load(real_nodes=False).control_plane
+    assert settings.client_qps >= 1000
+    assert settings.client_burst >= settings.client_qps
+
+
+def test_a_wrong_control_plane_setting_is_named(tmp_path):
+    lab_file = tmp_path / "lab.yaml"
+    lab_file.write_text("controlPlane: {clientQPS: 0}\nclusters: [{}]\n")
+    with pytest.raises(LabError, match=r"controlPlane\.clientQPS"):
+        config.load(lab_file)
+    lab_file.write_text("controlPlane: {qps: 5}\nclusters: [{}]\n")
+    with pytest.raises(LabError, match=r"unknown keys \['qps'\]"):
+        config.load(lab_file)
+
+
+def test_a_real_node_that_stays_not_ready_names_its_components_last_errors(tmp_path):
+    from catamaran_lab.realnode import last_error_lines
+
+    log = tmp_path / "kubelet.log"
+    log.write_text(
+        "I1123 10:00:00.000 1 server.go:1] started\n"
+        'E1123 10:00:01.000 1 kubelet.go:2] "Container runtime network not ready" err="cni config uninitialized"\n'
+        'time="2026-11-23T10:00:02Z" level=error msg="failed to load cni"\n'
+        "W1123 10:00:03.000 1 x.go:3] a warning\n"
+    )
+    assert last_error_lines(log) == [
+        'E1123 10:00:01.000 1 kubelet.go:2] "Container runtime network not ready" err="cni config uninitialized"',
+        'time="2026-11-23T10:00:02Z" level=error msg="failed to load cni"',
+    ]
+    assert last_error_lines(tmp_path / "missing.log") == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from .config import MANAGED_NODE_LABEL, ClusterSpec
+from .config import MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
 from .pki import FRONT_PROXY_CLIENT, KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT, ClusterPKI
 
 CONFIG_GROUP = "config.kwok.x-k8s.io/v1alpha1"
@@ -85,8 +85,23 @@ def metrics_server_args(pki: ClusterPKI) -> list[dict]:
     ]
 
 
-def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_dir: Path, pki_dir: Path) -> list[dict]:
+def client_rate_args(control_plane: ControlPlaneSettings) -> list[dict]:
+    return [
+        {"key": "kube-api-qps", "value": str(control_plane.client_qps)},
+        {"key": "kube-api-burst", "value": str(control_plane.client_burst)},
+    ]
+
+
+def kwokctl_documents(
+    cluster: ClusterSpec,
+    binaries: dict[str, Path],
+    cluster_dir: Path,
+    pki_dir: Path,
+    control_plane: ControlPlaneSettings | None = None,
+) -> list[dict]:
     """Everything kwokctl needs to start the cluster without downloading anything."""
+    control_plane = control_plane or ControlPlaneSettings()
+    syncs = str(control_plane.concurrent_syncs)
     ports = cluster.ports
     pki = ClusterPKI(pki_dir)
     return [
@@ -154,9 +169,18 @@ def kwokctl_documents(cluster: ClusterSpec, binaries: dict[str, Path], cluster_d
                         # them) with the cluster CA; kwokctl sets no signing flags, so nothing was signed.
                         {"key": "cluster-signing-cert-file", "value": str(pki.ca_cert)},
                         {"key": "cluster-signing-key-file", "value": str(pki.ca_key)},
+                        *client_rate_args(control_plane),
+                        {"key": "concurrent-replicaset-syncs", "value": syncs},
+                        {"key": "concurrent-deployment-syncs", "value": syncs},
+                        {"key": "concurrent-statefulset-syncs", "value": syncs},
+                        {"key": "concurrent-gc-syncs", "value": syncs},
                     ],
                 },
-                {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
+                {
+                    "name": "kube-scheduler",
+                    # kwokctl passes no --config, so these flags are the scheduler's client settings.
+                    "extraArgs": [{"key": "leader-elect", "value": "false"}, *client_rate_args(control_plane)],
+                },
                 {"name": "metrics-server", "extraArgs": metrics_server_args(pki)},
             ],
         },

@@ -283,7 +283,7 @@ class Lab:
         )
         (manifest_dir / "kustomization.yaml").write_text(yaml.safe_dump({"resources": ["metrics-server.yaml"]}))
         config_path = cluster_dir / "kwokctl.yaml"
-        documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name))
+        documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name), lab.control_plane)
         config_path.write_text(yaml.safe_dump_all(documents))
         self.log(f"lab: starting {cluster.name} (kube-apiserver {cluster.server})")
         result = subprocess.run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -24,6 +25,7 @@ from .images import Image
 from .nodeconfig import NodeLayout
 
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+ERROR_LINE = re.compile(r"^[EF]\d{4} ")  # klog's error and fatal lines
 SOCKET_TIMEOUT_S = 30
 READY_TIMEOUT_S = 120
 
@@ -89,8 +91,8 @@ class RealNode:
         )
         if result.returncode != 0:
             raise LabError(
-                f"{self.cluster.name}: real node {self.spec.name} did not become Ready: {result.stderr.strip()}; "
-                f"see {self.layout.path('logs')}"
+                f"{self.cluster.name}: real node {self.spec.name} did not become Ready: {result.stderr.strip()}\n"
+                f"{self.diagnosis()}\nsee {self.layout.path('logs')}"
             )
         log(f"lab: {self.cluster.name}: real node {self.spec.name} Ready (pods {self.spec.pod_cidr})")
 
@@ -220,6 +222,16 @@ class RealNode:
             ready = False
         return RealNodeStatus(self.spec.name, ready, detail, components, self.memory_mib())
 
+    def diagnosis(self) -> str:
+        """Why the node is not Ready, as far as its condition and its components' last errors tell."""
+        status = self.status()
+        parts = [f"node: {status.detail}"]
+        for component in NODE_COMPONENTS:
+            lines = last_error_lines(self.layout.path("logs", f"{component}.log"))
+            if lines:
+                parts.append(f"last errors of {component}:\n  " + "\n  ".join(lines))
+        return "\n".join(parts)
+
     def memory_mib(self) -> float:
         """Resident memory of the node's daemons and shims, plus its containers' cgroup usage."""
         total = 0
@@ -239,6 +251,20 @@ class RealNode:
         with contextlib.suppress(OSError, ValueError):
             total += int((pods / "memory.usage_in_bytes").read_text())
         return total / 1024**2
+
+
+def last_error_lines(log_path: Path, count: int = 6, width: int = 400) -> list[str]:
+    """The last error lines of a klog (`E1123 ...`) or logrus (`level=error`) log, shortened."""
+    try:
+        with log_path.open("rb") as log_file:
+            log_file.seek(max(0, log_path.stat().st_size - 256 * 1024))
+            text = log_file.read().decode(errors="replace")
+    except OSError:
+        return []
+    errors = [
+        line for line in text.splitlines() if ERROR_LINE.match(line) or "level=error" in line or "level=fatal" in line
+    ]
+    return [line[:width] for line in errors[-count:]]
 
 
 def _pause(images: list[Image]) -> str:
