@@ -28,12 +28,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import metrics
 from .kube import informer
 
 log = logging.getLogger(__name__)
 
 TEST_HOOKS_ENV = "CATAMARAN_TEST_HOOKS"
-HEARTBEAT_SECONDS = 1.0
+HEARTBEAT_SECONDS = 0.1
 STALL_SECONDS = 30.0
 
 # A readiness check returns None when fine, else the reason it is not.
@@ -54,6 +55,8 @@ class Health:
         while True:
             self.last_beat = time.monotonic()
             await asyncio.sleep(HEARTBEAT_SECONDS)
+            # Every beat is also a sample of how long callbacks wait behind each other (CPU-bound handlers).
+            metrics.EVENT_LOOP_LAG_SECONDS.observe(max(0.0, time.monotonic() - self.last_beat - HEARTBEAT_SECONDS))
 
     def add_check(self, name: str, check: ReadinessCheck) -> None:
         with self._lock:

@@ -3,13 +3,35 @@
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter("catamaran_reconciles_total", "Reconciliations run", ["controller", "result"])
+QUEUE_DEPTH = Gauge("catamaran_queue_depth", "Keys waiting in a work queue", ["controller"])
+# Latency buckets from a few milliseconds (one API round trip on loopback) to the pod start-up SLO and beyond.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+QUEUE_WAIT_SECONDS = Histogram(
+    "catamaran_queue_wait_seconds",
+    "From a key entering a work queue to a worker taking it",
+    ["controller"],
+    buckets=LATENCY_BUCKETS,
+)
+API_REQUEST_SECONDS = Histogram(
+    "catamaran_api_request_duration_seconds",
+    "From sending a Kubernetes API request to its response's headers (a watch: to the stream's start)",
+    ["cluster", "verb", "resource"],
+    buckets=LATENCY_BUCKETS,
+)
+API_REQUESTS = Counter(
+    "catamaran_api_requests_total", "Kubernetes API requests by response code", ["cluster", "verb", "code"]
+)
 RECONCILE_SECONDS = Histogram(
     "catamaran_reconcile_duration_seconds",
     "Time spent in one reconciliation",
     ["controller"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    buckets=LATENCY_BUCKETS,
 )
-QUEUE_DEPTH = Gauge("catamaran_queue_depth", "Keys waiting in a work queue", ["controller"])
+EVENT_LOOP_LAG_SECONDS = Histogram(
+    "catamaran_event_loop_lag_seconds",
+    "How late the event loop wakes a timer: time every callback waits behind the others",
+    buckets=LATENCY_BUCKETS,
+)
 WATCH_EVENTS = Counter("catamaran_watch_events_total", "Watch events received", ["informer", "type"])
 WATCH_RESTARTS = Counter("catamaran_watch_restarts_total", "Watches restarted by a relist", ["informer", "reason"])
 CACHED_OBJECTS = Gauge("catamaran_cached_objects", "Objects held by an informer cache", ["informer"])

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 
 import httpx2
 import yaml
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ConfigError
+
+from .. import metrics
 
 
 class CredentialError(Exception):
@@ -60,8 +63,53 @@ class BearerToken(httpx2.Auth):
         return "BearerToken(<hidden>)"
 
 
-def async_client(config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15) -> AsyncClient:
-    """A client for `config`; a static bearer token is installed as a BearerToken (see bearer_token())."""
+def request_kind(method: str, path: str, watch: bool) -> tuple[str, str]:
+    """(verb, resource) of an API request in the API server's terms: a GET of a collection is a LIST or WATCH."""
+    segments = [s for s in path.split("/") if s]
+    if segments[:1] == ["api"]:
+        rest = segments[2:]
+    elif segments[:1] == ["apis"]:
+        rest = segments[3:]
+    else:
+        return method, "nonresource"
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        rest = rest[2:]  # a namespaced resource; `namespaces/<name>[/status]` is the namespace itself
+    if not rest:
+        return method, "discovery"
+    resource = "/".join([rest[0], *rest[2:3]])
+    collection = len(rest) == 1
+    if method == "GET" and collection:
+        return ("WATCH" if watch else "LIST"), resource
+    if method == "DELETE" and collection:
+        return "DELETECOLLECTION", resource
+    return method, resource
+
+
+def _instrument(http: httpx2.AsyncClient, cluster: str) -> None:
+    """Every request's latency to its response headers, by verb and resource (`catamaran_api_request_*`)."""
+
+    async def sent(request: httpx2.Request) -> None:
+        request.extensions["catamaran_sent"] = time.perf_counter()
+
+    async def answered(response: httpx2.Response) -> None:
+        request = response.request
+        started = request.extensions.get("catamaran_sent")
+        watch = request.url.params.get("watch") in ("true", "1")
+        verb, resource = request_kind(request.method, request.url.path, watch)
+        if started is not None:
+            metrics.API_REQUEST_SECONDS.labels(cluster, verb, resource).observe(time.perf_counter() - started)
+        metrics.API_REQUESTS.labels(cluster, verb, str(response.status_code)).inc()
+
+    http.event_hooks["request"].append(sent)
+    http.event_hooks["response"].append(answered)
+
+
+def async_client(
+    config: KubeConfig, context: str | None, field_manager: str, timeout: float = 15, cluster: str = "local"
+) -> AsyncClient:
+    """A client for `config`; a static bearer token is installed as a BearerToken (see bearer_token()).
+
+    `cluster` labels its requests' metrics: `local` or `provider`."""
     single = config.get(context)
     client = AsyncClient(
         config=single,
@@ -76,6 +124,7 @@ def async_client(config: KubeConfig, context: str | None, field_manager: str, ti
     # lightkube has no setting for the pool; its httpx transport keeps one.
     pool = http._transport._pool
     pool._max_connections = MAX_CONNECTIONS
+    _instrument(http, cluster)
     return client
 
 

@@ -32,6 +32,7 @@ class WorkQueue:
         self._dirty: set = set()
         self._failures: dict[Any, int] = {}
         self._timers: dict[Any, asyncio.TimerHandle] = {}
+        self._queued_at: dict[Any, float] = {}
         self._group: asyncio.TaskGroup | None = None
         self._running = 0
         self._retiring = 0  # workers to end after their current key
@@ -54,6 +55,7 @@ class WorkQueue:
             return
         if key not in self._queued:
             self._queued.add(key)
+            self._queued_at[key] = time.perf_counter()
             self._queue.put_nowait(key)
             metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
 
@@ -107,6 +109,7 @@ class WorkQueue:
             metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
             self._active.add(key)
             started = time.perf_counter()
+            metrics.QUEUE_WAIT_SECONDS.labels(self.name).observe(started - self._queued_at.pop(key, started))
             requeue_after = None
             try:
                 requeue_after = await self.reconcile(key)

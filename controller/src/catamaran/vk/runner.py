@@ -116,7 +116,7 @@ class VirtualKubelet:
                     )
                     await self._report(error.reason, str(error), ready=False)
                     await peering.until_changed(RECHECK_SECONDS)
-            provider = async_client(config, None, FIELD_MANAGER)
+            provider = async_client(config, None, FIELD_MANAGER, cluster="provider")
             channel = ProviderChannel(provider, config.get())
             await self._serve(peering, foreign, provider, channel, listener)
         finally:
