@@ -185,7 +185,7 @@ def main() -> None:
     lab = Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
     processes: list[federation.ControllerProcess] = []
     try:
-        lab.up(lab_config.load(LAB_FILE))
+        lab.up(lab_config.load(LAB_FILE, clusters=2))
         for cluster in (CONSUMER, PROVIDER):
             federation.install_crds(lab, cluster)
         federation.peer(lab, CONSUMER, PROVIDER)

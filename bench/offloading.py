@@ -1,12 +1,26 @@
-"""Benchmark: Deployment creation to all pods Ready, offloaded through a virtual node vs local kwok nodes.
+"""Benchmark: pod start-up offloaded through virtual nodes against the consumer's own (kwok) nodes.
 
-Runs on its own lab (bench/lab.yaml, state in .lab-bench/, ports 28000+) so it never disturbs the
-test lab. For each N it measures the baseline (the consumer's own kwok nodes) and the offloaded
-Deployment in the same run, and prints both times, their ratio, per-pod startup p50/p99 (seen by
-a watch in this process) and the virtual kubelet's peak RSS. It prints figures; it asserts nothing.
+Runs on its own lab (bench/lab.yaml, state in .lab-bench/, ports 28000+, control planes and kwok only),
+so it never disturbs the test lab. Scenarios (one or more per run):
 
-    .venv/bin/python bench/offloading.py            # N = 100 and 1000
-    .venv/bin/python bench/offloading.py --n 5000   # also report the virtual kubelet's RSS at 5000
+  single    one consumer, one provider. For each N: a Deployment of N pods on the consumer's own nodes
+            (the baseline) and then offloaded, each timed from creation to all pods Ready as a watch in
+            this process sees them; per-pod start-up (first seen -> Ready) p50/p99; where the time went
+            (the controllers' histograms: queue wait, reconcile, API latency per verb, event loop lag);
+            the virtual kubelet's and the manager's RSS and CPU. Then `--recreate` remote pods deleted on
+            the provider one after another (deleted -> the new pod Running), and `--namespaces` offloaded
+            namespaces with one pod each while the virtual node's Ready condition is sampled.
+  fleet     one consumer, `--providers` providers: `--fleet-pods` pods in one Deployment that the
+            scheduler spreads over the virtual nodes; the same figures, and memory against pods Ready.
+  tenants   `--consumers` consumers peered with one provider, each offloading `--tenant-pods` pods at
+            once: the provider manager's RSS and CPU per offloaded pod.
+
+Every run prints the settings it ran with, writes the raw figures to bench/results/*.csv and charts to
+bench/results/*.png. It asserts nothing.
+
+    .venv/bin/python bench/offloading.py                          # single: N = 100, 1000
+    .venv/bin/python bench/offloading.py --scenario fleet         # 5 providers, 10 000 pods
+    .venv/bin/python bench/offloading.py --scenario all
 """
 
 from __future__ import annotations
@@ -14,179 +28,459 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import statistics
+import math
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lightkube import AsyncClient, KubeConfig  # noqa: E402
-from lightkube.resources.core_v1 import Pod  # noqa: E402
+import harness
 
-from catamaran.constants import virtual_node_name  # noqa: E402
-from catamaran_lab import config as lab_config  # noqa: E402
-from catamaran_lab.lab import Lab  # noqa: E402
-from tests.integration import federation  # noqa: E402
-from tests.integration.manifests import container, deployment  # noqa: E402
+from catamaran.constants import default_twin_namespace, virtual_node_name
+from catamaran_lab.lab import Lab
+from tests.integration import federation
+from tests.integration.manifests import container, deployment
 
-CONSUMER, PROVIDER = "bench-consumer", "bench-provider"
 NAMESPACE = "bench"
+CONSUMER = "bench-consumer"
+PROVIDERS = ["bench-provider", "bench-provider-2", "bench-provider-3", "bench-provider-4", "bench-provider-5"]
+TENANT_CONSUMERS = ["bench-consumer", "bench-consumer-2", "bench-consumer-3"]
+TENANTS_LAB = harness.REPO / "bench" / "tenants-lab.yaml"
+VIRTUAL_NODE_TOLERATION = {"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
+WORKERS = {"virtual kubelet pods": 16, "provider manager": 8}  # the processes' defaults, as started here
+SAMPLE_S = 2.0
 
 
-def bench_deployment(name: str, replicas: int, offloaded: bool) -> dict:
-    spec: dict = {"containers": [container(cpu="10m", memory="16Mi")]}
+def bench_deployment(name: str, replicas: int, offloaded: bool, namespace: str = NAMESPACE) -> dict:
+    spec: dict = {"containers": [container(cpu="10m", memory="16Mi")], "terminationGracePeriodSeconds": 0}
     if offloaded:
         spec["nodeSelector"] = {"catamaran.io/type": "virtual-node"}
-        spec["tolerations"] = [
-            {"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
-        ]
+        spec["tolerations"] = [VIRTUAL_NODE_TOLERATION]
     else:
         spec["nodeSelector"] = {"catamaran.io/lab-node": "true"}
-    return deployment(name, replicas, spec, NAMESPACE)
+    return deployment(name, replicas, spec, namespace)
 
 
-def _ready(pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])) if pod.status else False
+@dataclass
+class Federation:
+    """The processes of one bench federation and where their metrics are served."""
+
+    lab: Lab
+    consumers: list[str]
+    providers: list[str]
+    processes: dict[str, federation.ControllerProcess] = field(default_factory=dict)
+    metrics: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> None:
+        for cluster in [*self.consumers, *self.providers]:
+            federation.install_crds(self.lab, cluster)
+        for provider in self.providers:
+            name, args = f"manager {provider}", ["--kubeconfig", str(self.lab.kubeconfig(provider))]
+            self._add(name, [*args, "--cluster-id", provider], ["manager"])
+        for consumer in self.consumers:
+            for index, provider in enumerate(self.providers):
+                federation.peer(self.lab, consumer, provider, networking={"podCIDRRemap": f"10.{200 + index}.0.0/16"})
+                self._add(
+                    f"vk {consumer}/{provider}",
+                    ["--kubeconfig", str(self.lab.kubeconfig(consumer)), "--cluster-id", consumer],
+                    [
+                        "virtual-kubelet",
+                        "--foreign-cluster",
+                        provider,
+                        "--kubelet-port",
+                        "0",
+                        "--kubelet-cert-dir",
+                        str(self.lab.root / "kubelet-certs" / f"{consumer}-{provider}"),
+                    ],
+                )
+        for process in self.processes.values():
+            process.start()
+        deadline = time.monotonic() + 180
+        for consumer in self.consumers:
+            for provider in self.providers:
+                node = virtual_node_name(provider)
+                while federation.node_ready(self.lab, consumer, node) != "True":
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"{consumer}: virtual node {node} never became Ready")
+                    time.sleep(1)
+
+    def _add(self, name: str, args: list[str], command: list[str]) -> None:
+        process, url = harness.controller(self.lab, name.replace(" ", "-").replace("/", "-"), args, command)
+        self.processes[name] = process
+        self.metrics[name] = url
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.stop()
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.process.pid for name, p in self.processes.items()}
+
+    def scrape(self) -> dict[str, harness.Samples]:
+        return {name: harness.scrape(url) for name, url in self.metrics.items()}
+
+    def cpu(self) -> dict[str, float]:
+        return {name: harness.cpu_seconds(pid) for name, pid in self.pids().items()}
+
+    def offload(self, consumer: str, namespace: str) -> None:
+        self.lab.kubectl(consumer, "create", "namespace", namespace, check=False)
+        federation.offload_namespace(self.lab, consumer, namespace)
+        deadline = time.monotonic() + 120
+        while not all(federation.twin_ready(self.lab, consumer, p, namespace) for p in self.providers):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{consumer}/{namespace} was not offloaded to every provider")
+            time.sleep(1)
 
 
-async def measure(lab: Lab, name: str, replicas: int, offloaded: bool) -> dict:
-    """Create the Deployment and watch its pods until all are Ready; times are seen by this watch."""
-    client = AsyncClient(config=KubeConfig.from_file(lab.kubeconfig(CONSUMER)))
-    seen: dict[str, float] = {}
-    ready: dict[str, float] = {}
-    listing = client.list(Pod, namespace=NAMESPACE, labels={"app": name})
-    _ = [p async for p in listing]
+# -- one timed Deployment ------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    label: str
+    pods: int
+    total_s: float
+    startups: list[float]
+    memory: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # process -> (pods Ready, RSS MiB)
+    peak_mib: dict[str, float] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    hops: list[dict] = field(default_factory=list)
+
+    @property
+    def p50(self) -> float:
+        return harness.percentile(self.startups, 0.5)
+
+    @property
+    def p99(self) -> float:
+        return harness.percentile(self.startups, 0.99)
+
+
+async def timed_deployments(
+    lab: Lab, fed: Federation | None, creations: list[tuple[str, dict]], label: str, timeout_s: float
+) -> Run:
+    """Create every Deployment at once (one per consumer) and watch their pods until all are Ready."""
+    selector = f"bench-run={label}"
+    clients = {cluster: harness.client_for(lab, cluster) for cluster, _ in creations}
+    wanted = {cluster: body["spec"]["replicas"] for cluster, body in creations}
+    times = {cluster: harness.PodTimes() for cluster in clients}
+    versions = {c: await harness.list_version(client, None, selector) for c, client in clients.items()}
+    before = fed.scrape() if fed else {}
+    cpu_before = fed.cpu() if fed else {}
+    memory: dict[str, list[tuple[int, float]]] = {}
     started = time.monotonic()
-    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(bench_deployment(name, replicas, offloaded)))
-    async for event, pod in client.watch(
-        Pod, namespace=NAMESPACE, labels={"app": name}, resource_version=listing.resourceVersion
-    ):
-        now = time.monotonic()
-        pod_name = pod.metadata.name
-        if event == "DELETED":
-            continue
-        seen.setdefault(pod_name, now)
-        if _ready(pod) and pod_name not in ready:
-            ready[pod_name] = now
-            if len(ready) == replicas:
-                break
+    for cluster, body in creations:
+        body["metadata"].setdefault("labels", {})["bench-run"] = label
+        body["spec"]["template"]["metadata"]["labels"]["bench-run"] = label
+        lab.kubectl(cluster, "apply", "-f", "-", input=json.dumps(body))
+    watches = asyncio.gather(
+        *(
+            harness.watch_pods(
+                clients[c], None, selector, times[c], lambda t, c=c: len(t.ready) >= wanted[c], versions[c]
+            )
+            for c in clients
+        )
+    )
+    task = asyncio.ensure_future(asyncio.wait_for(watches, timeout_s))
+
+    def sample() -> None:
+        if fed is None:
+            return
+        ready = sum(len(t.ready) for t in times.values())
+        for name, pid in fed.pids().items():
+            memory.setdefault(name, []).append((ready, harness.memory_mib(pid)[0]))
+
+    await harness.sample_while(task, SAMPLE_S, sample)
     total = time.monotonic() - started
-    await client.close()
-    startups = sorted(ready[p] - seen[p] for p in ready)
-    return {
-        "total_s": total,
-        "p50_s": statistics.median(startups),
-        "p99_s": startups[min(len(startups) - 1, int(len(startups) * 0.99))],
-    }
+    complete = task.exception() is None
+    for client in clients.values():
+        await client.close()
+    startups = [s for t in times.values() for s in t.startups()]
+    run = Run(label, sum(wanted.values()), total if complete else math.nan, startups, memory)
+    if not complete:
+        print(f"  {label}: only {len(startups)}/{run.pods} pods Ready within {timeout_s:.0f}s", flush=True)
+    if fed is not None:
+        after = fed.scrape()
+        cpu_after = fed.cpu()
+        for name, pid in fed.pids().items():
+            run.peak_mib[name] = harness.memory_mib(pid)[1]
+            run.cpu_s[name] = cpu_after[name] - cpu_before[name]
+            run.hops += harness.hop_rows(name, before[name], after[name])
+    return run
 
 
-def clean(lab: Lab, name: str, offloaded: bool) -> None:
-    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", name, "--wait=true", timeout=900, check=False)
-    if not offloaded:
-        # kwok removes terminating pods a few per second; the baseline's cleanup is not what we measure.
+def clean(lab: Lab, clusters: list[str], namespace: str, providers: list[str]) -> None:
+    """Delete the bench's Deployments and wait until no pod or ShadowPod of theirs is left anywhere."""
+    for cluster in clusters:
+        lab.kubectl(cluster, "-n", namespace, "delete", "deployments", "--all", "--wait=false", check=False)
+        # kwok removes terminating pods a few per second; the cleanup is not what is measured.
         lab.kubectl(
-            CONSUMER,
-            "-n",
-            NAMESPACE,
-            "delete",
-            "pods",
-            "-l",
-            f"app={name}",
-            "--grace-period=0",
-            "--force",
-            timeout=900,
-            check=False,
+            cluster, "-n", namespace, "delete", "pods", "--all", "--grace-period=0", "--force", timeout=900, check=False
         )
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
-        pods = json.loads(lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "pods", "-o", "json").stdout)["items"]
-        remote = lab.kubectl(PROVIDER, "get", "shadowpods", "-A", "-o", "name", check=False).stdout.split()
-        if not pods and not remote:
+        left = sum(
+            len(lab.kubectl(c, "-n", namespace, "get", "pods", "-o", "name", check=False).stdout.split())
+            for c in clusters
+        ) + sum(
+            len(lab.kubectl(p, "get", "shadowpods", "-A", "-o", "name", check=False).stdout.split()) for p in providers
+        )
+        if not left:
             return
         time.sleep(2)
-    raise SystemExit(f"cleanup of {name} did not finish")
+    raise SystemExit("the bench's pods were not all gone after 900 s")
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+def print_run_settings(fed: Federation) -> None:
+    for name, process in fed.processes.items():
+        print(f"  {name}: python -m catamaran {' '.join(process.args[2:])} (log {process.log_path})")
+
+
+# -- scenarios -------------------------------------------------------------------------------------------
+
+
+def single(args, rows: list[dict], charts: dict) -> None:
+    lab, wanted = harness.bench_lab(clusters=2)
+    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
+    fed = Federation(lab, [CONSUMER], PROVIDERS[:1])
+    try:
+        fed.start()
+        print_run_settings(fed)
+        fed.offload(CONSUMER, NAMESPACE)
+        series = {}
+        for size in args.n:
+            local = asyncio.run(
+                timed_deployments(
+                    lab, None, [(CONSUMER, bench_deployment(f"local-{size}", size, False))], f"local-{size}", 1800
+                )
+            )
+            clean(lab, [CONSUMER], NAMESPACE, fed.providers)
+            remote = asyncio.run(
+                timed_deployments(
+                    lab, fed, [(CONSUMER, bench_deployment(f"remote-{size}", size, True))], f"remote-{size}", 1800
+                )
+            )
+            report(f"single provider, N = {size}", local, remote, rows)
+            series[f"local N={size}"] = local.startups
+            series[f"offloaded N={size}"] = remote.startups
+            if size == max(args.n) and args.recreate:
+                recreate(lab, fed, args.recreate, rows)
+            clean(lab, [CONSUMER], NAMESPACE, fed.providers)
+        charts["offloading-startup.png"] = harness.startup_cdf(series, "Pod start-up, one provider")
+        if args.namespaces:
+            namespaces(lab, fed, args.namespaces, rows)
+    finally:
+        fed.stop()
+
+
+def report(title: str, local: Run | None, remote: Run, rows: list[dict]) -> None:
+    print(f"\n== {title}")
+    ratio = remote.total_s / local.total_s if local else math.nan
+    if local:
+        print(f"  local:     {local.total_s:7.1f} s total, start-up p50 {local.p50:.2f} s, p99 {local.p99:.2f} s")
+    print(f"  offloaded: {remote.total_s:7.1f} s total, start-up p50 {remote.p50:.2f} s, p99 {remote.p99:.2f} s")
+    print(f"  ratio offloaded/local: {ratio:.2f}")
+    for name in remote.peak_mib:
+        per_pod = remote.cpu_s[name] / remote.pods * 1000
+        print(
+            f"  {name}: peak RSS {remote.peak_mib[name]:.0f} MiB, CPU {remote.cpu_s[name]:.1f} s "
+            f"({per_pod:.1f} ms per pod)"
+        )
+    harness.print_hops(title, remote.hops)
+    rows.append(
+        {
+            "scenario": title,
+            "pods": remote.pods,
+            "local_total_s": local.total_s if local else math.nan,
+            "offloaded_total_s": remote.total_s,
+            "ratio": ratio,
+            "local_p50_s": local.p50 if local else math.nan,
+            "local_p99_s": local.p99 if local else math.nan,
+            "offloaded_p50_s": remote.p50,
+            "offloaded_p99_s": remote.p99,
+            **{f"peak_rss_mib {name}": value for name, value in remote.peak_mib.items()},
+            **{f"cpu_s {name}": value for name, value in remote.cpu_s.items()},
+        }
+    )
+    harness.write_csv(f"hops-{title.replace(' ', '-').replace(',', '').replace('=', '')}.csv", remote.hops)
+
+
+def recreate(lab: Lab, fed: Federation, count: int, rows: list[dict]) -> None:
+    """Delete remote pods on the provider one after another; each one's manager must bring it back Running."""
+    provider = fed.providers[0]
+    twin = default_twin_namespace(NAMESPACE, CONSUMER)
+    names = lab.kubectl(provider, "-n", twin, "get", "pods", "-o", "name").stdout.split()[:count]
+
+    async def run() -> list[float]:
+        client = harness.client_for(lab, provider)
+        http = client._client._client
+        latencies = []
+        for name in (n.split("/", 1)[1] for n in names):
+            path = f"/api/v1/namespaces/{twin}/pods"
+            listing = await http.get(path, params={"fieldSelector": f"metadata.name={name}"})
+            old = listing.json()["items"][0]["metadata"]["uid"]
+            times = harness.PodTimes()
+            deleted = time.monotonic()
+            await http.request("DELETE", f"{path}/{name}", json={"gracePeriodSeconds": 0})
+            await asyncio.wait_for(
+                watch_replacement(client, twin, name, old, times, listing.json()["metadata"]["resourceVersion"]), 120
+            )
+            latencies.append(times.ready[name] - deleted)
+        await client.close()
+        return latencies
+
+    latencies = asyncio.run(run())
+    p50, p99 = harness.percentile(latencies, 0.5), harness.percentile(latencies, 0.99)
+    print(f"\n== recreate: {len(latencies)} remote pods deleted -> Running again: p50 {p50:.2f} s, p99 {p99:.2f} s")
+    rows.append({"scenario": "recreate", "pods": len(latencies), "recreate_p50_s": p50, "recreate_p99_s": p99})
+
+
+async def watch_replacement(client, namespace: str, name: str, old_uid: str, times, version: str) -> None:
+    http = client._client._client
+    params = {"watch": "true", "fieldSelector": f"metadata.name={name}", "resourceVersion": version}
+    async with http.stream("GET", f"/api/v1/namespaces/{namespace}/pods", params=params, timeout=None) as response:
+        async for line in response.aiter_lines():
+            pod = json.loads(line)["object"] if line else None
+            if pod and pod["metadata"].get("uid") not in (None, old_uid) and harness._ready(pod):
+                times.ready[name] = time.monotonic()
+                return
+
+
+def namespaces(lab: Lab, fed: Federation, count: int, rows: list[dict]) -> None:
+    """`count` offloaded namespaces, one pod each, with the virtual node's Ready condition sampled throughout."""
+    node = virtual_node_name(fed.providers[0])
+    names = [f"bench-ns-{i:03d}" for i in range(count)]
+    started = time.monotonic()
+    not_ready: list[str] = []
+    manifests = []
+    for name in names:
+        manifests.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        manifests.append(
+            {
+                "apiVersion": "offloading.catamaran.io/v1alpha1",
+                "kind": "NamespaceOffloading",
+                "metadata": {"name": "offloading", "namespace": name},
+                "spec": {},
+            }
+        )
+        manifests.append(bench_deployment("one", 1, True, name))
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=federation.as_list(manifests[0::3]))
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=federation.as_list(manifests[1::3] + manifests[2::3]))
+    deadline = time.monotonic() + 600
+    running = 0
+    while time.monotonic() < deadline:
+        if federation.node_ready(lab, CONSUMER, node) != "True":
+            not_ready.append(f"{time.monotonic() - started:.0f}s")
+        pods = json.loads(lab.kubectl(CONSUMER, "get", "pods", "-A", "-l", "app=one", "-o", "json").stdout)["items"]
+        running = sum(1 for p in pods if harness._ready(p) and p["spec"].get("nodeName") == node)
+        if running == count:
+            break
+        time.sleep(SAMPLE_S)
+    total = time.monotonic() - started
+    vk = fed.pids()[f"vk {CONSUMER}/{fed.providers[0]}"]
+    rss = harness.memory_mib(vk)[0]
+    print(
+        f"\n== {count} offloaded namespaces, one pod each: {running}/{count} offloaded pods Ready in {total:.0f} s; "
+        f"virtual node NotReady samples: {not_ready or 'none'}; VK RSS {rss:.0f} MiB"
+    )
+    rows.append(
+        {
+            "scenario": f"{count} offloaded namespaces",
+            "pods": running,
+            "offloaded_total_s": total,
+            "node_not_ready_samples": len(not_ready),
+            f"rss_mib vk {CONSUMER}/{fed.providers[0]}": rss,
+        }
+    )
+    lab.kubectl(CONSUMER, "delete", "namespaces", *names, "--wait=false", check=False)
+
+
+def fleet(args, rows: list[dict], charts: dict) -> None:
+    lab, wanted = harness.bench_lab(clusters=1 + args.providers)
+    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
+    fed = Federation(lab, [CONSUMER], PROVIDERS[: args.providers])
+    try:
+        fed.start()
+        print_run_settings(fed)
+        fed.offload(CONSUMER, NAMESPACE)
+        size = args.fleet_pods
+        local = None
+        if not args.skip_baseline:
+            local = asyncio.run(
+                timed_deployments(lab, None, [(CONSUMER, bench_deployment("local", size, False))], "local", 3600)
+            )
+            clean(lab, [CONSUMER], NAMESPACE, fed.providers)
+        remote = asyncio.run(
+            timed_deployments(lab, fed, [(CONSUMER, bench_deployment("remote", size, True))], "remote", 3600)
+        )
+        title = f"{args.providers} providers, N = {size}"
+        report(title, local, remote, rows)
+        series = {"offloaded": remote.startups, **({"local": local.startups} if local else {})}
+        charts["fleet-startup.png"] = harness.startup_cdf(series, f"Pod start-up, {title}")
+        charts["fleet-memory.png"] = harness.memory_curve(remote.memory, f"Memory against pods Ready, {title}")
+        clean(lab, [CONSUMER], NAMESPACE, fed.providers)
+    finally:
+        fed.stop()
+
+
+def tenants(args, rows: list[dict], charts: dict) -> None:
+    lab, wanted = harness.bench_lab(clusters=1 + args.consumers, lab_file=TENANTS_LAB)
+    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
+    consumers = TENANT_CONSUMERS[: args.consumers]
+    fed = Federation(lab, consumers, PROVIDERS[:1])
+    try:
+        fed.start()
+        print_run_settings(fed)
+        for consumer in consumers:
+            fed.offload(consumer, NAMESPACE)
+        per_consumer = args.tenant_pods
+        creations = [(c, bench_deployment("tenant", per_consumer, True)) for c in consumers]
+        remote = asyncio.run(timed_deployments(lab, fed, creations, "tenants", 3600))
+        title = f"{args.consumers} consumers on one provider, N = {per_consumer * args.consumers}"
+        report(title, None, remote, rows)
+        manager = f"manager {PROVIDERS[0]}"
+        rss = remote.memory[manager][-1][1]
+        print(
+            f"  provider manager per offloaded pod: {rss * 1024 / remote.pods:.1f} KiB RSS, "
+            f"{remote.cpu_s[manager] / remote.pods * 1000:.1f} ms CPU"
+        )
+        charts["tenants-memory.png"] = harness.memory_curve(remote.memory, f"Memory against pods Ready, {title}")
+        clean(lab, consumers, NAMESPACE, fed.providers)
+    finally:
+        fed.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, action="append", help="replica counts (default: 100 and 1000)")
+    parser.add_argument("--scenario", choices=["single", "fleet", "tenants", "all"], action="append")
+    parser.add_argument("--n", type=int, action="append", help="single: replica counts (default 100 and 1000)")
+    parser.add_argument("--recreate", type=int, default=100, help="single: remote pods deleted one by one (0: skip)")
+    parser.add_argument("--namespaces", type=int, default=200, help="single: offloaded namespaces (0: skip)")
+    parser.add_argument("--providers", type=int, default=5, help="fleet: providers")
+    parser.add_argument("--fleet-pods", type=int, default=10000, help="fleet: pods of the offloaded Deployment")
+    parser.add_argument("--skip-baseline", action="store_true", help="fleet: no local baseline")
+    parser.add_argument("--consumers", type=int, default=3, help="tenants: consumers peered with one provider")
+    parser.add_argument("--tenant-pods", type=int, default=3334, help="tenants: pods each consumer offloads")
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
-    parser.add_argument("--skip-baseline", action="store_true", help="only the offloaded runs (memory figures)")
     args = parser.parse_args()
-    sizes = args.n or [100, 1000]
-
-    os.environ.setdefault("CATAMARAN_LAB_DIR", str(REPO / ".lab-bench"))
-    lab = Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
-    # Control planes and kwok only: the figures are about scale, and both runs use kwok nodes alike.
-    lab.up(lab_config.load(REPO / "bench" / "lab.yaml", real_nodes=False))
-    print("bench lab: control planes + kwok fake nodes, real nodes off", flush=True)
-    processes = []
+    args.n = args.n or [100, 1000]
+    scenarios = args.scenario or ["single"]
+    if "all" in scenarios:
+        scenarios = ["single", "fleet", "tenants"]
+    rows: list[dict] = []
+    charts: dict = {}
     try:
-        for cluster in (CONSUMER, PROVIDER):
-            federation.install_crds(lab, cluster)
-        federation.peer(lab, CONSUMER, PROVIDER, networking={"podCIDRRemap": "10.200.0.0/16"})
-        processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
-        for process in processes:
-            process.start()
-        vk = processes[1]
-        node = virtual_node_name(PROVIDER)
-        deadline = time.monotonic() + 120
-        while (
-            lab.kubectl(
-                CONSUMER, "wait", "--for=condition=Ready", f"node/{node}", "--timeout=5s", check=False
-            ).returncode
-            != 0
-        ):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"virtual node {node} never became Ready; see {vk.log_path}")
-            time.sleep(1)
-        lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE, check=False)
-        federation.offload_namespace(lab, CONSUMER, NAMESPACE)  # only offloaded namespaces' pods leave
-        time.sleep(2)
-
-        rows = []
-        for index, size in enumerate(sizes):
-            last = index == len(sizes) - 1 and not args.keep_lab  # the lab's teardown removes everything
-            baseline = None
-            if not args.skip_baseline:
-                baseline = asyncio.run(measure(lab, f"local-{size}", size, offloaded=False))
-                clean(lab, f"local-{size}", offloaded=False)
-            offloaded = asyncio.run(measure(lab, f"remote-{size}", size, offloaded=True))
-            rss = peak_rss_mib(vk.process.pid)
-            if not last:
-                clean(lab, f"remote-{size}", offloaded=True)
-            rows.append((size, baseline, offloaded, rss))
-            print(f"N={size}: offloaded {offloaded['total_s']:.1f}s, VK peak RSS {rss:.0f} MiB", flush=True)
-
-        print()
-        print(
-            f"{'N':>6} {'baseline s':>11} {'offloaded s':>12} {'ratio':>6} {'base p50/p99 s':>16} "
-            f"{'off p50/p99 s':>15} {'VK peak RSS MiB':>16}"
-        )
-        for size, baseline, offloaded, rss in rows:
-            base = baseline or {"total_s": float("nan"), "p50_s": float("nan"), "p99_s": float("nan")}
-            print(
-                f"{size:>6} {base['total_s']:>11.1f} {offloaded['total_s']:>12.1f} "
-                f"{offloaded['total_s'] / base['total_s']:>6.2f} "
-                f"{base['p50_s']:>7.2f}/{base['p99_s']:<8.2f} "
-                f"{offloaded['p50_s']:>6.2f}/{offloaded['p99_s']:<8.2f}"
-                f"{rss:>16.0f}"
-            )
+        for scenario in scenarios:
+            {"single": single, "fleet": fleet, "tenants": tenants}[scenario](args, rows, charts)
     finally:
-        for process in processes:
-            process.stop()
+        if rows:
+            print(f"\nfigures: {harness.write_csv('offloading.csv', rows)}")
+        for name, draw in charts.items():
+            print(f"chart: {harness.plot(name, draw)}")
         if not args.keep_lab:
-            lab.down()
+            harness.bench_lab_state().down()
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import httpx2  # noqa: E402
-import yaml  # noqa: E402
 from lightkube import ApiError, AsyncClient, KubeConfig  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node  # noqa: E402
@@ -561,24 +560,6 @@ async def memory_phase(lab: Lab, vk_pid: int, result: MemoryResult, run: str, li
 # -- setup and report -----------------------------------------------------------------------------
 
 
-def lab_qps_settings() -> list[str]:
-    """Any QPS, burst or in-flight setting bench/lab.yaml gives (the lab passes none of its own)."""
-    found: list[str] = []
-
-    def walk(node, path: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{path}.{key}" if path else str(key))
-        elif isinstance(node, list):
-            for index, value in enumerate(node):
-                walk(value, f"{path}[{index}]")
-        elif any(word in path.lower() for word in ("qps", "burst", "inflight")):
-            found.append(f"{path}={node}")
-
-    walk(yaml.safe_load(LAB_FILE.read_text()) or {}, "")
-    return found
-
-
 def reflection_workers(lab: Lab) -> str:
     """The ForeignCluster's reflection settings if it sets any, else the defaults."""
     try:
@@ -689,7 +670,7 @@ def main() -> None:
     memory: MemoryResult | None = None
     try:
         # Control planes and kwok only: ConfigMaps need no nodes, and real nodes would only cost time.
-        lab.up(lab_config.load(LAB_FILE, real_nodes=False))
+        wanted = lab.up(lab_config.load(LAB_FILE, clusters=2, real_nodes=False))
         print("bench lab: control planes + kwok fake nodes, real nodes off", flush=True)
         for cluster in (CONSUMER, PROVIDER):
             federation.install_crds(lab, cluster)
@@ -704,7 +685,6 @@ def main() -> None:
         for cluster, namespace in ((PROVIDER, BASELINE_NAMESPACE), (PROVIDER, CHURN_NAMESPACE)):
             lab.kubectl(cluster, "create", "namespace", namespace, check=False)
 
-        qps = lab_qps_settings()
         print(f"N = {args.n} ConfigMaps per timed phase (3 small keys each), run id {run}")
         if not args.skip_memory:
             print(f"memory phase: {args.namespaces} namespaces x {args.objects_per_namespace} ConfigMaps")
@@ -712,7 +692,7 @@ def main() -> None:
             f"writes: lightkube AsyncClient creates, at most {IN_FLIGHT} in flight, the same for baseline and "
             "reflection; times are seen by watches in this process"
         )
-        print(f"lab QPS settings: {', '.join(qps) if qps else 'none in bench/lab.yaml (component defaults)'}")
+        print(f"lab controllers: {wanted.control_plane.describe()} (bench/lab.yaml controlPlane)")
         print(f"reflection workers: {reflection_workers(lab)}")
         print(f"virtual kubelet: python -m catamaran {' '.join(vk.args)} (pid {vk.process.pid}, log {vk.log_path})")
         print(f"busy provider: {CHURN_PER_SECOND} changes/s to a ConfigMap in {PROVIDER}/{CHURN_NAMESPACE}")

@@ -112,6 +112,10 @@ class TokenReflector:
         if copy_name.startswith(SECRET_PREFIX):
             pod = self._by_secret.get((origin, copy_name)) or copy_name.removeprefix(SECRET_PREFIX)
             self.queue.add((origin, pod))
+            if copy is not None:
+                # The pod's ShadowPod waits until the copy is seen here, which is after the write returned.
+                for listener in self.written_listeners:
+                    listener((origin, pod))
 
     def needed(self, pod: dict) -> bool:
         return self.policy.enabled and bool(token_requests(pod["spec"]))

@@ -1,0 +1,332 @@
+"""What the offloading benches share: their lab, the settings they ran with, the controllers' per-hop metrics,
+process figures (CPU, memory), a light pod watch, and the CSV and charts they write.
+
+Nothing here asserts: it measures and prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+import os
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightkube import AsyncClient, KubeConfig
+from prometheus_client.parser import text_string_to_metric_families
+
+from catamaran_lab import config as lab_config
+from catamaran_lab.lab import Lab
+from tests.integration import federation
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_FILE = REPO / "bench" / "lab.yaml"
+RESULTS = REPO / "bench" / "results"
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def bench_lab_state() -> Lab:
+    os.environ.setdefault("CATAMARAN_LAB_DIR", str(REPO / ".lab-bench"))
+    return Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
+
+
+def bench_lab(clusters: int, lab_file: Path = LAB_FILE) -> tuple[Lab, lab_config.LabConfig]:
+    """The bench lab (.lab-bench/, ports 28000+) with the first `clusters` clusters of `lab_file`, kwok only."""
+    lab = bench_lab_state()
+    wanted = lab_config.load(lab_file, clusters=clusters, real_nodes=False)
+    lab.up(wanted)
+    return lab, wanted
+
+
+def print_settings(wanted: lab_config.LabConfig, catamaran: dict[str, str]) -> None:
+    """Everything a figure depends on: the machine, the lab's control planes and Catamaran's own settings."""
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    print(f"machine: {os.cpu_count()} CPUs, {memory_gib:.0f} GiB", flush=True)
+    print(f"lab: {len(wanted.clusters)} clusters, control planes and kwok fake nodes only (real nodes off)")
+    print(f"lab controllers: {wanted.control_plane.describe()} (bench/lab.yaml controlPlane)")
+    nodes = wanted.clusters[0].nodes
+    print(f"lab nodes: {len(nodes)} kwok nodes per cluster, {nodes[0].allocatable.get('pods')} pods each")
+    print("kube-apiserver: upstream defaults (max-requests-inflight 400, mutating 200, priority and fairness on)")
+    for key, value in catamaran.items():
+        print(f"catamaran {key}: {value}")
+    print(flush=True)
+
+
+# -- processes --------------------------------------------------------------------------------------
+
+
+def controller(lab: Lab, name: str, args: list[str], command: list[str]) -> tuple[federation.ControllerProcess, str]:
+    """A controller process with its metrics on a free port; returns it and its /metrics URL."""
+    port = federation.free_port()
+    process = federation.ControllerProcess(lab, name, [*args, "--metrics-port", str(port), *command])
+    return process, f"http://127.0.0.1:{port}/metrics"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """VmRSS and VmHWM (peak RSS), in MiB."""
+    values = {"VmRSS": math.nan, "VmHWM": math.nan}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key = line.split(":")[0]
+        if key in values:
+            values[key] = int(line.split()[1]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+# -- per-hop metrics ----------------------------------------------------------------------------------
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+@dataclass
+class HopFigures:
+    labels: dict[str, str]
+    count: float
+    total_s: float
+    p50_s: float
+    p99_s: float
+
+    @property
+    def mean_s(self) -> float:
+        return self.total_s / self.count if self.count else math.nan
+
+
+def _quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """histogram_quantile(): linear interpolation inside the bucket that holds the q-th observation."""
+    if not buckets or buckets[-1][1] == 0:
+        return math.nan
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            width = count - lower_count
+            return lower_bound + (bound - lower_bound) * ((rank - lower_count) / width if width else 1)
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def histogram(before: Samples, after: Samples, metric: str) -> list[HopFigures]:
+    """Each label set's observations between two scrapes, busiest first."""
+    groups: dict[tuple, dict] = {}
+    for (name, labels), value in after.items():
+        if not name.startswith(metric + "_"):
+            continue
+        delta = value - before.get((name, labels), 0.0)
+        plain = tuple((k, v) for k, v in labels if k != "le")
+        group = groups.setdefault(plain, {"buckets": [], "count": 0.0, "sum": 0.0})
+        if name == metric + "_bucket":
+            group["buckets"].append((float(dict(labels)["le"]), delta))
+        elif name == metric + "_count":
+            group["count"] = delta
+        elif name == metric + "_sum":
+            group["sum"] = delta
+    figures = []
+    for labels, group in groups.items():
+        if group["count"] <= 0:
+            continue
+        buckets = sorted(group["buckets"])
+        figures.append(
+            HopFigures(dict(labels), group["count"], group["sum"], _quantile(0.5, buckets), _quantile(0.99, buckets))
+        )
+    return sorted(figures, key=lambda f: -f.total_s)
+
+
+HOP_METRICS = (
+    ("catamaran_queue_wait_seconds", "queue wait"),
+    ("catamaran_reconcile_duration_seconds", "reconcile"),
+    ("catamaran_api_request_duration_seconds", "API"),
+    ("catamaran_event_loop_lag_seconds", "event loop lag"),
+)
+
+
+def hop_rows(process: str, before: Samples, after: Samples, top: int = 8) -> list[dict]:
+    rows = []
+    for metric, hop in HOP_METRICS:
+        for figures in histogram(before, after, metric)[:top]:
+            rows.append(
+                {
+                    "process": process,
+                    "hop": hop,
+                    "what": " ".join(figures.labels.values()) or "-",
+                    "count": int(figures.count),
+                    "mean_ms": figures.mean_s * 1000,
+                    "p50_ms": figures.p50_s * 1000,
+                    "p99_ms": figures.p99_s * 1000,
+                    "total_s": figures.total_s,
+                }
+            )
+    return rows
+
+
+def print_hops(title: str, rows: list[dict]) -> None:
+    print(f"\nwhere the time goes: {title}")
+    header = f"{'process':<24} {'hop':<15} {'what':<34} {'count':>7} {'mean ms':>9} {'p50 ms':>8} {'p99 ms':>8}"
+    print(f"  {header} {'sum s':>8}")
+    for row in rows:
+        print(
+            f"  {row['process']:<24} {row['hop']:<15} {row['what'][:34]:<34} {row['count']:>7} "
+            f"{row['mean_ms']:>9.1f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f} {row['total_s']:>8.1f}"
+        )
+
+
+# -- a light pod watch ---------------------------------------------------------------------------------
+
+
+def client_for(lab: Lab, cluster: str) -> AsyncClient:
+    return AsyncClient(config=KubeConfig.from_file(lab.kubeconfig(cluster)), timeout=60)
+
+
+def _ready(pod: dict) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclass
+class PodTimes:
+    """When this process first saw each pod, and when it first saw it Ready (monotonic seconds)."""
+
+    seen: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, float] = field(default_factory=dict)
+    uids: dict[str, str] = field(default_factory=dict)
+
+    def startups(self) -> list[float]:
+        return sorted(self.ready[name] - self.seen[name] for name in self.ready)
+
+
+async def watch_pods(
+    client: AsyncClient,
+    namespace: str | None,
+    label_selector: str,
+    times: PodTimes,
+    done: Callable[[PodTimes], bool],
+    resource_version: str,
+) -> None:
+    """Watch pods with json decoding only: lightkube's models would cost this process more CPU than the
+    controllers it measures, on a machine they share."""
+    http = client._client._client
+    path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    version = resource_version
+    while not done(times):
+        params = {"watch": "true", "labelSelector": label_selector, "resourceVersion": version}
+        params["allowWatchBookmarks"] = "true"
+        async with http.stream("GET", path, params=params, timeout=None) as response:
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                event = json.loads(line)
+                pod = event["object"]
+                version = pod["metadata"].get("resourceVersion") or version
+                if event["type"] in ("BOOKMARK", "DELETED", "ERROR"):
+                    continue
+                now = time.monotonic()
+                name = pod["metadata"]["name"]
+                times.seen.setdefault(name, now)
+                times.uids[name] = pod["metadata"]["uid"]
+                if name not in times.ready and _ready(pod):
+                    times.ready[name] = now
+                    if done(times):
+                        return
+
+
+async def list_version(client: AsyncClient, namespace: str | None, label_selector: str) -> str:
+    http = client._client._client
+    path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    response = await http.get(path, params={"labelSelector": label_selector, "limit": "1"})
+    response.raise_for_status()
+    return response.json()["metadata"]["resourceVersion"]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+async def sample_while(task: asyncio.Task, every_s: float, sample: Callable[[], None]) -> None:
+    while not task.done():
+        sample()
+        await asyncio.wait([task], timeout=every_s)
+    sample()
+
+
+# -- CSV and charts -------------------------------------------------------------------------------------
+
+
+def write_csv(name: str, rows: list[dict]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
+    return path
+
+
+def plot(name: str, draw: Callable) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    figure, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
+    draw(axes)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    path = RESULTS / name
+    figure.savefig(path)
+    pyplot.close(figure)
+    return path
+
+
+def startup_cdf(series: dict[str, list[float]], title: str) -> Callable:
+    def draw(axes) -> None:
+        for label, values in series.items():
+            ordered = sorted(values)
+            if not ordered:
+                continue
+            fractions = [(index + 1) / len(ordered) for index in range(len(ordered))]
+            axes.plot(ordered, fractions, label=f"{label} (p99 {percentile(ordered, 0.99):.1f} s)")
+        axes.axvline(5, color="red", linestyle="--", linewidth=1, label="SLO p99 5 s")
+        axes.set_xlabel("pod start-up: first seen -> Ready (s)")
+        axes.set_ylabel("fraction of pods")
+        axes.set_title(title)
+        axes.legend(loc="lower right")
+
+    return draw
+
+
+def memory_curve(series: dict[str, list[tuple[int, float]]], title: str) -> Callable:
+    def draw(axes) -> None:
+        for label, points in series.items():
+            if points:
+                axes.plot([p for p, _ in points], [m for _, m in points], label=label)
+        axes.set_xlabel("offloaded pods Ready")
+        axes.set_ylabel("RSS (MiB)")
+        axes.set_title(title)
+        axes.legend(loc="upper left")
+
+    return draw
