@@ -18,7 +18,7 @@ import asyncio
 import datetime
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx2
@@ -51,6 +51,41 @@ failure_listeners: list[Callable[[Informer], None]] = []
 
 class _Bookmark(msgspec.Struct):
     metadata: dict
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+class PackedCache(Mapping):
+    """Objects kept as compact JSON bytes and decoded on each read.
+
+    A pod as Python dicts takes 13-17 KiB, its JSON under 3 KiB: at ten thousand pods that is the
+    difference between a process within its memory budget and one far over it. Reads cost a decode
+    (tens of microseconds), paid only by the keys a reconciler actually looks at.
+    """
+
+    def __init__(self) -> None:
+        self._data: dict[Key, bytes] = {}
+
+    def __getitem__(self, key: Key) -> Any:
+        return _decode(self._data[key])
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        self._data[key] = _encode(value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def pop(self, key: Key, default: Any = None) -> Any:
+        raw = self._data.pop(key, None)
+        return default if raw is None else _decode(raw)
 
 
 def object_key(obj) -> Key:
@@ -93,6 +128,7 @@ class Informer:
         transform: Callable[[Any], Any] | None = None,
         server_timeout: int = 290,
         read_timeout: float = READ_TIMEOUT_SECONDS,
+        packed: bool = False,
     ):
         self.client = client
         self.resource = resource
@@ -103,7 +139,9 @@ class Informer:
         self.transform = transform or (lambda obj: obj)
         self.server_timeout = server_timeout
         self.read_timeout = read_timeout
-        self.cache: dict[Key, Any] = {}
+        # `packed`: the transformed objects (plain JSON data) are stored as bytes, see PackedCache.
+        self.packed = packed
+        self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
         self.synced = asyncio.Event()
         self.healthy = False
         self.running = False
@@ -125,6 +163,9 @@ class Informer:
 
     def get(self, namespace: str | None, name: str):
         return self.cache.get((namespace, name))
+
+    def _empty_cache(self) -> dict[Key, Any] | PackedCache:
+        return PackedCache() if self.packed else {}
 
     def _selectors(self) -> dict:
         selectors = {"labels": self.labels, "fields": self.fields}
@@ -276,25 +317,23 @@ class Informer:
 
     async def _relist(self) -> str:
         listing = self.client.list(self.resource, chunk_size=500, **self._selectors())
-        fresh: dict[Key, Any] = {}
+        # Transformed as they arrive: a list of full objects is what would otherwise set the memory peak.
+        fresh = self._empty_cache()
         versions: dict[Key, str] = {}
         async for obj in listing:
             key = object_key(obj)
             versions[key] = obj.metadata.resourceVersion
-            fresh[key] = obj
+            fresh[key] = self.transform(obj)
         old_cache, old_versions = self.cache, self._versions
-        self.cache, self._versions = {}, {}
-        for key, obj in fresh.items():
-            stored = self.transform(obj)
-            self.cache[key] = stored
-            self._versions[key] = versions[key]
+        self.cache, self._versions = fresh, versions
+        for key in fresh:
             if key not in old_cache:
-                self._notify("ADDED", key, stored, None)
+                self._notify("ADDED", key, fresh[key], None)
             elif old_versions.get(key) != versions[key]:
-                self._notify("MODIFIED", key, stored, old_cache[key])
-        for key, old in old_cache.items():
+                self._notify("MODIFIED", key, fresh[key], old_cache[key])
+        for key in old_cache:
             if key not in fresh:
-                self._notify("DELETED", key, None, old)
+                self._notify("DELETED", key, None, old_cache[key])
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
         self.healthy = True
         self.synced.set()

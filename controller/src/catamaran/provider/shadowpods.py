@@ -97,6 +97,17 @@ def material_status(status: dict) -> tuple:
     return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)
 
 
+def compact_pod(pod) -> dict:
+    """What the manager reads of a pod it created: who owns it, whether it is going, and its status."""
+    data = as_dict(pod)
+    meta = data["metadata"]
+    kept = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
+    return {
+        "metadata": {key: meta.get(key) for key in kept},
+        "status": data.get("status") or {},
+    }
+
+
 def _evicted(pod: dict) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Failed" and status.get("reason") == "Evicted"
@@ -127,9 +138,14 @@ class ShadowPodController:
             offers.on_admission_may_change(self._retry_refused)
         if twin_namespaces is not None:
             twin_namespaces.on_change(self._twin_namespace_changed)
-        self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict)
+        self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict, packed=True)
         self.pods = Informer(
-            client, Pod, name="shadowpod-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=as_dict
+            client,
+            Pod,
+            name="shadowpod-pods",
+            labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+            transform=compact_pod,
+            packed=True,
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
         self.shadows.on_change(lambda event, key, new, old: self.queue.add(key))

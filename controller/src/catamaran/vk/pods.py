@@ -148,7 +148,12 @@ class PodController:
         self.foreign_cluster = foreign_cluster  # (namespace, name): where translation problems are reported
         self._translation_changed = asyncio.Event()
         self.local_pods = Informer(
-            local, Pod, name="local-pods", fields={"spec.nodeName": node.name}, transform=compact_local_pod
+            local,
+            Pod,
+            name="local-pods",
+            fields={"spec.nodeName": node.name},
+            transform=compact_local_pod,
+            packed=True,
         )
         self.twins = TwinManager(
             local,
@@ -231,7 +236,9 @@ class PodController:
                 self.queue.add((namespace, pod_name))
 
     def _shadow_informer(self, twin: str) -> Informer:
-        informer = Informer(self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow)
+        informer = Informer(
+            self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow, packed=True
+        )
         informer.on_change(self._shadow_changed)
         return informer
 
