@@ -103,10 +103,11 @@ def role_playbook(directory: Path) -> Path:
         yaml.safe_dump(
             [
                 {
-                    "name": "The controller, local mode",
+                    "name": "The CRDs and the controller, local mode",
                     "hosts": CLUSTER,
                     "gather_facts": False,
-                    "roles": [{"role": "catamaran.federation.controller"}],
+                    # As site.yml does: the manager's informers need the CRDs, which a fresh lab lacks.
+                    "roles": [{"role": "catamaran.federation.crds"}, {"role": "catamaran.federation.controller"}],
                 }
             ]
         )
