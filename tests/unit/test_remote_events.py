@@ -51,11 +51,11 @@ def test_series_events_report_their_series_count():
     assert compact["last"].startswith("2026-11-23T01:05:00")
 
 
-def test_token_bucket_allows_a_burst_then_the_rate(monkeypatch):
+def test_token_bucket_allows_a_burst_then_gives_each_waiter_its_own_later_slot(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(remote_events.time, "monotonic", lambda: clock[0])
     bucket = TokenBucket(rate=2, burst=3)
-    assert [bucket.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.delay() == 0.5
-    clock[0] += 0.5
-    assert bucket.delay() == 0.0
+    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert [bucket.reserve() for _ in range(3)] == [0.5, 1.0, 1.5]  # waiters queue up, none competes
+    clock[0] += 2.0
+    assert bucket.reserve() == 0.0  # the three slots are used up by then; the rate refilled one more

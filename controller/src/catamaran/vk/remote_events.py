@@ -85,15 +85,16 @@ class TokenBucket:
         self._tokens = float(burst)
         self._stamp = time.monotonic()
 
-    def delay(self) -> float:
-        """Seconds until a token is free; 0 takes one now."""
+    def reserve(self) -> float:
+        """Take the next token, free now or in the future: seconds until it is this caller's (0: now).
+
+        Each waiting writer holds its own future slot, so a thousand waiting writes wake once each, in turn,
+        instead of all waking to compete for every token that frees up."""
         now = time.monotonic()
         self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return 0.0
-        return (1 - self._tokens) / self.rate
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
 
 class RemoteEventMirror:
@@ -122,6 +123,7 @@ class RemoteEventMirror:
         self.informers = NamespacedInformers(self._informer)
         self.origins: dict[str, str] = {}  # twin namespace -> local namespace
         self._written: OrderedDict[tuple, tuple] = OrderedDict()
+        self._due: dict[tuple, float] = {}  # key -> when its reserved write slot comes
 
     def _informer(self, twin: str) -> Informer:
         informer = Informer(
@@ -147,6 +149,10 @@ class RemoteEventMirror:
 
     async def reconcile(self, key) -> float | None:
         twin, name = key
+        due = self._due.pop(key, None)
+        if due is not None and due > time.monotonic():
+            self._due[key] = due
+            return due - time.monotonic()
         informer = self.informers.get(twin)
         remote = informer.get(twin, name) if informer else None
         origin = self.origins.get(twin)
@@ -158,10 +164,12 @@ class RemoteEventMirror:
         written = (target["metadata"]["uid"], remote["count"], remote["last"], remote["message"])
         if self._written.get(key) == written:
             return None
-        wait = self.limiter.delay()
-        if wait > 0:
-            metrics.REMOTE_EVENTS_DELAYED.inc()
-            return wait
+        if due is None:
+            wait = self.limiter.reserve()
+            if wait > 0:
+                self._due[key] = time.monotonic() + wait
+                metrics.REMOTE_EVENTS_DELAYED.inc()
+                return wait
         await self._write(mirrored_event(name, remote, target, self.provider_id, self.node_name))
         self._written[key] = written
         self._written.move_to_end(key)
