@@ -7,6 +7,7 @@ Nothing here asserts: it measures and prints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
 import math
@@ -66,6 +67,19 @@ def controller(lab: Lab, name: str, args: list[str], command: list[str]) -> tupl
     port = federation.free_port()
     process = federation.ControllerProcess(lab, name, [*args, "--metrics-port", str(port), *command])
     return process, f"http://127.0.0.1:{port}/metrics"
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of a process on `cpus` only (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def control_plane_pids(lab: Lab, cluster: str) -> list[int]:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and metrics-server of a lab cluster."""
+    pid_dir = lab.kwok_workdir / "clusters" / cluster / "pids"
+    return [int(path.read_text().strip()) for path in sorted(pid_dir.glob("*.pid"))]
 
 
 def cpu_seconds(pid: int) -> float:

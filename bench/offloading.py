@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,18 @@ class Federation:
     providers: list[str]
     processes: dict[str, federation.ControllerProcess] = field(default_factory=dict)
     metrics: dict[str, str] = field(default_factory=dict)
+    # cluster -> the CPUs its control plane and Catamaran's processes for it run on (empty: unpinned)
+    cpus: dict[str, set[int]] = field(default_factory=dict)
+
+    def pin(self) -> None:
+        """Each cluster on CPUs of its own, as separate clusters have machines of their own."""
+        for cluster, cpus in self.cpus.items():
+            for pid in harness.control_plane_pids(self.lab, cluster):
+                harness.pin(pid, cpus)
+        for name, process in self.processes.items():
+            cluster = name.split(" ")[1].split("/")[0]  # a virtual kubelet belongs to its consumer
+            if cluster in self.cpus:
+                harness.pin(process.process.pid, self.cpus[cluster])
 
     def start(self) -> None:
         for cluster in [*self.consumers, *self.providers]:
@@ -98,6 +111,7 @@ class Federation:
                 )
         for process in self.processes.values():
             process.start()
+        self.pin()
         deadline = time.monotonic() + 180
         for consumer in self.consumers:
             for provider in self.providers:
@@ -217,7 +231,17 @@ def clean(lab: Lab, clusters: list[str], namespace: str, providers: list[str]) -
         lab.kubectl(cluster, "-n", namespace, "delete", "deployments", "--all", "--wait=false", check=False)
         # kwok removes terminating pods a few per second; the cleanup is not what is measured.
         lab.kubectl(
-            cluster, "-n", namespace, "delete", "pods", "--all", "--grace-period=0", "--force", timeout=900, check=False
+            cluster,
+            "-n",
+            namespace,
+            "delete",
+            "pods",
+            "--all",
+            "--grace-period=0",
+            "--force",
+            "--wait=false",  # the loop below waits; kubectl's own wait hung on a thousand pods
+            timeout=900,
+            check=False,
         )
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
@@ -233,7 +257,21 @@ def clean(lab: Lab, clusters: list[str], namespace: str, providers: list[str]) -
     raise SystemExit("the bench's pods were not all gone after 900 s")
 
 
+def cpu_plan(args, consumers: list[str], providers: list[str]) -> dict[str, set[int]]:
+    """--cpu-per-side: consumers on the first CPU, providers on the second (the bench process floats)."""
+    if not args.cpu_per_side:
+        return {}
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("--cpu-per-side needs two CPUs")
+    return {**{c: {0} for c in consumers}, **{p: {1} for p in providers}}
+
+
 def print_run_settings(fed: Federation) -> None:
+    if fed.cpus:
+        sides = ", ".join(f"{cluster} on CPU {sorted(cpus)}" for cluster, cpus in fed.cpus.items())
+        print(f"  CPU per side: {sides}; each cluster's Catamaran processes with it")
+    else:
+        print("  CPUs: every process may run on every CPU (both sides share the machine)")
     for name, process in fed.processes.items():
         print(f"  {name}: python -m catamaran {' '.join(process.args[2:])} (log {process.log_path})")
 
@@ -244,7 +282,7 @@ def print_run_settings(fed: Federation) -> None:
 def single(args, rows: list[dict], charts: dict) -> None:
     lab, wanted = harness.bench_lab(clusters=2)
     harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
-    fed = Federation(lab, [CONSUMER], PROVIDERS[:1])
+    fed = Federation(lab, [CONSUMER], PROVIDERS[:1], cpus=cpu_plan(args, [CONSUMER], PROVIDERS[:1]))
     try:
         fed.start()
         print_run_settings(fed)
@@ -400,7 +438,8 @@ def namespaces(lab: Lab, fed: Federation, count: int, rows: list[dict]) -> None:
 def fleet(args, rows: list[dict], charts: dict) -> None:
     lab, wanted = harness.bench_lab(clusters=1 + args.providers)
     harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
-    fed = Federation(lab, [CONSUMER], PROVIDERS[: args.providers])
+    providers = PROVIDERS[: args.providers]
+    fed = Federation(lab, [CONSUMER], providers, cpus=cpu_plan(args, [CONSUMER], providers))
     try:
         fed.start()
         print_run_settings(fed)
@@ -429,7 +468,7 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
     lab, wanted = harness.bench_lab(clusters=1 + args.consumers, lab_file=TENANTS_LAB)
     harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
     consumers = TENANT_CONSUMERS[: args.consumers]
-    fed = Federation(lab, consumers, PROVIDERS[:1])
+    fed = Federation(lab, consumers, PROVIDERS[:1], cpus=cpu_plan(args, consumers, PROVIDERS[:1]))
     try:
         fed.start()
         print_run_settings(fed)
@@ -463,6 +502,11 @@ def main() -> None:
     parser.add_argument("--skip-baseline", action="store_true", help="fleet: no local baseline")
     parser.add_argument("--consumers", type=int, default=3, help="tenants: consumers peered with one provider")
     parser.add_argument("--tenant-pods", type=int, default=3334, help="tenants: pods each consumer offloads")
+    parser.add_argument(
+        "--cpu-per-side",
+        action="store_true",
+        help="pin consumers to CPU 0 and providers to CPU 1, as clusters on machines of their own",
+    )
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
     args = parser.parse_args()
     args.n = args.n or [100, 1000]

@@ -89,6 +89,9 @@ class TokenReflector:
         self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
         self.written_listeners: list[Callable[[tuple], None]] = []
         self._by_secret: dict[tuple[str, str], str] = {}  # (origin, secret name) -> pod name
+        # (origin, pod name) -> local pod UID of the token Secret last written: the provider has it from the
+        # moment the write returns, before the copy informer sees it, so the pod need not wait for that.
+        self._written: dict[tuple[str, str], str] = {}
         secrets.copy_listeners.append(self._copy_changed)
 
     def tasks(self):
@@ -122,8 +125,11 @@ class TokenReflector:
 
     def ready_for(self, pod: dict, twin: str) -> bool:
         """Is the pod's token Secret in the twin, for this very pod? Its ShadowPod waits for it."""
-        copy = self.secrets.copy_of(twin, token_secret_name(pod["metadata"]["name"]))
-        return copy is not None and copy.get("localUID") == pod["metadata"]["uid"]
+        meta = pod["metadata"]
+        if self._written.get((meta["namespace"], meta["name"])) == meta["uid"]:
+            return True
+        copy = self.secrets.copy_of(twin, token_secret_name(meta["name"]))
+        return copy is not None and copy.get("localUID") == meta["uid"]
 
     def left_in(self, twin: str) -> int:
         return self.secrets.left_in(twin, OWNER_OTHER_CATAMARAN)
@@ -133,6 +139,8 @@ class TokenReflector:
         twin = self.twins.mapped_name(namespace)
         copies = self.secrets.copies.get(twin)
         if copies is None:
+            if key not in self.local_pods.cache:
+                self._written.pop(key, None)
             return None
         if not copies.synced.is_set():
             return 0.5
@@ -145,6 +153,7 @@ class TokenReflector:
         )
         if not wanted:
             self._by_secret.pop((namespace, secret_name), None)
+            self._written.pop(key, None)
             if copy is not None and copy["owner"] == OWNER_OTHER_CATAMARAN:
                 with tolerating(404, 409):
                     await delete_with_uid(self.provider, Secret, secret_name, twin, copy["uid"])
@@ -180,6 +189,7 @@ class TokenReflector:
                 )
             raise
         metrics.REFLECTION_SECONDS.labels("serviceAccountTokens").observe(time.monotonic() - started)
+        self._written[key] = pod["metadata"]["uid"]
         for listener in self.written_listeners:
             listener(key)
         return lifetime
