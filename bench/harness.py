@@ -82,6 +82,30 @@ def control_plane_pids(lab: Lab, cluster: str) -> list[int]:
     return [int(path.read_text().strip()) for path in sorted(pid_dir.glob("*.pid"))]
 
 
+def machine_cpu(lab: Lab, clusters: list[str], processes: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of every lab component, Catamaran process and this bench process, by name."""
+    found = {f"bench (watch, {os.getpid()})": cpu_seconds(os.getpid())}
+    for cluster in clusters:
+        pid_dir = lab.kwok_workdir / "clusters" / cluster / "pids"
+        for path in sorted(pid_dir.glob("*.pid")):
+            with contextlib.suppress(OSError, ValueError):
+                found[f"{cluster} {path.stem}"] = cpu_seconds(int(path.read_text().strip()))
+    for name, pid in processes.items():
+        with contextlib.suppress(OSError):
+            found[name] = cpu_seconds(pid)
+    return found
+
+
+def print_cpu(title: str, runs: dict[str, dict[str, float]]) -> None:
+    """CPU seconds each component spent during each run (columns), busiest first."""
+    names = sorted({n for used in runs.values() for n in used}, key=lambda n: -max(r.get(n, 0) for r in runs.values()))
+    print(f"\nCPU seconds by component: {title}")
+    print("  " + f"{'component':<44}" + "".join(f"{label:>12}" for label in runs))
+    for name in names:
+        print("  " + f"{name[:44]:<44}" + "".join(f"{runs[label].get(name, 0.0):>12.1f}" for label in runs))
+    print("  " + f"{'all':<44}" + "".join(f"{sum(used.values()):>12.1f}" for used in runs.values()))
+
+
 def cpu_seconds(pid: int) -> float:
     fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")

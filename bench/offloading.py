@@ -162,6 +162,7 @@ class Run:
     peak_mib: dict[str, float] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
     hops: list[dict] = field(default_factory=list)
+    machine_cpu_s: dict[str, float] = field(default_factory=dict)  # every component of the machine
 
     @property
     def p50(self) -> float:
@@ -173,9 +174,16 @@ class Run:
 
 
 async def timed_deployments(
-    lab: Lab, fed: Federation | None, creations: list[tuple[str, dict]], label: str, timeout_s: float
+    fed: Federation, creations: list[tuple[str, dict]], label: str, timeout_s: float, offloaded: bool
 ) -> Run:
-    """Create every Deployment at once (one per consumer) and watch their pods until all are Ready."""
+    """Create every Deployment at once (one per consumer) and watch their pods until all are Ready.
+
+    Every run records the CPU of every component on the machine; offloaded runs also the controllers'
+    per-hop histograms, memory and CPU."""
+    lab = fed.lab
+    clusters = [*fed.consumers, *fed.providers]
+    all_processes = fed.pids()
+    fed = fed if offloaded else None
     selector = f"bench-run={label}"
     clients = {cluster: harness.client_for(lab, cluster) for cluster, _ in creations}
     wanted = {cluster: body["spec"]["replicas"] for cluster, body in creations}
@@ -183,6 +191,7 @@ async def timed_deployments(
     versions = {c: await harness.list_version(client, None, selector) for c, client in clients.items()}
     before = fed.scrape() if fed else {}
     cpu_before = fed.cpu() if fed else {}
+    machine_before = harness.machine_cpu(lab, clusters, all_processes)
     memory: dict[str, list[tuple[int, float]]] = {}
     started = time.monotonic()
     for cluster, body in creations:
@@ -213,6 +222,10 @@ async def timed_deployments(
         await client.close()
     startups = [s for t in times.values() for s in t.startups()]
     run = Run(label, sum(wanted.values()), total if complete else math.nan, startups, memory)
+    machine_after = harness.machine_cpu(lab, clusters, all_processes)
+    run.machine_cpu_s = {
+        name: machine_after[name] - used for name, used in machine_before.items() if name in machine_after
+    }
     if not complete:
         print(f"  {label}: only {len(startups)}/{run.pods} pods Ready within {timeout_s:.0f}s", flush=True)
     if fed is not None:
@@ -291,13 +304,13 @@ def single(args, rows: list[dict], charts: dict) -> None:
         for size in args.n:
             local = asyncio.run(
                 timed_deployments(
-                    lab, None, [(CONSUMER, bench_deployment(f"local-{size}", size, False))], f"local-{size}", 1800
+                    fed, [(CONSUMER, bench_deployment(f"local-{size}", size, False))], f"local-{size}", 1800, False
                 )
             )
             clean(lab, [CONSUMER], NAMESPACE, fed.providers)
             remote = asyncio.run(
                 timed_deployments(
-                    lab, fed, [(CONSUMER, bench_deployment(f"remote-{size}", size, True))], f"remote-{size}", 1800
+                    fed, [(CONSUMER, bench_deployment(f"remote-{size}", size, True))], f"remote-{size}", 1800, True
                 )
             )
             report(f"single provider, N = {size}", local, remote, rows)
@@ -327,6 +340,7 @@ def report(title: str, local: Run | None, remote: Run, rows: list[dict]) -> None
             f"({per_pod:.1f} ms per pod)"
         )
     harness.print_hops(title, remote.hops)
+    harness.print_cpu(title, {**({"local": local.machine_cpu_s} if local else {}), "offloaded": remote.machine_cpu_s})
     rows.append(
         {
             "scenario": title,
@@ -448,11 +462,11 @@ def fleet(args, rows: list[dict], charts: dict) -> None:
         local = None
         if not args.skip_baseline:
             local = asyncio.run(
-                timed_deployments(lab, None, [(CONSUMER, bench_deployment("local", size, False))], "local", 3600)
+                timed_deployments(fed, [(CONSUMER, bench_deployment("local", size, False))], "local", 3600, False)
             )
             clean(lab, [CONSUMER], NAMESPACE, fed.providers)
         remote = asyncio.run(
-            timed_deployments(lab, fed, [(CONSUMER, bench_deployment("remote", size, True))], "remote", 3600)
+            timed_deployments(fed, [(CONSUMER, bench_deployment("remote", size, True))], "remote", 3600, True)
         )
         title = f"{args.providers} providers, N = {size}"
         report(title, local, remote, rows)
@@ -476,7 +490,7 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
             fed.offload(consumer, NAMESPACE)
         per_consumer = args.tenant_pods
         creations = [(c, bench_deployment("tenant", per_consumer, True)) for c in consumers]
-        remote = asyncio.run(timed_deployments(lab, fed, creations, "tenants", 3600))
+        remote = asyncio.run(timed_deployments(fed, creations, "tenants", 3600, True))
         title = f"{args.consumers} consumers on one provider, N = {per_consumer * args.consumers}"
         report(title, None, remote, rows)
         manager = f"manager {PROVIDERS[0]}"
