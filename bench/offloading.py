@@ -356,7 +356,14 @@ def report(title: str, local: Run | None, remote: Run, rows: list[dict]) -> None
             **{f"cpu_s {name}": value for name, value in remote.cpu_s.items()},
         }
     )
-    harness.write_csv(f"hops-{title.replace(' ', '-').replace(',', '').replace('=', '')}.csv", remote.hops)
+    slug = "-".join(title.replace(",", "").replace("=", "").split())
+    harness.write_csv(f"hops-{slug}.csv", remote.hops)
+    local_cpu = local.machine_cpu_s if local else {}
+    cpu_rows = [
+        {"component": name, "local_cpu_s": local_cpu.get(name, math.nan), "offloaded_cpu_s": used}
+        for name, used in remote.machine_cpu_s.items()
+    ]
+    harness.write_csv(f"cpu-{slug}.csv", cpu_rows)
 
 
 def recreate(lab: Lab, fed: Federation, count: int, rows: list[dict]) -> None:
@@ -527,16 +534,20 @@ def main() -> None:
     scenarios = args.scenario or ["single"]
     if "all" in scenarios:
         scenarios = ["single", "fleet", "tenants"]
-    rows: list[dict] = []
-    charts: dict = {}
     try:
         for scenario in scenarios:
-            {"single": single, "fleet": fleet, "tenants": tenants}[scenario](args, rows, charts)
+            rows: list[dict] = []
+            charts: dict = {}
+            try:
+                {"single": single, "fleet": fleet, "tenants": tenants}[scenario](args, rows, charts)
+            finally:
+                # What a scenario cut short measured is still written.
+                suffix = "-cpu-per-side" if args.cpu_per_side else ""
+                if rows:
+                    print(f"\nfigures: {harness.write_csv(f'offloading-{scenario}{suffix}.csv', rows)}")
+                for name, draw in charts.items():
+                    print(f"chart: {harness.plot(name.replace('.png', f'{suffix}.png'), draw)}")
     finally:
-        if rows:
-            print(f"\nfigures: {harness.write_csv('offloading.csv', rows)}")
-        for name, draw in charts.items():
-            print(f"chart: {harness.plot(name, draw)}")
         if not args.keep_lab:
             harness.bench_lab_state().down()
 
