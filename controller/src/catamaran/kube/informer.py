@@ -151,6 +151,7 @@ class Informer:
         self.watches_started = 0
         self._versions: dict[Key, str] = {}
         self._handlers: list[Handler] = []
+        self._views: list[InformerView] = []
         _informers.add(self)
 
     @property
@@ -163,6 +164,17 @@ class Informer:
 
     def get(self, namespace: str | None, name: str):
         return self.cache.get((namespace, name))
+
+    def view(
+        self, name: str, *, include: Callable[[Any], bool], transform: Callable[[Any], Any], packed: bool = False
+    ) -> InformerView:
+        """A second cache of the objects `include` accepts, fed by this informer's own list and watch.
+
+        Two controllers that need the same kind in different shapes share one request to the server
+        (one list+watch per resource type) and keep each its own compact cache."""
+        created = InformerView(self, name, include, transform, packed)
+        self._views.append(created)
+        return created
 
     def _empty_cache(self) -> dict[Key, Any] | PackedCache:
         return PackedCache() if self.packed else {}
@@ -319,21 +331,20 @@ class Informer:
         listing = self.client.list(self.resource, chunk_size=500, **self._selectors())
         # Transformed as they arrive: a list of full objects is what would otherwise set the memory peak.
         fresh = self._empty_cache()
+        fresh_views = [view._empty_cache() for view in self._views]
         versions: dict[Key, str] = {}
         async for obj in listing:
             key = object_key(obj)
             versions[key] = obj.metadata.resourceVersion
             fresh[key] = self.transform(obj)
+            for view, view_fresh in zip(self._views, fresh_views, strict=True):
+                if view.include(obj):
+                    view_fresh[key] = view.transform(obj)
         old_cache, old_versions = self.cache, self._versions
         self.cache, self._versions = fresh, versions
-        for key in fresh:
-            if key not in old_cache:
-                self._notify("ADDED", key, fresh[key], None)
-            elif old_versions.get(key) != versions[key]:
-                self._notify("MODIFIED", key, fresh[key], old_cache[key])
-        for key in old_cache:
-            if key not in fresh:
-                self._notify("DELETED", key, None, old_cache[key])
+        _announce(self._notify, old_cache, fresh, old_versions, versions)
+        for view, view_fresh in zip(self._views, fresh_views, strict=True):
+            view._replace(view_fresh, old_versions, versions)
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
         self.healthy = True
         self.synced.set()
@@ -353,13 +364,77 @@ class Informer:
             self._versions[key] = obj.metadata.resourceVersion
             self._notify(event, key, stored, old)
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+        for view in self._views:
+            view._apply(key, None if event == "DELETED" else obj)
 
     def _notify(self, event: str, key: Key, new, old) -> None:
-        for handler in self._handlers:
-            try:
-                handler(event, key, new, old)
-            except Exception:
-                log.exception("informer handler failed", extra=fields(informer=self.name, key=str(key)))
+        _call_handlers(self._handlers, self.name, event, key, new, old)
+
+
+class InformerView:
+    """A filtered, transformed cache fed by an Informer (see Informer.view); it has no request of its own."""
+
+    def __init__(self, source: Informer, name: str, include, transform, packed: bool):
+        self.source = source
+        self.name = name
+        self.include = include
+        self.transform = transform
+        self.packed = packed
+        self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
+        self._handlers: list[Handler] = []
+
+    @property
+    def synced(self) -> asyncio.Event:
+        return self.source.synced
+
+    def get(self, namespace: str | None, name: str):
+        return self.cache.get((namespace, name))
+
+    def on_change(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def _empty_cache(self) -> dict[Key, Any] | PackedCache:
+        return PackedCache() if self.packed else {}
+
+    def _apply(self, key: Key, obj) -> None:
+        """`obj` changed (None: deleted); it enters, stays in or leaves this view."""
+        old = self.cache.get(key)
+        if obj is not None and self.include(obj):
+            stored = self.transform(obj)
+            self.cache[key] = stored
+            self._notify("ADDED" if old is None else "MODIFIED", key, stored, old)
+        elif old is not None:
+            self.cache.pop(key, None)
+            self._notify("DELETED", key, None, old)
+        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+
+    def _replace(self, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
+        old_cache, self.cache = self.cache, fresh
+        _announce(self._notify, old_cache, fresh, old_versions, versions)
+        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+
+    def _notify(self, event: str, key: Key, new, old) -> None:
+        _call_handlers(self._handlers, self.name, event, key, new, old)
+
+
+def _announce(notify, old_cache, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
+    """After a relist: ADDED, MODIFIED (another resourceVersion) and DELETED against the previous cache."""
+    for key in fresh:
+        if key not in old_cache:
+            notify("ADDED", key, fresh[key], None)
+        elif old_versions.get(key) != versions[key]:
+            notify("MODIFIED", key, fresh[key], old_cache[key])
+    for key in old_cache:
+        if key not in fresh:
+            notify("DELETED", key, None, old_cache[key])
+
+
+def _call_handlers(handlers: list[Handler], name: str, event: str, key: Key, new, old) -> None:
+    for handler in handlers:
+        try:
+            handler(event, key, new, old)
+        except Exception:
+            log.exception("informer handler failed", extra=fields(informer=name, key=str(key)))
 
 
 class NamespacedInformers:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from lightkube import AsyncClient, operators
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
@@ -154,7 +154,10 @@ def summarize_node(node) -> NodeSummary:
     return NodeSummary(schedulable, allocatable, cidrs, pressure, tuple(sorted(labels.items())), hard_taints)
 
 
-def summarize_pod(pod) -> PodSummary:
+def summarize_pod(pod) -> PodSummary | None:
+    """What a pod takes from its node and its tenant; None for a finished pod, which holds nothing."""
+    if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+        return None
     spec = pod.spec.to_dict() if pod.spec else {}
     return PodSummary(
         node=spec.get("nodeName") or "",
@@ -167,7 +170,7 @@ def offer_status(nodes: dict, pods: dict, tenant: str, placement: Placement | No
     """Free resources for `tenant` on the nodes its placement admits; its own offloaded pods do not count."""
     placement = placement or Placement()
     usable = {name: node for (_, name), node in nodes.items() if node.schedulable and placement.admits(node)}
-    requests = (pod.requests for pod in pods.values() if pod.node in usable and pod.tenant != tenant)
+    requests = (pod.requests for pod in pods.values() if pod and pod.node in usable and pod.tenant != tenant)
     free = quantities.free_resources((node.allocatable for node in usable.values()), requests)
     allocatable = quantities.free_resources((node.allocatable for node in usable.values()), ())
     pressure = sorted(frozenset.intersection(*(n.pressure for n in usable.values()))) if usable else []
@@ -187,14 +190,9 @@ class ResourceOfferController:
         self.client = client
         self.cluster_id = cluster_id
         self.nodes = Informer(client, Node, name="offer-nodes", transform=summarize_node)
-        self.pods = Informer(
-            client,
-            Pod,
-            name="offer-pods",
-            # Finished pods hold no resources; the server drops them from the watch.
-            fields={"status.phase": operators.not_in(["Succeeded", "Failed"])},
-            transform=summarize_pod,
-        )
+        # Every pod of the cluster, the one pod watch of the manager: the ShadowPod controller reads its own
+        # pods through a view of it (Informer.view). Finished pods stay, summarized as None.
+        self.pods = Informer(client, Pod, name="pods", transform=summarize_pod)
         self.tenants = Informer(
             client,
             Namespace,

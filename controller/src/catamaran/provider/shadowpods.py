@@ -97,6 +97,10 @@ def material_status(status: dict) -> tuple:
     return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)
 
 
+def _managed(pod) -> bool:
+    return (pod.metadata.labels or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN
+
+
 def compact_pod(pod) -> dict:
     """What the manager reads of a pod it created: who owns it, whether it is going, and its status."""
     data = as_dict(pod)
@@ -139,20 +143,21 @@ class ShadowPodController:
         if twin_namespaces is not None:
             twin_namespaces.on_change(self._twin_namespace_changed)
         self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict, packed=True)
-        self.pods = Informer(
-            client,
-            Pod,
-            name="shadowpod-pods",
-            labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
-            transform=compact_pod,
-            packed=True,
-        )
+        # The pods it created, out of the offers' pod informer when there is one (one pod watch per process).
+        own_source = None
+        if offers is None:
+            managed = {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}
+            own_source = Informer(client, Pod, name="pods", labels=managed, transform=lambda pod: None)
+        self._own_pods_source = own_source
+        pods_source = own_source or offers.pods
+        self.pods = pods_source.view("shadowpod-pods", include=_managed, transform=compact_pod, packed=True)
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
         self.shadows.on_change(lambda event, key, new, old: self.queue.add(key))
         self.pods.on_change(lambda event, key, new, old: self.queue.add(key))
 
     def tasks(self):
-        return [self.shadows.run(), self.pods.run(), self._run_queue()]
+        own = [self._own_pods_source.run()] if self._own_pods_source is not None else []
+        return [self.shadows.run(), *own, self._run_queue()]
 
     def _twin(self, namespace: str) -> tuple[str | None, str | None]:
         """The consumer owning a twin namespace and the level Pod Security Admission enforces there."""
