@@ -480,7 +480,6 @@ def fleet(args, rows: list[dict], charts: dict) -> None:
         series = {"offloaded": remote.startups, **({"local": local.startups} if local else {})}
         charts["fleet-startup.png"] = harness.startup_cdf(series, f"Pod start-up, {title}")
         charts["fleet-memory.png"] = harness.memory_curve(remote.memory, f"Memory against pods Ready, {title}")
-        clean(lab, [CONSUMER], NAMESPACE, fed.providers)
     finally:
         fed.stop()
 
@@ -507,7 +506,6 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
             f"{remote.cpu_s[manager] / remote.pods * 1000:.1f} ms CPU"
         )
         charts["tenants-memory.png"] = harness.memory_curve(remote.memory, f"Memory against pods Ready, {title}")
-        clean(lab, consumers, NAMESPACE, fed.providers)
     finally:
         fed.stop()
 
