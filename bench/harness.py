@@ -23,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from catamaran_lab import config as lab_config
 from catamaran_lab.lab import Lab
-from tests.integration import federation
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_FILE = REPO / "bench" / "lab.yaml"
@@ -60,13 +59,6 @@ def print_settings(wanted: lab_config.LabConfig, catamaran: dict[str, str]) -> N
 
 
 # -- processes --------------------------------------------------------------------------------------
-
-
-def controller(lab: Lab, name: str, args: list[str], command: list[str]) -> tuple[federation.ControllerProcess, str]:
-    """A controller process with its metrics on a free port; returns it and its /metrics URL."""
-    port = federation.free_port()
-    process = federation.ControllerProcess(lab, name, [*args, "--metrics-port", str(port), *command])
-    return process, f"http://127.0.0.1:{port}/metrics"
 
 
 def pin(pid: int, cpus: set[int]) -> None:

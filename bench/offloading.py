@@ -91,24 +91,14 @@ class Federation:
         for cluster in [*self.consumers, *self.providers]:
             federation.install_crds(self.lab, cluster)
         for provider in self.providers:
-            name, args = f"manager {provider}", ["--kubeconfig", str(self.lab.kubeconfig(provider))]
-            self._add(name, [*args, "--cluster-id", provider], ["manager"])
+            port = federation.free_port()
+            self._add(f"manager {provider}", federation.manager(self.lab, provider, metrics_port=port), port)
         for consumer in self.consumers:
             for index, provider in enumerate(self.providers):
                 federation.peer(self.lab, consumer, provider, networking={"podCIDRRemap": f"10.{200 + index}.0.0/16"})
-                self._add(
-                    f"vk {consumer}/{provider}",
-                    ["--kubeconfig", str(self.lab.kubeconfig(consumer)), "--cluster-id", consumer],
-                    [
-                        "virtual-kubelet",
-                        "--foreign-cluster",
-                        provider,
-                        "--kubelet-port",
-                        "0",
-                        "--kubelet-cert-dir",
-                        str(self.lab.root / "kubelet-certs" / f"{consumer}-{provider}"),
-                    ],
-                )
+                port = federation.free_port()
+                vk = federation.virtual_kubelet(self.lab, consumer, provider, metrics_port=port)
+                self._add(f"vk {consumer}/{provider}", vk, port)
         for process in self.processes.values():
             process.start()
         self.pin()
@@ -121,10 +111,9 @@ class Federation:
                         raise SystemExit(f"{consumer}: virtual node {node} never became Ready")
                     time.sleep(1)
 
-    def _add(self, name: str, args: list[str], command: list[str]) -> None:
-        process, url = harness.controller(self.lab, name.replace(" ", "-").replace("/", "-"), args, command)
+    def _add(self, name: str, process: federation.ControllerProcess, metrics_port: int) -> None:
         self.processes[name] = process
-        self.metrics[name] = url
+        self.metrics[name] = f"http://127.0.0.1:{metrics_port}/metrics"
 
     def stop(self) -> None:
         for process in self.processes.values():

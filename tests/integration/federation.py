@@ -155,10 +155,9 @@ class ControllerProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def manager(lab: Lab, cluster: str) -> ControllerProcess:
-    return ControllerProcess(
-        lab, f"manager-{cluster}", ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster, "manager"]
-    )
+def manager(lab: Lab, cluster: str, metrics_port: int = 0) -> ControllerProcess:
+    args = ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster]
+    return ControllerProcess(lab, f"manager-{cluster}", [*args, "--metrics-port", str(metrics_port), "manager"])
 
 
 def consumer_manager(lab: Lab, cluster: str) -> ControllerProcess:
