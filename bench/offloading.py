@@ -51,7 +51,8 @@ PROVIDERS = ["bench-provider", "bench-provider-2", "bench-provider-3", "bench-pr
 TENANT_CONSUMERS = ["bench-consumer", "bench-consumer-2", "bench-consumer-3"]
 TENANTS_LAB = harness.REPO / "bench" / "tenants-lab.yaml"
 VIRTUAL_NODE_TOLERATION = {"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
-WORKERS = {"virtual kubelet pods": 16, "provider manager": 8}  # the processes' defaults, as started here
+# The processes' defaults, as the bench starts them.
+WORKERS = {"virtual kubelet pods": 16, "virtual kubelet tokens": 16, "provider manager": 32}
 SAMPLE_S = 2.0
 
 

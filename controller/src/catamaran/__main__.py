@@ -75,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     manager = commands.add_parser(
         "manager", help="run the manager: ShadowPods, offers and twins (provider); NamespaceOffloading and webhook"
     )
-    manager.add_argument("--workers", type=int, default=8)
+    manager.add_argument(
+        "--workers", type=int, default=32, help="ShadowPod workers: each mostly waits on API round trips, not CPU"
+    )
     manager.add_argument(
         "--credential-renew-fraction",
         type=float,

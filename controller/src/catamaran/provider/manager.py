@@ -14,7 +14,10 @@ from .twins import TwinNamespaceController
 
 
 def provider_tasks(
-    client: AsyncClient, cluster_id: str, workers: int = 8, credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION
+    client: AsyncClient,
+    cluster_id: str,
+    workers: int = 32,
+    credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
 ) -> list:
     events = EventRecorder(client, "catamaran-manager")
     offers = ResourceOfferController(client, cluster_id)

@@ -124,7 +124,7 @@ class ShadowPodController:
         self,
         client: AsyncClient,
         events: EventRecorder,
-        workers: int = 8,
+        workers: int = 32,
         offers: ResourceOfferController | None = None,
         twin_namespaces: Informer | None = None,
         wait_for: tuple[Informer, ...] = (),
