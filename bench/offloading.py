@@ -269,6 +269,10 @@ def cpu_plan(args, consumers: list[str], providers: list[str]) -> dict[str, set[
     return {**{c: {0} for c in consumers}, **{p: {1} for p in providers}}
 
 
+def cpu_note(args) -> str:
+    return ", CPU per side" if args.cpu_per_side else ""
+
+
 def print_run_settings(fed: Federation) -> None:
     if fed.cpus:
         sides = ", ".join(f"{cluster} on CPU {sorted(cpus)}" for cluster, cpus in fed.cpus.items())
@@ -303,7 +307,7 @@ def single(args, rows: list[dict], charts: dict) -> None:
                     fed, [(CONSUMER, bench_deployment(f"remote-{size}", size, True))], f"remote-{size}", 1800, True
                 )
             )
-            report(f"single provider, N = {size}", local, remote, rows)
+            report(f"single provider, N = {size}{cpu_note(args)}", local, remote, rows)
             series[f"local N={size}"] = local.startups
             series[f"offloaded N={size}"] = remote.startups
             if size == max(args.n) and args.recreate:
@@ -465,7 +469,7 @@ def fleet(args, rows: list[dict], charts: dict) -> None:
         remote = asyncio.run(
             timed_deployments(fed, [(CONSUMER, bench_deployment("remote", size, True))], "remote", 3600, True)
         )
-        title = f"{args.providers} providers, N = {size}"
+        title = f"{args.providers} providers, N = {size}{cpu_note(args)}"
         report(title, local, remote, rows)
         series = {"offloaded": remote.startups, **({"local": local.startups} if local else {})}
         charts["fleet-startup.png"] = harness.startup_cdf(series, f"Pod start-up, {title}")
@@ -487,7 +491,7 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
         per_consumer = args.tenant_pods
         creations = [(c, bench_deployment("tenant", per_consumer, True)) for c in consumers]
         remote = asyncio.run(timed_deployments(fed, creations, "tenants", 3600, True))
-        title = f"{args.consumers} consumers on one provider, N = {per_consumer * args.consumers}"
+        title = f"{args.consumers} consumers on one provider, N = {per_consumer * args.consumers}{cpu_note(args)}"
         report(title, None, remote, rows)
         manager = f"manager {PROVIDERS[0]}"
         rss = remote.memory[manager][-1][1]
