@@ -351,6 +351,13 @@ def report(title: str, local: Run | None, remote: Run, rows: list[dict]) -> None
         }
     )
     slug = "-".join(title.replace(",", "").replace("=", "").split())
+    memory_rows = [
+        {"process": name, "pods_ready": ready, "rss_mib": rss}
+        for name, points in remote.memory.items()
+        for ready, rss in points
+    ]
+    if memory_rows:
+        harness.write_csv(f"memory-{slug}.csv", memory_rows)
     harness.write_csv(f"hops-{slug}.csv", remote.hops)
     local_cpu = local.machine_cpu_s if local else {}
     cpu_rows = [
@@ -494,9 +501,10 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
         title = f"{args.consumers} consumers on one provider, N = {per_consumer * args.consumers}{cpu_note(args)}"
         report(title, None, remote, rows)
         manager = f"manager {PROVIDERS[0]}"
-        rss = remote.memory[manager][-1][1]
+        samples = remote.memory[manager]
+        growth = (samples[-1][1] - samples[0][1]) * 1024 / max(1, samples[-1][0] - samples[0][0])
         print(
-            f"  provider manager per offloaded pod: {rss * 1024 / remote.pods:.1f} KiB RSS, "
+            f"  provider manager per offloaded pod: {growth:.1f} KiB of RSS growth, "
             f"{remote.cpu_s[manager] / remote.pods * 1000:.1f} ms CPU"
         )
         charts["tenants-memory.png"] = harness.memory_curve(remote.memory, f"Memory against pods Ready, {title}")
