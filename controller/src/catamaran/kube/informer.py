@@ -115,7 +115,35 @@ def error_text(error: Exception) -> str:
     return (str(error) or type(error).__name__)[:300]
 
 
-class Informer:
+class _Cached:
+    """A cache of transformed objects and the handlers told of its changes: an Informer's, or a view's."""
+
+    def __init__(self, name: str, packed: bool):
+        self.name = name
+        # `packed`: the transformed objects (plain JSON data) are stored as bytes, see PackedCache.
+        self.packed = packed
+        self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
+        self._handlers: list[Handler] = []
+
+    def on_change(self, handler: Handler) -> None:
+        """`handler(event, key, new, old)`; event is ADDED, MODIFIED or DELETED, `new` is None on delete."""
+        self._handlers.append(handler)
+
+    def get(self, namespace: str | None, name: str):
+        return self.cache.get((namespace, name))
+
+    def _empty_cache(self) -> dict[Key, Any] | PackedCache:
+        return PackedCache() if self.packed else {}
+
+    def _notify(self, event: str, key: Key, new, old) -> None:
+        for handler in self._handlers:
+            try:
+                handler(event, key, new, old)
+            except Exception:
+                log.exception("informer handler failed", extra=fields(informer=self.name, key=str(key)))
+
+
+class Informer(_Cached):
     def __init__(
         self,
         client: AsyncClient,
@@ -130,18 +158,15 @@ class Informer:
         read_timeout: float = READ_TIMEOUT_SECONDS,
         packed: bool = False,
     ):
+        super().__init__(name, packed)
         self.client = client
         self.resource = resource
-        self.name = name
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
         self.transform = transform or (lambda obj: obj)
         self.server_timeout = server_timeout
         self.read_timeout = read_timeout
-        # `packed`: the transformed objects (plain JSON data) are stored as bytes, see PackedCache.
-        self.packed = packed
-        self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
         self.synced = asyncio.Event()
         self.healthy = False
         self.running = False
@@ -150,20 +175,12 @@ class Informer:
         self.failing_since: str | None = None  # when the current run of failures began (UTC)
         self.watches_started = 0
         self._versions: dict[Key, str] = {}
-        self._handlers: list[Handler] = []
         self._views: list[InformerView] = []
         _informers.add(self)
 
     @property
     def failing(self) -> bool:
         return self.consecutive_failures >= FAILING_AFTER
-
-    def on_change(self, handler: Handler) -> None:
-        """`handler(event, key, new, old)`; event is ADDED, MODIFIED or DELETED, `new` is None on delete."""
-        self._handlers.append(handler)
-
-    def get(self, namespace: str | None, name: str):
-        return self.cache.get((namespace, name))
 
     def view(
         self, name: str, *, include: Callable[[Any], bool], transform: Callable[[Any], Any], packed: bool = False
@@ -175,9 +192,6 @@ class Informer:
         created = InformerView(self, name, include, transform, packed)
         self._views.append(created)
         return created
-
-    def _empty_cache(self) -> dict[Key, Any] | PackedCache:
-        return PackedCache() if self.packed else {}
 
     def _selectors(self) -> dict:
         selectors = {"labels": self.labels, "fields": self.fields}
@@ -367,34 +381,19 @@ class Informer:
         for view in self._views:
             view._apply(key, None if event == "DELETED" else obj)
 
-    def _notify(self, event: str, key: Key, new, old) -> None:
-        _call_handlers(self._handlers, self.name, event, key, new, old)
 
-
-class InformerView:
+class InformerView(_Cached):
     """A filtered, transformed cache fed by an Informer (see Informer.view); it has no request of its own."""
 
     def __init__(self, source: Informer, name: str, include, transform, packed: bool):
+        super().__init__(name, packed)
         self.source = source
-        self.name = name
         self.include = include
         self.transform = transform
-        self.packed = packed
-        self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
-        self._handlers: list[Handler] = []
 
     @property
     def synced(self) -> asyncio.Event:
         return self.source.synced
-
-    def get(self, namespace: str | None, name: str):
-        return self.cache.get((namespace, name))
-
-    def on_change(self, handler: Handler) -> None:
-        self._handlers.append(handler)
-
-    def _empty_cache(self) -> dict[Key, Any] | PackedCache:
-        return PackedCache() if self.packed else {}
 
     def _apply(self, key: Key, obj) -> None:
         """`obj` changed (None: deleted); it enters, stays in or leaves this view."""
@@ -413,9 +412,6 @@ class InformerView:
         _announce(self._notify, old_cache, fresh, old_versions, versions)
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
 
-    def _notify(self, event: str, key: Key, new, old) -> None:
-        _call_handlers(self._handlers, self.name, event, key, new, old)
-
 
 def _announce(notify, old_cache, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
     """After a relist: ADDED, MODIFIED (another resourceVersion) and DELETED against the previous cache."""
@@ -427,14 +423,6 @@ def _announce(notify, old_cache, fresh, old_versions: dict[Key, str], versions: 
     for key in old_cache:
         if key not in fresh:
             notify("DELETED", key, None, old_cache[key])
-
-
-def _call_handlers(handlers: list[Handler], name: str, event: str, key: Key, new, old) -> None:
-    for handler in handlers:
-        try:
-            handler(event, key, new, old)
-        except Exception:
-            log.exception("informer handler failed", extra=fields(informer=name, key=str(key)))
 
 
 class NamespacedInformers:

@@ -116,7 +116,7 @@ class TokenReflector:
             pod = self._by_secret.get((origin, copy_name)) or copy_name.removeprefix(SECRET_PREFIX)
             self.queue.add((origin, pod))
             if copy is not None:
-                # The pod's ShadowPod waits until the copy is seen here, which is after the write returned.
+                # A Secret this process did not write (an earlier process did) lets its pod go out once seen.
                 for listener in self.written_listeners:
                     listener((origin, pod))
 
