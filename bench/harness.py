@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx2
 from lightkube import AsyncClient, KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -68,21 +69,20 @@ def pin(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(task.name), cpus)
 
 
-def control_plane_pids(lab: Lab, cluster: str) -> list[int]:
+def control_plane_pids(lab: Lab, cluster: str) -> dict[str, int]:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and metrics-server of a lab cluster."""
-    pid_dir = lab.kwok_workdir / "clusters" / cluster / "pids"
-    return [int(path.read_text().strip()) for path in sorted(pid_dir.glob("*.pid"))]
+    found = {}
+    for path in sorted((lab.kwok_workdir / "clusters" / cluster / "pids").glob("*.pid")):
+        with contextlib.suppress(OSError, ValueError):
+            found[path.stem] = int(path.read_text().strip())
+    return found
 
 
 def machine_cpu(lab: Lab, clusters: list[str], processes: dict[str, int]) -> dict[str, float]:
     """CPU seconds so far of every lab component, Catamaran process and this bench process, by name."""
     found = {f"bench (watch, {os.getpid()})": cpu_seconds(os.getpid())}
-    for cluster in clusters:
-        pid_dir = lab.kwok_workdir / "clusters" / cluster / "pids"
-        for path in sorted(pid_dir.glob("*.pid")):
-            with contextlib.suppress(OSError, ValueError):
-                found[f"{cluster} {path.stem}"] = cpu_seconds(int(path.read_text().strip()))
-    for name, pid in processes.items():
+    components = {f"{c} {name}": pid for c in clusters for name, pid in control_plane_pids(lab, c).items()}
+    for name, pid in {**components, **processes}.items():
         with contextlib.suppress(OSError):
             found[name] = cpu_seconds(pid)
     return found
@@ -104,12 +104,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def memory_mib(pid: int) -> tuple[float, float]:
-    """VmRSS and VmHWM (peak RSS), in MiB."""
+    """VmRSS and VmHWM (peak RSS) of a process, in MiB; NaN once it is gone."""
     values = {"VmRSS": math.nan, "VmHWM": math.nan}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key = line.split(":")[0]
-        if key in values:
-            values[key] = int(line.split()[1]) / 1024
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key = line.split(":")[0]
+            if key in values:
+                values[key] = int(line.split()[1]) / 1024
     return values["VmRSS"], values["VmHWM"]
 
 
@@ -223,7 +224,9 @@ def print_hops(title: str, rows: list[dict]) -> None:
 
 
 def client_for(lab: Lab, cluster: str) -> AsyncClient:
-    return AsyncClient(config=KubeConfig.from_file(lab.kubeconfig(cluster)), timeout=60)
+    return AsyncClient(
+        config=KubeConfig.from_file(lab.kubeconfig(cluster)), timeout=httpx2.Timeout(30.0), trust_env=False
+    )
 
 
 def _ready(pod: dict) -> bool:

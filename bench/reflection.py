@@ -39,9 +39,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import httpx2  # noqa: E402
-from lightkube import ApiError, AsyncClient, KubeConfig  # noqa: E402
+from harness import client_for, memory_mib  # noqa: E402
+from lightkube import ApiError, AsyncClient  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node  # noqa: E402
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType  # noqa: E402
@@ -80,12 +82,6 @@ Key = tuple[str, str]  # (namespace, name)
 
 
 # -- clients and writes ---------------------------------------------------------------------------
-
-
-def client_for(lab: Lab, cluster: str) -> AsyncClient:
-    return AsyncClient(
-        config=KubeConfig.from_file(lab.kubeconfig(cluster)), timeout=httpx2.Timeout(30.0), trust_env=False
-    )
 
 
 def config_map(namespace: str, name: str, run: str) -> ConfigMap:
@@ -452,19 +448,6 @@ async def busy_measure(lab: Lab, names: list[str], run: str, limit_s: float, pro
 
 
 # -- memory ---------------------------------------------------------------------------------------
-
-
-def memory_mib(pid: int) -> tuple[float, float]:
-    """VmRSS and VmHWM (peak RSS) of a process, in MiB."""
-    values = {"VmRSS:": float("nan"), "VmHWM:": float("nan")}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key = line.split(":")[0] + ":"
-            if key in values:
-                values[key] = int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return values["VmRSS:"], values["VmHWM:"]
 
 
 async def node_ready(client: AsyncClient, node: str) -> str:
