@@ -11,6 +11,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ConfigError
 
 from .. import metrics
+from .transport import AiohttpTransport
 
 
 class CredentialError(Exception):
@@ -45,7 +46,8 @@ def kubeconfig_from_text(text: str, origin: str) -> KubeConfig:
 
 # Every watch holds an HTTP/1.1 connection for its lifetime; a pool smaller than the watch count would
 # starve ordinary requests (the health check, status writes) once enough twin namespaces are watched.
-# HTTP/2 would share one connection, but httpcore's HTTP/2 stalls every request once three streams stay open.
+# HTTP/2 would share one connection, but httpcore's HTTP/2 stalls every request once three streams stay open
+# (and aiohttp, the transport, speaks HTTP/1.1 only).
 MAX_CONNECTIONS = 4096
 
 
@@ -121,9 +123,8 @@ def async_client(
     user = single.user
     if user is not None and user.token is not None and user.token_file is None:
         http.auth = BearerToken(user.token)
-    # lightkube has no setting for the pool; its httpx transport keeps one.
-    pool = http._transport._pool
-    pool._max_connections = MAX_CONNECTIONS
+    # lightkube has no setting for the transport; its TLS context (CA, client certificate) carries over.
+    http._transport = AiohttpTransport(http._transport._pool._ssl_context, MAX_CONNECTIONS)
     _instrument(http, cluster)
     return client
 
