@@ -50,6 +50,8 @@ REMOTE_FAILURE_EVENTS = {
 }
 # On the virtual node and the ForeignCluster: True while some provider pod IPs cannot be remapped.
 UNTRANSLATED_CONDITION = "catamaran.io/PodIPsUntranslated"
+# A pod waiting for its token Secret is looked at again after this long even if no one says it is written.
+TOKEN_WAIT_RECHECK_S = 30.0
 
 
 def create_refusal(code: int, message: str, provider_id: str) -> tuple[str, str] | None:
@@ -315,7 +317,9 @@ class PodController:
             return None, None
         if not tokens.ready_for(pod, twin):
             tokens.pod_changed((pod["metadata"]["namespace"], pod["metadata"]["name"]))
-            return None, 5.0  # requeued as soon as the Secret is written
+            # The token reflector requeues the pod once the Secret is written. This delay only covers a lost
+            # notification: a short one polled every waiting pod (26 reconciles per pod at 10 000 pods).
+            return None, TOKEN_WAIT_RECHECK_S
         if self.reflection.reflectors["configMaps"].pending(pod["metadata"]["namespace"], ROOT_CA_CONFIGMAP):
             return None, 0.5
         return token_secret_name(pod["metadata"]["name"]), None

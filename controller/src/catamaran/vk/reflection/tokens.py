@@ -110,6 +110,8 @@ class TokenReflector:
         self.queue.resize(max(1, policy.workers))
         for key in list(self.local_pods.cache):
             self.queue.add(key)
+            for listener in self.written_listeners:
+                listener(key)  # a pod waiting for a token no longer needed goes out now
 
     def _copy_changed(self, origin: str, copy_name: str, copy: dict | None) -> None:
         if copy_name.startswith(SECRET_PREFIX):
