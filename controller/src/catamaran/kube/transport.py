@@ -27,21 +27,25 @@ asyncio.sslproto.SSLProtocol.max_size = 16 * 1024
 _DERIVED_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
 
 
+def _httpx_kind(error: Exception, reading: bool) -> type[httpx2.TransportError]:
+    if isinstance(error, aiohttp.ConnectionTimeoutError):  # before TimeoutError, which it also is
+        return httpx2.ConnectTimeout
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return httpx2.ConnectError
+    if isinstance(error, TimeoutError):  # aiohttp's socket read timeout, or the event loop's
+        return httpx2.ReadTimeout
+    if isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return httpx2.RemoteProtocolError
+    return httpx2.ReadError if reading else httpx2.WriteError
+
+
 @contextlib.contextmanager
 def _httpx_errors(request: httpx2.Request, reading: bool) -> Iterator[None]:
     """aiohttp's exceptions as the httpx2 ones lightkube and the watch loops handle."""
     try:
         yield
-    except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as error:
-        kind = httpx2.ConnectTimeout if isinstance(error, aiohttp.ConnectionTimeoutError) else httpx2.ConnectError
-        raise kind(str(error) or type(error).__name__, request=request) from error
-    except (aiohttp.SocketTimeoutError, aiohttp.ServerTimeoutError, TimeoutError) as error:
-        raise httpx2.ReadTimeout(str(error) or "read timed out", request=request) from error
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as error:
-        raise httpx2.RemoteProtocolError(str(error) or type(error).__name__, request=request) from error
-    except aiohttp.ClientError as error:
-        kind = httpx2.ReadError if reading else httpx2.WriteError
-        raise kind(str(error) or type(error).__name__, request=request) from error
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise _httpx_kind(error, reading)(str(error) or type(error).__name__, request=request) from error
 
 
 class _ResponseBody(httpx2.AsyncByteStream):
@@ -78,7 +82,6 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(
                 ssl=self._ssl_context if self._ssl_context is not None else False,
                 limit=self._max_connections,
-                enable_cleanup_closed=False,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -97,8 +100,11 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             sock_connect=timeouts.get("connect"),
             sock_read=timeouts.get("read"),
         )
-        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
-        headers = [(name, value) for name, value in headers if name.lower().encode() not in _DERIVED_HEADERS]
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in request.headers.raw
+            if name.lower() not in _DERIVED_HEADERS
+        ]
         body = await request.aread()
         with _httpx_errors(request, reading=False):
             response = await self._session_here().request(
