@@ -54,6 +54,7 @@ VIRTUAL_NODE_TOLERATION = {"key": "virtual-node.catamaran.io/not-allowed", "oper
 # The processes' defaults, as the bench starts them.
 WORKERS = {"virtual kubelet pods": 16, "virtual kubelet tokens": 16, "provider manager": 32}
 SAMPLE_S = 2.0
+DEFAULT_N = [100, 1000]
 
 
 def bench_deployment(name: str, replicas: int, offloaded: bool, namespace: str = NAMESPACE) -> dict:
@@ -530,7 +531,7 @@ def main() -> None:
     )
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
     args = parser.parse_args()
-    args.n = args.n or [100, 1000]
+    args.n = args.n or DEFAULT_N
     scenarios = args.scenario or ["single"]
     if "all" in scenarios:
         scenarios = ["single", "fleet", "tenants"]
@@ -541,8 +542,11 @@ def main() -> None:
             try:
                 {"single": single, "fleet": fleet, "tenants": tenants}[scenario](args, rows, charts)
             finally:
-                # What a scenario cut short measured is still written.
-                suffix = "-cpu-per-side" if args.cpu_per_side else ""
+                # What a scenario cut short measured is still written. Sizes beyond the default's get names of
+                # their own: a `--n 10000` run does not overwrite the N = 1000 figures.
+                beyond = scenario == "single" and not set(args.n) <= set(DEFAULT_N)
+                sizes = f"-N-{'-'.join(map(str, args.n))}" if beyond else ""
+                suffix = sizes + ("-cpu-per-side" if args.cpu_per_side else "")
                 if rows:
                     print(f"\nfigures: {harness.write_csv(f'offloading-{scenario}{suffix}.csv', rows)}")
                 for name, draw in charts.items():
