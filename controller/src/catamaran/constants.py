@@ -57,6 +57,40 @@ DEFAULT_POD_SECURITY_LEVEL = "restricted"
 DEFAULT_SHARING_PERCENTAGE = 90
 DEFAULT_CREDENTIAL_LIFETIME_SECONDS = 86400
 MIN_CREDENTIAL_LIFETIME_SECONDS = 600  # the API server's floor for TokenRequest expirationSeconds
+# Every other field a tenant writes is decided by the same terms (docs/tenant-terms.md has the table). Services:
+# ClusterIP (headless included) only, unless the peering allows more types (and load-balancer classes).
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+DEFAULT_ALLOWED_SERVICE_TYPES = ("ClusterIP",)
+# Twin names: Suffixed allows only `<name>-<consumer-id>` (the DefaultName strategy); Any allows same and selected
+# names too (never reserved ones).
+TWIN_NAME_POLICIES = ("Suffixed", "Any")
+DEFAULT_TWIN_NAME_POLICY = "Suffixed"
+# Every tenant pod runs at this provider-made class unless the peering allows the class it names: lower than the
+# default (0), so the provider's own workloads preempt tenants, and never preempting anything itself.
+TENANT_PRIORITY_CLASS = "catamaran-tenant"
+TENANT_PRIORITY_VALUE = -100
+# Containers without requests or limits get these (the manager when it makes the Pod, the twin's LimitRange for
+# anything else), so nothing a tenant runs is free.
+DEFAULT_CONTAINER_REQUESTS = {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "256Mi"}
+DEFAULT_CONTAINER_LIMITS = {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "4Gi"}
+# Hard limits of each twin's ResourceQuota: storage and object counts (pods and compute are the tenant-wide quota
+# the manager keeps). A token Secret per offloaded pod: room for 10 000 pods in one namespace.
+DEFAULT_OBJECT_QUOTA = {
+    "configmaps": "1000",
+    "secrets": "11000",
+    "services": "200",
+    "persistentvolumeclaims": "50",
+    "requests.storage": "500Gi",
+    "count/endpointslices.discovery.k8s.io": "1000",
+    "count/ingresses.networking.k8s.io": "100",
+}
+# The LimitRange, ResourceQuota and ValidatingAdmissionPolicy (and its binding) made for tenants carry this name.
+TENANT_TERMS_NAME = "catamaran-tenant-terms"
+# On each twin namespace, written by the manager from the terms, read by the admission policy (CEL reads a
+# namespace's annotations, not another object): comma-separated lists.
+ANNOTATION_ALLOWED_SERVICE_TYPES = "terms.catamaran.io/service-types"
+ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES = "terms.catamaran.io/load-balancer-classes"
+ANNOTATION_ENDPOINT_RANGES = "terms.catamaran.io/endpoint-ranges"
 # On a consumer: Secrets and service-account tokens, bound to the virtual kubelets per offloaded namespace.
 VK_REFLECTION_ROLE = "catamaran-vk-reflection"
 # On a consumer: the storage class whose claims the virtual kubelets provision on their providers.

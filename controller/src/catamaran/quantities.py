@@ -62,15 +62,25 @@ def add(total: dict[str, Fraction], amounts: Mapping[str, Fraction]) -> dict[str
     return total
 
 
-def _requests(container: Mapping) -> dict[str, Fraction]:
-    resources = container.get("resources") or {}
+def _requests(holder: Mapping) -> dict[str, Fraction]:
+    """The requests of a container, or of a pod spec's pod-level `resources`."""
+    resources = holder.get("resources") or {}
     # The API server copies limits into missing requests, but a raw spec may not have been defaulted yet.
     merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
     return {name: parse(value) for name, value in merged.items()}
 
 
 def pod_requests(spec: Mapping) -> dict[str, Fraction]:
-    """Effective requests of a pod, as the scheduler counts them (init containers, sidecars, overhead)."""
+    """Effective requests of a pod (init containers, sidecars, overhead), per resource the larger of its pod-level
+    requests and its containers' (a pod-level request alone must not make a pod free)."""
+    total = _container_requests(spec)
+    for resource, amount in _requests(spec).items():  # pod-level `spec.resources`, limits defaulting requests
+        total[resource] = max(total.get(resource, Fraction(0)), amount)
+    overhead = {name: parse(value) for name, value in (spec.get("overhead") or {}).items()}
+    return add(total, overhead)
+
+
+def _container_requests(spec: Mapping) -> dict[str, Fraction]:
     running: dict[str, Fraction] = {}
     for container in spec.get("containers") or []:
         add(running, _requests(container))
@@ -87,8 +97,7 @@ def pod_requests(spec: Mapping) -> dict[str, Fraction]:
     total = add(dict(running), sidecars)
     for resource, amount in init_peak.items():
         total[resource] = max(total.get(resource, Fraction(0)), amount)
-    overhead = {name: parse(value) for name, value in (spec.get("overhead") or {}).items()}
-    return add(total, overhead)
+    return total
 
 
 def free_resources(

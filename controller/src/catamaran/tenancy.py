@@ -14,6 +14,9 @@ import calendar
 import time
 
 from .constants import (
+    ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES,
+    ANNOTATION_ALLOWED_SERVICE_TYPES,
+    ANNOTATION_ENDPOINT_RANGES,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TENANT,
@@ -21,7 +24,11 @@ from .constants import (
     OFFLOADING_GROUP,
     TENANT_CLUSTER_ROLE,
     TENANT_CREDENTIAL_SECRET,
+    TENANT_NAMESPACE_PREFIX,
+    TENANT_PRIORITY_CLASS,
+    TENANT_PRIORITY_VALUE,
     TENANT_SERVICE_ACCOUNT,
+    TENANT_TERMS_NAME,
     TENANT_TOKEN_BINDING_SECRET,
     TENANT_WORKLOAD_CLUSTER_ROLE,
     tenant_namespace,
@@ -85,6 +92,136 @@ def provider_cluster_roles() -> list[dict]:
             ],
         },
     ]
+
+
+def provider_cluster_objects() -> list[dict]:
+    """Everything cluster-wide a provider holds for all its tenants: their roles, the low priority class their pods
+    run at, and the admission policy holding what they write to their terms."""
+    return [*provider_cluster_roles(), tenant_priority_class(), *tenant_admission_policy()]
+
+
+def tenant_priority_class() -> dict:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": TENANT_PRIORITY_CLASS, "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}},
+        "value": TENANT_PRIORITY_VALUE,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "Catamaran tenants' pods: below the provider's own workloads, preempting nothing.",
+    }
+
+
+# CEL over what a tenant writes; the terms come from the twin namespace's annotations (provider/terms.py).
+_TERMS = "(has(namespaceObject.metadata.annotations) ? namespaceObject.metadata.annotations : {})"
+
+
+def _listed(annotation: str) -> str:
+    return f"('{annotation}' in variables.terms ? variables.terms['{annotation}'] : '').split(',').filter(x, x != '')"
+
+
+def tenant_admission_policy() -> list[dict]:
+    """A ValidatingAdmissionPolicy (native, no webhook) and its binding, for requests of tenant credentials only."""
+    username = f"system:serviceaccount:{TENANT_NAMESPACE_PREFIX}"
+    other_than = "request.resource.resource != '{}'".format
+    service_type = "(has(object.spec.type) ? object.spec.type : 'ClusterIP')"
+    validations = [
+        {
+            "expression": (
+                f"{other_than('services')} || !has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0"
+            ),
+            "message": "externalIPs are refused by the provider's terms: they would capture the provider's traffic",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"{other_than('services')} || {service_type} in variables.serviceTypes",
+            "messageExpression": (
+                f"'Service type ' + {service_type} + \" is not allowed by the provider's terms (allowed: \""
+                " + variables.serviceTypes.join(', ') + ')'"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than('services')} || !has(object.spec.loadBalancerClass) || "
+                "object.spec.loadBalancerClass in variables.loadBalancerClasses"
+            ),
+            "messageExpression": (
+                "'load-balancer class ' + object.spec.loadBalancerClass + \" is not allowed by the provider's terms\""
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than('secrets')} || !has(object.type) || object.type != 'kubernetes.io/service-account-token'"
+            ),
+            "message": "service-account-token Secrets are refused by the provider's terms: their tokens never expire",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"{other_than('endpointslices')} || object.addressType != 'FQDN'",
+            "message": "FQDN EndpointSlices are refused by the provider's terms",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than('endpointslices')} || !has(object.endpoints) || object.endpoints.all(e, "
+                "e.addresses.all(a, variables.endpointRanges.exists(r, isCIDR(r) && cidr(r).containsIP(a))))"
+            ),
+            "messageExpression": (
+                '"EndpointSlice addresses must lie in the consumer\'s announced pod ranges (" + '
+                "(size(variables.endpointRanges) == 0 ? 'none announced' : variables.endpointRanges.join(', ')) + ')'"
+            ),
+            "reason": "Forbidden",
+        },
+    ]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": TENANT_TERMS_NAME, "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["services", "secrets"],
+                    },
+                    {
+                        "apiGroups": ["discovery.k8s.io"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["endpointslices"],
+                    },
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "tenant-credential",
+                    "expression": (
+                        f"request.userInfo.username.startsWith('{username}') && "
+                        f"request.userInfo.username.endsWith(':{TENANT_SERVICE_ACCOUNT}')"
+                    ),
+                }
+            ],
+            "variables": [
+                {"name": "terms", "expression": _TERMS},
+                {"name": "serviceTypes", "expression": _listed(ANNOTATION_ALLOWED_SERVICE_TYPES)},
+                {"name": "loadBalancerClasses", "expression": _listed(ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES)},
+                {"name": "endpointRanges", "expression": _listed(ANNOTATION_ENDPOINT_RANGES)},
+            ],
+            "validations": validations,
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": TENANT_TERMS_NAME, "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}},
+        "spec": {"policyName": TENANT_TERMS_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
 
 
 def tenant_manifests(consumer_id: str) -> list[dict]:

@@ -22,7 +22,15 @@ def provider_tasks(
     events = EventRecorder(client, "catamaran-manager")
     offers = ResourceOfferController(client, cluster_id)
     tenants: Informer = offers.tenants
-    twins = TwinNamespaceController(client, cluster_id, tenants, events, terms=offers.offers)
+    twins = TwinNamespaceController(
+        client,
+        cluster_id,
+        tenants,
+        events,
+        terms=offers.offers,
+        provider_pod_cidrs=offers.pod_cidrs,
+        wait_for=(offers.nodes,),
+    )
 
     shadowpods = ShadowPodController(
         client,

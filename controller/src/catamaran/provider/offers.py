@@ -24,16 +24,24 @@ from lightkube.types import PatchType
 
 from .. import quantities
 from ..constants import (
+    DEFAULT_ALLOWED_SERVICE_TYPES,
+    DEFAULT_CONTAINER_LIMITS,
+    DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_OBJECT_QUOTA,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
+    DEFAULT_TWIN_NAME_POLICY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TENANT,
     LABEL_TYPE,
     OFFLOADING_GROUP,
     POD_SECURITY_LEVELS,
     RESOURCE_OFFER_NAME,
+    SERVICE_TYPES,
     TENANT_NAMESPACE_PREFIX,
+    TENANT_PRIORITY_CLASS,
+    TWIN_NAME_POLICIES,
     TYPE_VIRTUAL_NODE,
     VERSION,
     tenant_namespace,
@@ -45,6 +53,7 @@ from ..kube.workqueue import WorkQueue
 from ..networks import covering_networks
 from ..objects import now_iso
 from . import quota
+from . import terms as tenant_terms
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +104,10 @@ class Placement:
         return {**pod_spec, "nodeSelector": selector or None, "tolerations": tolerations or None}
 
 
+def _pairs(mapping: dict | None, default: dict) -> tuple:
+    return tuple(sorted((mapping if mapping is not None else default).items()))
+
+
 @dataclass(frozen=True)
 class TenantTerms:
     """A tenant's terms on this provider, from its ResourceOffer's spec (defaults when unset)."""
@@ -103,18 +116,40 @@ class TenantTerms:
     pod_security: str = DEFAULT_POD_SECURITY_LEVEL
     sharing_percentage: int = DEFAULT_SHARING_PERCENTAGE
     credential_lifetime_seconds: int = DEFAULT_CREDENTIAL_LIFETIME_SECONDS
+    service_types: tuple = DEFAULT_ALLOWED_SERVICE_TYPES
+    load_balancer_classes: tuple = ()
+    twin_names: str = DEFAULT_TWIN_NAME_POLICY
+    priority_class: str = TENANT_PRIORITY_CLASS
+    allowed_priority_classes: tuple = ()
+    container_requests: tuple = tuple(sorted(DEFAULT_CONTAINER_REQUESTS.items()))
+    container_limits: tuple = tuple(sorted(DEFAULT_CONTAINER_LIMITS.items()))
+    object_quota: tuple = tuple(sorted(DEFAULT_OBJECT_QUOTA.items()))
+    consumer_pod_cidrs: tuple = ()
 
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
         spec = spec or {}
         level = spec.get("podSecurity") or DEFAULT_POD_SECURITY_LEVEL
         lifetime = spec.get("credentialLifetimeSeconds") or DEFAULT_CREDENTIAL_LIFETIME_SECONDS
+        services = spec.get("services") or {}
+        defaults = spec.get("containerDefaults") or {}
+        # The CRD's schema rejects anything else; should it ever get through, the strictest choice applies.
+        types = [t for t in services.get("allowedTypes") or DEFAULT_ALLOWED_SERVICE_TYPES if t in SERVICE_TYPES]
+        names = spec.get("twinNamespaceNames") or DEFAULT_TWIN_NAME_POLICY
         return cls(
             placement=Placement.from_offer_spec(spec),
-            # The CRD's schema rejects anything else; should it ever get through, the strictest level applies.
             pod_security=level if level in POD_SECURITY_LEVELS else POD_SECURITY_LEVELS[0],
             sharing_percentage=int(spec.get("sharingPercentage") or DEFAULT_SHARING_PERCENTAGE),
             credential_lifetime_seconds=int(lifetime),
+            service_types=tuple(sorted({"ClusterIP", *types})),
+            load_balancer_classes=tuple(sorted(services.get("allowedLoadBalancerClasses") or ())),
+            twin_names=names if names in TWIN_NAME_POLICIES else TWIN_NAME_POLICIES[0],
+            priority_class=spec.get("priorityClassName") or TENANT_PRIORITY_CLASS,
+            allowed_priority_classes=tuple(sorted(spec.get("allowedPriorityClasses") or ())),
+            container_requests=_pairs(defaults.get("requests"), DEFAULT_CONTAINER_REQUESTS),
+            container_limits=_pairs(defaults.get("limits"), DEFAULT_CONTAINER_LIMITS),
+            object_quota=_pairs(spec.get("objectQuota"), DEFAULT_OBJECT_QUOTA),
+            consumer_pod_cidrs=tuple(spec.get("consumerPodCIDRs") or ()),
         )
 
 
@@ -249,6 +284,10 @@ class ResourceOfferController:
     def terms(self, tenant_namespace: str) -> TenantTerms:
         return self.offers.get(tenant_namespace, RESOURCE_OFFER_NAME) or TenantTerms()
 
+    def pod_cidrs(self) -> list[str]:
+        """This cluster's pod ranges, from its nodes."""
+        return sorted({cidr for node in self.nodes.cache.values() for cidr in node.pod_cidrs})
+
     def placement(self, tenant_namespace: str) -> Placement:
         return self.terms(tenant_namespace).placement
 
@@ -290,6 +329,10 @@ class ResourceOfferController:
             self._published.pop(namespace, None)
             return None
         status = offer_status(self.nodes.cache, self.pods.cache, tenant, self.placement(namespace))
+        # Where the tenant's EndpointSlices may point (its reflection filters to them; admission enforces them).
+        status["endpointRanges"], _ = tenant_terms.endpoint_ranges(
+            self.terms(namespace).consumer_pod_cidrs, self.pod_cidrs()
+        )
         cap, used = self.quota(namespace), self.ledger.used(tenant)
         # Every resource of the quota is shown, zero included, so a merge patch overwrites what was used before.
         status["quota"] = quota.formatted(cap)

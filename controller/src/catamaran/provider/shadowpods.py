@@ -1,8 +1,9 @@
 """ShadowPod enforcement: keep a Pod of the same name running, even with the consumer away.
 
-Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: the pod spec must
-meet the tenant's Pod Security level and fit its quota. A refusal is the ShadowPod's
-`PodCreated=False` condition (reason PodSecurityViolation or QuotaExceeded) and a Warning Event; the
+Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: the pod spec is rewritten
+and checked field by field (provider/terms.py), must meet the tenant's Pod Security level and fit its quota
+(its requests after the terms' defaults). A refusal is the ShadowPod's `PodCreated=False` condition (reason
+FieldNotAllowed, PodSecurityViolation or QuotaExceeded) and a Warning Event; the
 ShadowPod is tried again when the tenant's terms change or its pods free some of its quota.
 """
 
@@ -24,6 +25,7 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, condition, reference, set_condition, status_patch
 from . import policy
+from . import terms as tenant_terms
 from .offers import Placement, ResourceOfferController, TenantTerms
 
 log = logging.getLogger(__name__)
@@ -49,12 +51,17 @@ def classify_create_error(error: ApiError) -> tuple[str, str]:
     return "CreateFailed", message
 
 
-def pod_from_shadow(shadow: dict, placement: Placement | None = None, consumer: str | None = None) -> dict:
+def pod_from_shadow(
+    shadow: dict, placement: Placement | None = None, consumer: str | None = None, terms: TenantTerms | None = None
+) -> dict:
     """The Pod for a ShadowPod. With `consumer` (the tenant owning the twin), the labels that say whose pod
-    it is come from the manager, not from the ShadowPod, so a tenant cannot hide a pod from its quota."""
+    it is come from the manager, not from the ShadowPod, so a tenant cannot hide a pod from its quota; with
+    `terms`, the spec is rewritten as they say (provider/terms.py)."""
     meta = shadow["metadata"]
     template = shadow["spec"]["pod"]
     spec = placement.apply(template["spec"]) if placement else template["spec"]
+    if terms is not None:
+        spec = tenant_terms.tenant_pod_spec(spec, terms)
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     if consumer:
         labels.update({LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer})
@@ -258,6 +265,11 @@ class ShadowPodController:
 
         The level is the tenant's, or the twin's label while that is stricter (not relabelled yet), so the
         pod is never sent to be refused by Pod Security Admission."""
+        refused = tenant_terms.refused_fields(pod["spec"])
+        if refused:
+            return "FieldNotAllowed", f"the provider's terms refuse pod spec fields: {', '.join(refused)}"
+        if tenant_terms.pod_affinity_reaches_out(pod["spec"]):
+            return "FieldNotAllowed", "the provider's terms refuse pod affinity terms naming other namespaces"
         level = policy.stricter(terms.pod_security, enforced)
         found = policy.violations(pod["spec"], level, pod["metadata"].get("annotations"))
         if found:
@@ -274,7 +286,8 @@ class ShadowPodController:
         key = (meta["namespace"], meta["name"])
         consumer, enforced = self._twin(meta["namespace"])
         terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
-        pod = pod_from_shadow(shadow, terms.placement, consumer)
+        # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level.
+        pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
         refusal = self._refusal(key, consumer, terms, enforced, pod)
         if refusal is not None:
             self._refused.setdefault(consumer, set()).add(key)

@@ -14,13 +14,12 @@ import logging
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import LimitRange, Namespace, ResourceQuota, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from ..constants import (
     ANNOTATION_TWIN_OF,
-    DEFAULT_POD_SECURITY_LEVEL,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -39,6 +38,8 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, reference
 from ..tenancy import tenant_role_binding
+from . import terms as tenant_terms
+from .offers import TenantTerms
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,16 @@ class TwinNamespaceController:
         tenants: Informer,
         events: EventRecorder,
         terms: Informer | None = None,
+        provider_pod_cidrs=lambda: [],
+        wait_for: tuple[Informer, ...] = (),
     ):
         self.client = client
         self.cluster_id = cluster_id
         self.events = events
         self.tenants = tenants  # tenant namespace -> consumer cluster id
-        self.terms = terms  # the ResourceOffers' terms (TenantTerms), for each tenant's Pod Security level
+        self.terms = terms  # the ResourceOffers' terms (TenantTerms): level, names, guards and what the tenant writes
+        self.provider_pod_cidrs = provider_pod_cidrs  # () -> this cluster's pod ranges, which tenants never point at
+        self.wait_for = wait_for  # informers behind provider_pod_cidrs
         self.twins = Informer(client, TwinNamespace, name="twinnamespaces", transform=as_dict)
         self.namespaces = Informer(
             client,
@@ -96,15 +101,15 @@ class TwinNamespaceController:
             terms.on_change(self._terms_changed)
 
     def _terms_changed(self, event, key, new, old) -> None:
-        if new is not None and old is not None and new.pod_security == old.pod_security:
+        if new is not None and old is not None and new == old:
             return
         for twin_key in list(self.twins.cache):
             if twin_key[0] == key[0]:
                 self.queue.add(twin_key)
 
-    def level(self, tenant_ns: str) -> str:
+    def tenant_terms(self, tenant_ns: str) -> TenantTerms:
         terms = self.terms.get(tenant_ns, RESOURCE_OFFER_NAME) if self.terms is not None else None
-        return terms.pod_security if terms is not None else DEFAULT_POD_SECURITY_LEVEL
+        return terms or TenantTerms()
 
     def _namespace_changed(self, event, key, new, old) -> None:
         twin_of = ((new or old)["metadata"].get("annotations") or {}).get(ANNOTATION_TWIN_OF)
@@ -115,7 +120,8 @@ class TwinNamespaceController:
         return [self.twins.run(), self.namespaces.run(), self._run()]
 
     async def _run(self):
-        for informer in (self.twins, self.namespaces, self.tenants, *([self.terms] if self.terms else [])):
+        terms = [self.terms] if self.terms else []
+        for informer in (self.twins, self.namespaces, self.tenants, *terms, *self.wait_for):
             await informer.synced.wait()
         await self.queue.run()
 
@@ -141,6 +147,16 @@ class TwinNamespaceController:
                 await self.events.record(reference(twin), "Warning", "ReservedName", message)
             await self._status(twin, "Failed", message)
             return None
+        terms = self.tenant_terms(tenant_ns)
+        if not tenant_terms.twin_name_allowed(name, consumer, terms.twin_names):
+            message = (
+                f"namespace {name} is not allowed by the provider's terms: twin names must be <name>-{consumer} "
+                "(the DefaultName strategy) unless the peering allows any name"
+            )
+            if (twin.get("status") or {}).get("phase") != "Failed":
+                await self.events.record(reference(twin), "Warning", "TwinNameNotAllowed", message)
+            await self._status(twin, "Failed", message)
+            return None
         if TWIN_FINALIZER not in (meta.get("finalizers") or []):
             await self.client.patch(
                 TwinNamespace,
@@ -149,7 +165,9 @@ class TwinNamespaceController:
                 namespace=tenant_ns,
                 patch_type=PatchType.MERGE,
             )
-        level = self.level(tenant_ns)
+        level = terms.pod_security
+        ranges, problem = tenant_terms.endpoint_ranges(terms.consumer_pod_cidrs, self.provider_pod_cidrs())
+        annotations = tenant_terms.twin_annotations(terms, ranges)
         existing = await self._get_namespace(name)
         if existing is not None and not owned_by(existing, twin_of):
             message = f"namespace {name} already exists and is not managed by Catamaran for {twin_of}; not adopted"
@@ -169,7 +187,7 @@ class TwinNamespaceController:
                                 LABEL_DESTINATION_CLUSTER_ID: self.cluster_id,
                                 **pod_security_labels(level),
                             },
-                            "annotations": {ANNOTATION_TWIN_OF: twin_of},
+                            "annotations": {ANNOTATION_TWIN_OF: twin_of, **annotations},
                         }
                     }
                 )
@@ -181,16 +199,36 @@ class TwinNamespaceController:
         else:
             wanted = pod_security_labels(level)
             labels = existing["metadata"].get("labels") or {}
-            if any(labels.get(key) != value for key, value in wanted.items()):
-                await self.client.patch(Namespace, name, {"metadata": {"labels": wanted}}, patch_type=PatchType.MERGE)
-                log.info("twin namespace relabelled", extra=fields(namespace=name, pod_security=level))
-        await self.client.apply(
-            RoleBinding.from_dict(tenant_role_binding(name, tenant_ns, TENANT_WORKLOAD_CLUSTER_ROLE)),
-            field_manager="catamaran-manager",
-            force=True,
-        )
+            current = existing["metadata"].get("annotations") or {}
+            if any(labels.get(k) != v for k, v in wanted.items()) or any(
+                current.get(k) != v for k, v in annotations.items()
+            ):
+                patch = {"metadata": {"labels": wanted, "annotations": annotations}}
+                await self.client.patch(Namespace, name, patch, patch_type=PatchType.MERGE)
+                log.info("twin namespace's terms updated", extra=fields(namespace=name, pod_security=level))
+        if problem:
+            await self.events.record(reference(twin), "Warning", "EndpointRangesRefused", problem)
+        await self._apply_guards(name, tenant_ns, terms)
         await self._status(twin, "Ready", f"namespace {name} is ready for {consumer}")
         return None
+
+    async def _apply_guards(self, name: str, tenant_ns: str, terms: TenantTerms) -> None:
+        """The tenant's rights in the twin, and what holds them to the terms: its LimitRange and ResourceQuota, and
+        a default ServiceAccount that mounts no provider token."""
+        limit_range, resource_quota = tenant_terms.twin_guards(name, terms)
+        service_account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": name},
+            "automountServiceAccountToken": False,
+        }
+        for resource, body in (
+            (RoleBinding, tenant_role_binding(name, tenant_ns, TENANT_WORKLOAD_CLUSTER_ROLE)),
+            (LimitRange, limit_range),
+            (ResourceQuota, resource_quota),
+            (ServiceAccount, service_account),
+        ):
+            await self.client.apply(resource.from_dict(body), field_manager="catamaran-manager", force=True)
 
     async def _remove(self, twin: dict, twin_of: str) -> float | None:
         name = twin["metadata"]["name"]

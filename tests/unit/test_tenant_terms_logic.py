@@ -1,0 +1,92 @@
+"""The provider's terms on a tenant's pod spec and twins (provider/terms.py): pure logic."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from lightkube.models.core_v1 import PodSpec
+
+from catamaran import quantities
+from catamaran.constants import DEFAULT_CONTAINER_LIMITS, DEFAULT_CONTAINER_REQUESTS, TENANT_PRIORITY_CLASS
+from catamaran.provider import terms
+from catamaran.provider.offers import TenantTerms
+
+
+def test_every_pod_spec_field_has_a_decision():
+    """A field Kubernetes adds must be reviewed into the table (until then it is refused, which this flags)."""
+    assert set(PodSpec.__annotations__) <= set(terms.POD_SPEC_FIELDS)
+
+
+def test_unknown_and_refused_fields_are_named():
+    spec = {"containers": [{"name": "a"}], "nodeName": "n1", "runtimeClassName": "kata", "futureField": {"x": 1}}
+    assert terms.refused_fields(spec) == ["futureField", "nodeName", "runtimeClassName"]
+    assert terms.refused_fields({"containers": [], "resourceClaims": []}) == []  # empty is unset
+
+
+def test_pod_affinity_may_not_reach_other_namespaces():
+    own = {"podAffinityTerm": {"topologyKey": "zone", "labelSelector": {}}, "weight": 1}
+    assert not terms.pod_affinity_reaches_out(
+        {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [own]}}}
+    )
+    other = {"topologyKey": "zone", "namespaceSelector": {}}
+    assert terms.pod_affinity_reaches_out(
+        {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [other]}}}
+    )
+
+
+def test_rewritten_fields_and_container_defaults():
+    spec = {
+        "containers": [
+            {"name": "best-effort"},
+            {"name": "limited", "resources": {"limits": {"memory": "64Mi"}}},
+            {"name": "big", "resources": {"requests": {"cpu": "3"}}},
+        ],
+        "priorityClassName": "provider-critical",
+        "priority": 1000000000,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "serviceAccountName": "builder",
+        "schedulerName": "custom",
+        "automountServiceAccountToken": True,
+    }
+    rewritten = terms.tenant_pod_spec(spec, TenantTerms())
+    assert rewritten["priorityClassName"] == TENANT_PRIORITY_CLASS
+    assert rewritten["serviceAccountName"] == "default"
+    assert rewritten["automountServiceAccountToken"] is False
+    assert not {"priority", "preemptionPolicy", "schedulerName"} & set(rewritten)
+    best, limited, big = (c["resources"] for c in rewritten["containers"])
+    assert best == {"requests": DEFAULT_CONTAINER_REQUESTS, "limits": DEFAULT_CONTAINER_LIMITS}
+    assert limited["requests"]["memory"] == "64Mi"  # a request defaults to its own limit, as the API server does
+    assert big["limits"]["cpu"] == "3"  # a default limit below the request is raised to it
+    allowed = TenantTerms(allowed_priority_classes=("provider-critical",))
+    assert terms.tenant_pod_spec(spec, allowed)["priorityClassName"] == "provider-critical"
+
+
+def test_pod_level_requests_count_when_larger_than_the_containers():
+    spec = {"containers": [{"name": "a", "resources": {"requests": {"cpu": "50m", "memory": "1Gi"}}}]}
+    spec["resources"] = {"requests": {"cpu": "1500m"}}
+    requests = quantities.pod_requests(spec)
+    assert requests["cpu"] == Fraction(3, 2)
+    assert requests["memory"] == 2**30  # the containers' where larger
+    assert quantities.pod_requests({"containers": [], "resources": {"limits": {"cpu": "2"}}})["cpu"] == 2
+
+
+def test_twin_names_and_endpoint_ranges():
+    assert terms.twin_name_allowed("web-c1", "c1", "Suffixed")
+    assert not terms.twin_name_allowed("payments", "c1", "Suffixed")
+    assert not terms.twin_name_allowed("-c1", "c1", "Suffixed")
+    assert terms.twin_name_allowed("payments", "c1", "Any")
+    assert terms.endpoint_ranges(["10.101.0.0/16"], ["10.102.0.0/16"]) == (["10.101.0.0/16"], "")
+    ranges, problem = terms.endpoint_ranges(["10.100.0.0/16", "bad"], ["10.100.0.0/24"])
+    assert ranges == []
+    assert "overlaps the provider's pod range 10.100.0.0/24" in problem
+    assert "bad (not a CIDR)" in problem
+
+
+def test_terms_from_the_offer_spec_keep_cluster_ip_and_refuse_unknown_values():
+    parsed = TenantTerms.from_offer_spec(
+        {"services": {"allowedTypes": ["NodePort", "Bogus"]}, "twinNamespaceNames": "Whatever"}
+    )
+    assert parsed.service_types == ("ClusterIP", "NodePort")
+    assert parsed.twin_names == "Suffixed"
+    guards = terms.twin_guards("web-c1", parsed)
+    assert [g["kind"] for g in guards] == ["LimitRange", "ResourceQuota"]
