@@ -72,7 +72,9 @@ def test_services_leave_allocation_to_the_provider_and_headless_stays_headless()
             "externalTrafficPolicy": "Cluster",
         },
     }
-    spec = Services().content(local, CONTEXT, local=True)["spec"]
+    nodeports = Context(settings=ReflectionSettings(), node_name="catamaran-p", service_types=("ClusterIP", "NodePort"))
+    spec = Services().content(local, nodeports, local=True)["spec"]
+    assert spec["type"] == "NodePort"
     assert "clusterIP" not in spec
     assert "clusterIPs" not in spec
     assert spec["ports"] == [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]

@@ -11,7 +11,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
-from ..constants import RESOURCE_OFFER_NAME, tenant_namespace, virtual_node_name
+from ..constants import DEFAULT_ALLOWED_SERVICE_TYPES, RESOURCE_OFFER_NAME, tenant_namespace, virtual_node_name
 from ..kube.clients import async_client, bearer_token
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
@@ -33,6 +33,14 @@ FIELD_MANAGER = "catamaran-virtual-kubelet"
 # Watches wake the virtual kubelet as soon as its peering appears; this bounds the wait when one
 # breaks or misses something, and is the only retry when there is nothing to watch.
 RECHECK_SECONDS = 10.0
+
+
+def reflection_terms(offer: dict) -> tuple[tuple, tuple | None]:
+    """From the provider's ResourceOffer: the Service types it lets its tenant write, and the ranges EndpointSlice
+    addresses may lie in (None while it publishes none)."""
+    allowed = ((offer.get("spec") or {}).get("services") or {}).get("allowedTypes") or DEFAULT_ALLOWED_SERVICE_TYPES
+    ranges = (offer.get("status") or {}).get("endpointRanges")
+    return tuple(sorted({"ClusterIP", *allowed})), (tuple(ranges) if ranges is not None else None)
 
 
 @dataclass
@@ -187,6 +195,8 @@ class VirtualKubelet:
             node.update_offer(status)
             if status:
                 pods.update_pod_cidrs(status.get("podCIDRs") or [])
+            if new:
+                reflection.update_terms(*reflection_terms(new))
 
         offers.on_change(offer_changed)
         foreigns = peering.foreigns  # running since run() began

@@ -1,8 +1,11 @@
 """EndpointSlices of the consumer's Services. Endpoints of pods already running in this provider are left
 out (the provider's own slices, made from the reflected Service's selector, hold them); the others are
-reflected with their addresses as the provider reaches them, ready flags as they are."""
+reflected with their addresses as the provider reaches them, ready flags as they are, and only addresses in the
+ranges the provider's terms allow (the consumer's announced pod ranges): the provider refuses any other."""
 
 from __future__ import annotations
+
+import ipaddress
 
 from lightkube.resources.discovery_v1 import EndpointSlice
 
@@ -12,6 +15,17 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 # The provider's EndpointSlice controller leaves slices with another manager alone.
 REFLECTED_SLICE_MANAGER = "reflection.catamaran.io"
+
+
+def within(address: str, ranges: tuple | None) -> bool:
+    """Whether the provider's terms let a tenant's slice point at `address` (None: the provider says nothing)."""
+    if ranges is None:
+        return True
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in ipaddress.ip_network(r, strict=False) for r in ranges)
 
 
 class EndpointSlices(ReflectedKind):
@@ -33,9 +47,13 @@ class EndpointSlices(ReflectedKind):
             if local and endpoint.get("nodeName") == context.node_name:
                 continue
             addresses = endpoint.get("addresses") or []
+            if local:
+                addresses = [a for a in map(context.translate, addresses) if within(a, context.endpoint_ranges)]
+                if not addresses:
+                    continue
             endpoints.append(
                 present(
-                    addresses=[context.translate(a) for a in addresses] if local else addresses,
+                    addresses=addresses,
                     conditions=present(**(endpoint.get("conditions") or {})),
                     hostname=endpoint.get("hostname"),
                 )

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...constants import DEFAULT_ALLOWED_SERVICE_TYPES
 from .policy import ReflectionSettings
 
 
@@ -15,6 +16,10 @@ class Context:
     settings: ReflectionSettings
     node_name: str  # this virtual node: endpoints of pods already on the provider are left to it
     translate: Callable[[str], str] = lambda ip: ip  # a consumer address as the provider sees it
+    # The provider's terms for what its tenant writes (its ResourceOffer): Service types it allows, and the ranges
+    # EndpointSlice addresses may lie in (None: not published, so not filtered here; its admission still decides).
+    service_types: tuple = DEFAULT_ALLOWED_SERVICE_TYPES
+    endpoint_ranges: tuple | None = None
 
 
 class ReflectedKind:
@@ -44,6 +49,10 @@ class ReflectedKind:
     def skipped(self, local: dict, context: Context) -> bool:
         """Objects of this kind that are never reflected, whatever the policy."""
         return False
+
+    def adjustments(self, local: dict, context: Context) -> list[str]:
+        """What the provider's terms change in the copy of `local`, for a Warning Event on it (empty: nothing)."""
+        return []
 
     def content(self, obj: dict, context: Context, *, local: bool) -> dict:
         """The reflected fields of a local object (`local`), or the same fields read back from a copy."""

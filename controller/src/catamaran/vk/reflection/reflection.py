@@ -38,7 +38,8 @@ class Reflection:
     ):
         self.settings = settings
         self.node_name = node_name
-        context = Context(settings=settings, node_name=node_name)
+        self.terms: dict = {}  # the provider's terms for what reflection writes (Context fields)
+        context = self._context()
         self.reflectors = {
             kind.setting: Reflector(
                 kind(),
@@ -90,14 +91,27 @@ class Reflection:
         self.tokens.requeue_namespace(origin)  # deselected, its pods' token Secrets go
         return left + self.tokens.left_in(twin)
 
+    def _context(self) -> Context:
+        return Context(settings=self.settings, node_name=self.node_name, **self.terms)
+
     def update(self, settings: ReflectionSettings) -> None:
         if settings == self.settings:
             return
         self.settings = settings
-        context = Context(settings=settings, node_name=self.node_name)
+        context = self._context()
         for name, reflector in self.reflectors.items():
             reflector.update(settings.kind(name), context)
         self.tokens.update(settings.kind("serviceAccountTokens"))
+
+    def update_terms(self, service_types: tuple, endpoint_ranges: tuple | None) -> None:
+        """The provider's terms changed (its ResourceOffer): copies are rewritten to them."""
+        terms = {"service_types": service_types, "endpoint_ranges": endpoint_ranges}
+        if terms == self.terms:
+            return
+        self.terms = terms
+        context = self._context()
+        for name, reflector in self.reflectors.items():
+            reflector.update(self.settings.kind(name), context)
 
     def local_object(self, kind: str, namespace: str, copy_name: str) -> dict | None:
         """The local object a copy named `copy_name` reflects (for Events about it), as (apiVersion, kind, meta)."""

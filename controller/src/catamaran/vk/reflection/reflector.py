@@ -351,6 +351,8 @@ class Reflector:
             self._changed_at.pop(key, None)
             return
         body = self._body(content, local, twin, copy_name)
+        for adjustment in self.kind.adjustments(local, self.context):
+            self.events.later(self._involved(local), "Warning", "AdjustedToProviderTerms", adjustment)
         if copy is None:
             await self.provider.create(self.kind.resource.from_dict(body))
             metrics.REFLECTED.labels(self.kind.setting, "created").inc()

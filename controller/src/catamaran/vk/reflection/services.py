@@ -1,5 +1,7 @@
 """Services: ports, selector, type, session affinity and traffic policies. The provider allocates the
-cluster IP and node ports; a headless Service stays headless. `default/kubernetes` is the consumer's own."""
+cluster IP and node ports; a headless Service stays headless. `default/kubernetes` is the consumer's own.
+A type the provider's terms do not allow is reflected as ClusterIP (a Warning Event on the local Service says so);
+externalIPs are never reflected."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ class Services(ReflectedKind):
             for port in spec.get("ports") or []
         ]
         kind = spec.get("type") or "ClusterIP"
+        if local and kind not in context.service_types:
+            return self._as_cluster_ip(obj, context, ports)
         return present(
             metadata=self.metadata(obj, context),
             spec=present(
@@ -50,6 +54,30 @@ class Services(ReflectedKind):
                 publishNotReadyAddresses=spec.get("publishNotReadyAddresses") or None,
                 loadBalancerClass=spec.get("loadBalancerClass"),
                 allocateLoadBalancerNodePorts=spec.get("allocateLoadBalancerNodePorts"),
+                trafficDistribution=spec.get("trafficDistribution"),
+            ),
+        )
+
+    def adjustments(self, local: dict, context: Context) -> list[str]:
+        kind = (local.get("spec") or {}).get("type") or "ClusterIP"
+        if kind in context.service_types:
+            return []
+        allowed = ", ".join(context.service_types)
+        return [f"type {kind} is not allowed by the provider's terms (allowed: {allowed}): reflected as ClusterIP"]
+
+    def _as_cluster_ip(self, obj: dict, context: Context, ports: list[dict]) -> dict:
+        spec = obj.get("spec") or {}
+        return present(
+            metadata=self.metadata(obj, context),
+            spec=present(
+                type="ClusterIP",
+                clusterIP="None" if spec.get("clusterIP") == "None" else None,
+                ports=ports,
+                selector=spec.get("selector"),
+                sessionAffinity=spec.get("sessionAffinity"),
+                sessionAffinityConfig=spec.get("sessionAffinityConfig"),
+                internalTrafficPolicy=spec.get("internalTrafficPolicy"),
+                publishNotReadyAddresses=spec.get("publishNotReadyAddresses") or None,
                 trafficDistribution=spec.get("trafficDistribution"),
             ),
         )
