@@ -283,7 +283,7 @@ def test_placement_is_added_to_the_remote_pod_and_wins_over_the_pods_own_selecto
         (["10.102.0.0/16"], "10.200.0.0/16", "10.102.3.7", "10.200.3.7"),
         (["10.100.0.0/16"], "10.200.0.0/16", "10.100.0.9", "10.200.0.9"),  # overlapping with the consumer
         (["10.102.0.0/16"], None, "10.102.3.7", "10.102.3.7"),
-        (["10.102.0.0/16"], "10.200.0.0/16", "192.168.1.1", "192.168.1.1"),
+        (["10.102.0.0/16"], "10.200.0.0/16", "192.168.1.1", None),  # outside the provider's range: refused
     ],
 )
 def test_ip_translation_keeps_the_offset(provider, remap, ip, expected):
@@ -296,7 +296,7 @@ def test_remap_range_too_small_translates_what_fits_and_says_so():
     assert "10.0.0.0/16" in translate.problem
     assert "prefix /16 or shorter" in translate.problem
     assert translate("10.0.0.7") == "10.200.0.7"
-    assert translate("10.0.3.7") == "10.0.3.7"  # offset beyond the remap range: left as it is
+    assert translate("10.0.3.7") is None  # offset beyond the remap range: refused, never shown untranslated
     assert forge.IPTranslator(["10.0.0.0/16"], "10.200.0.0/16").problem == ""
 
 

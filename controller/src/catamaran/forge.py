@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-from collections.abc import Callable
 
 from .constants import (
     ANNOTATION_LOCAL_POD_UID,
@@ -19,6 +18,7 @@ from .constants import (
     VIRTUAL_NODE_TAINT_KEY,
 )
 from .steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
+from .vk.trust import OwnRange, overlaps, provider_networks, sanitised_message, sanitised_reason
 
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 TOKEN_NAMESPACE_KEY = "namespace"
@@ -47,6 +47,16 @@ REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
 OFFLOADING_BACKOFF = "OffloadingBackOff"
 DAEMONSET_NOT_OFFLOADED = "DaemonSetNotOffloaded"
 HELD_REASONS = (OFFLOADING_BACKOFF, DAEMONSET_NOT_OFFLOADED)
+# On a local pod while the pod IPs its provider reports are refused (IPTranslator); the pod then shows none.
+POD_IP_CONDITION = "catamaran.io/PodIPAccepted"
+POD_IP_OUTSIDE_PROVIDER_RANGES = "PodIPOutsideProviderRanges"
+POD_IP_NOT_TRANSLATABLE = "PodIPNotTranslatable"
+# Every pod IP of a provider refused: its ranges, or the remap range, overlap the consumer's own.
+PROVIDER_RANGE_OVERLAPS_CONSUMER = "ProviderRangeOverlapsConsumer"
+REMAP_OVERLAPS_CONSUMER = "RemapRangeOverlapsConsumer"
+# Conditions the virtual kubelet sets on a local pod; a provider's conditions of these types are not copied.
+OWN_POD_CONDITIONS = ("PodScheduled", REMOTE_CONDITION, POD_IP_CONDITION)
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
 def offloading_selects(offloading: dict | None, node_labels: dict, node_name: str) -> bool:
@@ -215,37 +225,109 @@ def shadowpod_for(
 
 
 class IPTranslator:
-    """Maps provider pod IPs into the consumer's remap range, keeping the offset inside the range.
+    """Which provider pod IPs the consumer's pods show, and as what: None for an IP it refuses.
 
-    A remap range smaller than a provider range cannot hold every offset: the IPs that fit are
-    translated, the others are left as they are, and `problem` says so (empty when all fit).
+    The provider is trusted only with the pod ranges it announced (its ResourceOffer's status.podCIDRs). Any
+    other IP is refused, and so is every IP before it announced any: the consumer's EndpointSlice controller
+    builds Service endpoints from pod status, so a provider could otherwise point the consumer's Services at
+    the consumer's API server, nodes or pods. With a remap range, an accepted IP is shown at the same offset
+    inside it.
+
+    Without a remap range, a provider range that overlaps the consumer's own (`own`: node pod ranges and
+    addresses, service range, API server, addresses no pod has) is refused as a whole, and so is a remap range
+    that overlaps them: no IP is shown, and `conflict` holds (reason, message). A remap range smaller than a
+    provider range (or of another address family) cannot hold every offset: the IPs beyond it are refused too,
+    not shown untranslated (they would be addresses the remap was meant to keep apart from the consumer's),
+    and `problem` says so; it is empty when every offset fits.
     """
 
-    def __init__(self, provider_cidrs: list[str], remap_cidr: str | None):
-        self.sources = [ipaddress.ip_network(c, strict=False) for c in provider_cidrs]
+    def __init__(self, provider_cidrs: list[str], remap_cidr: str | None, own: tuple[OwnRange, ...] = ()):
+        self.sources, self.ignored = provider_networks(provider_cidrs)
         self.target = ipaddress.ip_network(remap_cidr, strict=False) if remap_cidr else None
         self.problem = ""
+        self.conflict: tuple[str, str] | None = None
         if self.target is not None:
-            larger = [source for source in self.sources if source.num_addresses > self.target.num_addresses]
+            problems = []
+            larger = [
+                s
+                for s in self.sources
+                if s.version == self.target.version and s.num_addresses > self.target.num_addresses
+            ]
             if larger:
                 size, prefix = self.target.num_addresses, min(source.prefixlen for source in larger)
-                self.problem = (
+                problems.append(
                     f"remap range {self.target} (spec.networking.podCIDRRemap) holds {size} addresses, fewer than the"
                     f" provider's pod range {', '.join(map(str, larger))}: pod IPs beyond the first {size} of that"
-                    f" range are shown untranslated; use a remap range of prefix /{prefix} or shorter"
+                    f" range are refused (their pods show no IP); use a remap range of prefix /{prefix} or shorter"
                 )
+            if other_family := [s for s in self.sources if s.version != self.target.version]:
+                problems.append(
+                    f"remap range {self.target} (spec.networking.podCIDRRemap) cannot hold the provider's pod range"
+                    f" {', '.join(map(str, other_family))} of another address family: its pod IPs are refused"
+                )
+            self.problem = "; ".join(problems)
+            if overlapping := overlaps(self.target, own):
+                self.conflict = (
+                    REMAP_OVERLAPS_CONSUMER,
+                    f"remap range {self.target} (spec.networking.podCIDRRemap) overlaps the consumer's {overlapping}:"
+                    " no pod IP of this provider is shown; choose a remap range the consumer does not use",
+                )
+        else:
+            for source in self.sources:
+                if overlapping := overlaps(source, own):
+                    self.conflict = (
+                        PROVIDER_RANGE_OVERLAPS_CONSUMER,
+                        f"the provider's pod range {source} overlaps the consumer's {overlapping}: no pod IP of"
+                        " this provider is shown; set spec.networking.podCIDRRemap to a range the consumer does"
+                        " not use",
+                    )
+                    break
 
-    def __call__(self, ip: str) -> str:
-        if self.target is None or not ip:
-            return ip
-        address = ipaddress.ip_address(ip)
-        for source in self.sources:
-            if address in source:
-                offset = int(address) - int(source.network_address)
-                if offset >= self.target.num_addresses:
-                    return ip
-                return str(self.target.network_address + offset)
-        return ip
+    def __call__(self, ip: str) -> str | None:
+        if self.conflict is not None:
+            return None
+        address = _address(ip)
+        source = next((s for s in self.sources if address is not None and address in s), None)
+        if source is None:
+            return None
+        if self.target is None:
+            return str(address)
+        offset = int(address) - int(source.network_address)
+        if source.version != self.target.version or offset >= self.target.num_addresses:
+            return None
+        return str(self.target.network_address + offset)
+
+    def refusal(self, ip: str) -> tuple[str, str]:
+        """(reason, message) for the local pod when `ip` is refused."""
+        if self.conflict is not None:
+            return self.conflict
+        shown = repr(str(ip)[:50])
+        address = _address(ip)
+        if any(address is not None and address in source for source in self.sources):
+            return (
+                POD_IP_NOT_TRANSLATABLE,
+                f"the provider reported pod IP {shown}, which cannot be translated: {self.problem}",
+            )
+        announced = ", ".join(map(str, self.sources)) or "none yet"
+        return (
+            POD_IP_OUTSIDE_PROVIDER_RANGES,
+            f"the provider reported pod IP {shown}, outside the pod ranges it announced ({announced}): the pod shows"
+            " no IP, so no Service sends it traffic",
+        )
+
+    def same_as(self, other: IPTranslator) -> bool:
+        """Does `other` decide every IP as this one does, and say the same about it?"""
+        return self._verdict() == other._verdict()
+
+    def _verdict(self) -> tuple:
+        return self.sources, self.target, self.problem, self.conflict, self.ignored
+
+
+def _address(ip: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(ip) if isinstance(ip, str) else None
+    except ValueError:
+        return None
 
 
 def _condition(kind: str, status: str, reason: str = "", message: str = "", when: str | None = None) -> dict:
@@ -276,7 +358,10 @@ def _waiting_containers(containers: list[tuple[str, str]], reason: str, message:
 def held_pod_status(
     local_status: dict, reason: str, message: str, *, now: str, containers: list[tuple[str, str]] = ()
 ) -> dict:
-    """The status of a pod the virtual kubelet does not send (or the provider refused to take): Pending, and why."""
+    """The status of a pod the virtual kubelet does not send (or the provider refused to take): Pending, and why.
+
+    The message may quote the provider's refusal, so it is bounded like everything else the provider says."""
+    message = sanitised_message(message)
     local_conditions = {c["type"]: c for c in local_status.get("conditions") or []}
     previous = local_conditions.get(REMOTE_CONDITION) or {}
     since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
@@ -296,23 +381,32 @@ def local_pod_status(
     shadow_status: dict | None,
     *,
     node_ip: str,
-    translate: Callable[[str], str],
+    translate: IPTranslator | None,
     provider_reachable: bool,
     now: str,
     containers: list[tuple[str, str]] = (),
 ) -> dict:
-    """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet)."""
+    """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet).
+
+    What the provider reports is checked on the way: pod IPs by `translate` (a refused one leaves the pod
+    without IP and with a POD_IP_CONDITION saying why; None: not decided yet, the pod keeps what it shows),
+    reasons and messages bounded (vk/trust.py), and its conditions of the types the virtual kubelet sets itself
+    are not copied.
+    """
     shadow_status = shadow_status or {}
     remote = shadow_status.get("pod") or {}
     local_conditions = {c["type"]: c for c in local_status.get("conditions") or []}
-    status: dict = {"phase": remote.get("phase") or shadow_status.get("phase") or "Pending", "hostIP": node_ip}
+    phase = remote.get("phase") or shadow_status.get("phase") or "Pending"
+    status: dict = {"phase": phase if phase in POD_PHASES else "Unknown", "hostIP": node_ip}
     status["hostIPs"] = [{"ip": node_ip}]
     conditions = [local_conditions["PodScheduled"]] if "PodScheduled" in local_conditions else []
-    conditions += [c for c in remote.get("conditions") or [] if c["type"] != "PodScheduled"]
+    reported = [c for c in remote.get("conditions") or [] if isinstance(c, dict)]
+    conditions += [_bounded(c) for c in reported if c.get("type") not in OWN_POD_CONDITIONS]
     failure = next(
         (c for c in shadow_status.get("conditions") or [] if c["type"] == "PodCreated" and c["status"] == "False"),
         None,
     )
+    failure = _bounded(failure) if failure is not None else None
     previous_failure = local_conditions.get(REMOTE_CONDITION)
     if failure is not None:
         conditions.append(
@@ -324,6 +418,19 @@ def local_pod_status(
                 (previous_failure or {}).get("lastTransitionTime") or now,
             )
         )
+    if translate is None:
+        status["podIP"], status["podIPs"] = local_status.get("podIP"), local_status.get("podIPs")
+        if POD_IP_CONDITION in local_conditions:
+            conditions.append(local_conditions[POD_IP_CONDITION])
+    elif remote.get("podIP"):
+        shown, refused = _pod_ips(remote, translate)
+        status["podIP"] = shown[0] if shown else None
+        status["podIPs"] = [{"ip": ip} for ip in shown] or None
+        if refused:
+            reason, message = translate.refusal(refused[0])
+            previous = local_conditions.get(POD_IP_CONDITION) or {}
+            since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
+            conditions.append(_condition(POD_IP_CONDITION, "False", reason, sanitised_message(message), since or now))
     if not provider_reachable:
         unreachable = [c for c in conditions if c["type"] not in ("Ready", "ContainersReady")]
         message = "the provider cluster's API server is unreachable"
@@ -335,11 +442,6 @@ def local_pod_status(
     status["conditions"] = conditions
     if remote.get("startTime"):
         status["startTime"] = remote["startTime"]
-    if remote.get("podIP"):
-        status["podIP"] = translate(remote["podIP"])
-        status["podIPs"] = [{"ip": translate(entry["ip"])} for entry in remote.get("podIPs") or []] or [
-            {"ip": status["podIP"]}
-        ]
     recreations = int(shadow_status.get("recreations") or 0)
     for kind in ("initContainerStatuses", "containerStatuses"):
         entries = copy.deepcopy(remote.get(kind) or [])
@@ -347,6 +449,9 @@ def local_pod_status(
             entry["restartCount"] = int(entry.get("restartCount") or 0) + recreations
             if not provider_reachable:
                 entry["ready"] = False
+            for state in ("state", "lastState"):
+                if entry.get(state):
+                    entry[state] = {key: _bounded(value) for key, value in entry[state].items()}
         if entries:
             status[kind] = entries
     if failure is not None and not remote.get("containerStatuses"):
@@ -355,11 +460,39 @@ def local_pod_status(
         )
     elif previous_failure is not None and not remote.get("containerStatuses"):
         status["containerStatuses"] = None  # the waiting reasons were the failure's; it is over
+    said = _bounded({field: remote[field] for field in ("reason", "message") if remote.get(field)})
     for field in ("reason", "message"):
-        if remote.get(field):
-            status[field] = remote[field]
+        if said.get(field):
+            status[field] = said[field]
         elif failure is not None:
             status[field] = failure.get(field, "")
         elif previous_failure is not None and local_status.get(field) == previous_failure.get(field):
             status[field] = None  # set for the failure that is over
     return status
+
+
+def _bounded(reported: object) -> dict:
+    """A condition, container state or status from the provider, its reason and message bounded."""
+    if not isinstance(reported, dict):
+        return {}
+    bounded = dict(reported)
+    if "reason" in bounded:
+        bounded["reason"] = sanitised_reason(bounded["reason"])
+    if "message" in bounded:
+        bounded["message"] = sanitised_message(bounded["message"])
+    return bounded
+
+
+def _pod_ips(remote: dict, translate: IPTranslator) -> tuple[list[str], list[str]]:
+    """The IPs the local pod shows (at most one per address family, the primary first), and those refused."""
+    entries = [remote["podIP"], *(e.get("ip") for e in remote.get("podIPs") or [] if isinstance(e, dict))]
+    reported = list(dict.fromkeys(ip for ip in entries if ip and isinstance(ip, str)))[:2]
+    shown, refused, families = [], [], set()
+    for ip in reported:
+        local_ip = translate(ip)
+        if local_ip is None:
+            refused.append(ip)
+        elif (family := ipaddress.ip_address(local_ip).version) not in families:
+            families.add(family)
+            shown.append(local_ip)
+    return shown, refused

@@ -20,6 +20,7 @@ from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, tenant_name
 from ..forge import (
     ANNOTATION_LOCAL_NAMESPACE,
     HELD_REASONS,
+    POD_IP_CONDITION,
     REMOTE_CONDITION,
     IPTranslator,
     held_pod_status,
@@ -33,13 +34,15 @@ from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ForeignCluster, ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, now_iso, reference, set_condition, status_patch
+from ..objects import as_dict, condition, now_iso, reference, set_condition, status_patch
 from ..steering import is_daemonset_pod
+from .local_ranges import LocalRanges
 from .namespaces import TwinManager
 from .node import VirtualNode
 from .reflection.reflection import Reflection
 from .reflection.tokens import token_secret_name
 from .remote_events import RemoteEventMirror
+from .trust import sanitised_message
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +51,15 @@ REMOTE_FAILURE_EVENTS = {
     "AdmissionRejected": "RemoteAdmissionRejected",
     "NamespaceMissing": "RemoteNamespaceMissing",
 }
+# On a local pod, once for each pod IP its provider reports that the consumer refuses (POD_IP_CONDITION says why).
+POD_IP_REFUSED = "PodIPRefused"
 # On the virtual node and the ForeignCluster: True while some provider pod IPs cannot be remapped.
 UNTRANSLATED_CONDITION = "catamaran.io/PodIPsUntranslated"
+# On the virtual node and the ForeignCluster: True while every pod IP of the provider is refused, for an overlap
+# with the consumer's own ranges (reasons in forge.py) or because it announces no pod range.
+REFUSED_CONDITION = "catamaran.io/PodIPsRefused"
+NO_PROVIDER_RANGES = "NoProviderRanges"
+PROVIDER_RANGES_ACCEPTED = "ProviderRangesAccepted"
 # A pod waiting for its token Secret is looked at again after this long even if no one says it is written.
 TOKEN_WAIT_RECHECK_S = 30.0
 
@@ -146,7 +156,12 @@ class PodController:
         self.provider_id = provider_id
         self.tenant_ns = tenant_namespace(consumer_id)
         self.remap_cidr = remap_cidr
-        self.translate = IPTranslator([], None)
+        # None until both the provider's announced pod ranges and the consumer's own are known: until then the
+        # local pods keep the IPs they show, so a restart neither drops them nor shows unchecked ones.
+        self.translate: IPTranslator | None = None
+        self.provider_cidrs: list[str] | None = None  # as the ResourceOffer announces them; None: not seen yet
+        self.local_ranges = LocalRanges(local, node.settings.node_ip)
+        self.local_ranges.listeners.append(self._retranslate)
         self.foreign_cluster = foreign_cluster  # (namespace, name): where translation problems are reported
         self._translation_changed = asyncio.Event()
         self.local_pods = Informer(
@@ -191,6 +206,11 @@ class PodController:
         """Pods wait for their token Secret before their ShadowPod; Events about reflected objects come back."""
         self.reflection = reflection
         self.remote_events.reflected = reflection.local_object
+        # The cluster-wide Service and EndpointSlice watches also hold the `kubernetes` Service and API server.
+        self.local_ranges.follow_kubernetes_service(
+            reflection.reflectors["services"].local_objects.informer,
+            reflection.reflectors["endpointSlices"].local_objects.informer,
+        )
         reflection.tokens.written_listeners.append(self.queue.add)
         self.local_pods.on_change(lambda event, key, new, old: reflection.tokens.pod_changed(key))
 
@@ -200,13 +220,25 @@ class PodController:
             self.twins.want(key[0])
 
     def update_pod_cidrs(self, provider_cidrs: list[str]) -> None:
-        translator = IPTranslator(provider_cidrs, self.remap_cidr)
-        if (translator.sources, translator.target) != (self.translate.sources, self.translate.target):
-            if translator.problem:
-                log.warning("pod IPs cannot all be translated", extra=fields(problem=translator.problem))
-            self.translate = translator
-            self._translation_changed.set()
-            self._requeue_all()
+        self.provider_cidrs = list(provider_cidrs)
+        self._retranslate()
+
+    def _retranslate(self) -> None:
+        """A new translator when the provider's ranges or the consumer's change; every pod is looked at again."""
+        if self.provider_cidrs is None or not self.local_ranges.synced.is_set():
+            return
+        translator = IPTranslator(self.provider_cidrs, self.remap_cidr, self.local_ranges.ranges())
+        if self.translate is not None and translator.same_as(self.translate):
+            return
+        if translator.ignored:
+            log.warning("provider pod ranges ignored", extra=fields(ignored=", ".join(translator.ignored)))
+        if translator.conflict:
+            log.warning("provider pod IPs refused", extra=fields(problem=translator.conflict[1]))
+        elif translator.problem:
+            log.warning("pod IPs cannot all be translated", extra=fields(problem=translator.problem))
+        self.translate = translator
+        self._translation_changed.set()
+        self._requeue_all()
 
     def twin_for(self, local_namespace: str) -> str:
         return self.twins.mapped_name(local_namespace)
@@ -216,6 +248,7 @@ class PodController:
             self.local_pods.run(),
             *self.twins.tasks(),
             *self.remote_events.tasks(),
+            *self.local_ranges.tasks(),
             self._run(),
             self._translation_loop(),
         ]
@@ -337,7 +370,7 @@ class PodController:
         except ApiError as error:
             if error.status.code == 409:
                 return
-            message = error.status.message or str(error)
+            message = sanitised_message(error.status.message or str(error))
             refusal = create_refusal(error.status.code, message, self.provider_id)
             if refusal is None:
                 await self.events.record(
@@ -377,7 +410,10 @@ class PodController:
                 extra=fields(pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", reason=reason),
             )
             await self.events.record(
-                reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", event_reason or reason, message
+                reference({"apiVersion": "v1", "kind": "Pod", **pod}),
+                "Warning",
+                event_reason or reason,
+                wanted["message"],
             )
         await patch_status(self.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
 
@@ -419,74 +455,86 @@ class PodController:
         )
         if comparable_status(wanted) == comparable_status(pod["status"]):
             return
-        failure = next((c for c in wanted["conditions"] if c["type"] == REMOTE_CONDITION), None)
-        previous = next((c for c in pod["status"].get("conditions") or [] if c["type"] == REMOTE_CONDITION), None)
-        if failure is not None and (previous or {}).get("reason") != failure["reason"]:
+        involved = reference({"apiVersion": "v1", "kind": "Pod", **pod})
+        failure = condition(wanted, REMOTE_CONDITION)
+        if (
+            failure is not None
+            and (condition(pod["status"], REMOTE_CONDITION) or {}).get("reason") != failure["reason"]
+        ):
             await self.events.record(
-                reference({"apiVersion": "v1", "kind": "Pod", **pod}),
+                involved,
                 "Warning",
                 REMOTE_FAILURE_EVENTS.get(failure["reason"], f"Remote{failure['reason']}"),
                 f"provider {self.provider_id} refused the pod: {failure.get('message', '')}",
             )
+        # Its message names the refused IP: a new IP, or new ranges, is worth a new Event.
+        refused = condition(wanted, POD_IP_CONDITION)
+        if (
+            refused is not None
+            and (condition(pod["status"], POD_IP_CONDITION) or {}).get("message") != refused["message"]
+        ):
+            await self.events.record(involved, "Warning", POD_IP_REFUSED, refused["message"])
         await patch_status(self.local, Pod, meta, status_patch(pod["status"], wanted))
 
-    # -- pod IPs the remap range cannot hold --------------------------------------------
+    # -- provider pod IPs refused or untranslated --------------------------------------
 
     async def _translation_loop(self) -> None:
-        """The translator's problem as a condition on the virtual node and the ForeignCluster (and an Event).
+        """What the translator refuses, as conditions on the virtual node and the ForeignCluster (and Events).
 
         The node's own status loop keeps conditions it does not know, but may overwrite one written
         meanwhile; the node watch wakes this loop again, so the condition is put back.
         """
-        reported: str | None = None
+        reported: dict[str, dict] = {}  # on the ForeignCluster, by type
         while True:
             await self._translation_changed.wait()
             self._translation_changed.clear()
-            if self.remap_cidr is None or not self.translate.sources:
+            if self.translate is None:
                 continue
-            problem = self.translate.problem
+            wanted = translation_conditions(self.translate, self.local_ranges.unread)
             try:
-                await self._node_translation_condition(problem)
-                if problem != reported:
-                    await self._foreign_translation_condition(problem)
-                    reported = problem
+                await self._node_translation_conditions(wanted)
+                changed = [c for c in wanted if reported.get(c["type"]) != c]
+                if changed:
+                    await self._foreign_translation_conditions(changed)
+                    reported.update((c["type"], c) for c in changed)
             except ApiError as error:
                 log.warning("cannot report pod IP translation", extra=fields(error=str(error)[:300]))
                 await asyncio.sleep(2)
                 self._translation_changed.set()
 
-    async def _node_translation_condition(self, problem: str) -> None:
+    async def _node_translation_conditions(self, wanted: list[dict]) -> None:
         node = self.twins.node.get(None, self.node.name)
         if node is None:
             return  # not created yet: its creation wakes this loop
         current = await self.local.get(Node, self.node.name)
         conditions = [c.to_dict() for c in (current.status.conditions or [])] if current.status else []
-        wanted = _translation_condition(problem)
-        existing = next((c for c in conditions if c["type"] == UNTRANSLATED_CONDITION), None)
-        if existing and all(existing.get(k) == wanted[k] for k in ("status", "reason", "message")):
-            return
-        # Strategic merge: conditions merge by type, so the node's other conditions stay as they are.
-        await self.local.patch(
-            Node.Status,
-            self.node.name,
-            {"status": {"conditions": [{**wanted, "lastTransitionTime": now_iso(), "lastHeartbeatTime": now_iso()}]}},
-            patch_type=PatchType.STRATEGIC,
-        )
+        existing = {c["type"]: c for c in conditions}
+        now = now_iso()
+        stale = []
+        for wanted_condition in wanted:
+            previous = existing.get(wanted_condition["type"]) or {}
+            if all(previous.get(k) == wanted_condition[k] for k in ("status", "reason", "message")):
+                continue
+            same_status = previous.get("status") == wanted_condition["status"]
+            since = previous.get("lastTransitionTime") if same_status else None
+            stale.append({**wanted_condition, "lastTransitionTime": since or now, "lastHeartbeatTime": now})
+        if stale:
+            # Strategic merge: conditions merge by type, so the node's other conditions stay as they are.
+            await self.local.patch(
+                Node.Status, self.node.name, {"status": {"conditions": stale}}, patch_type=PatchType.STRATEGIC
+            )
 
-    async def _foreign_translation_condition(self, problem: str) -> None:
+    async def _foreign_translation_conditions(self, changed: list[dict]) -> None:
         if self.foreign_cluster is None:
             return
         namespace, name = self.foreign_cluster
         foreign = as_dict(await self.local.get(ForeignCluster, name, namespace=namespace))
-        wanted = _translation_condition(problem)
         status = foreign.get("status") or {}
-        conditions = set_condition(
-            status.get("conditions") or [],
-            UNTRANSLATED_CONDITION,
-            wanted["status"],
-            wanted["reason"],
-            wanted["message"],
-        )
+        conditions = status.get("conditions") or []
+        for wanted in changed:
+            conditions = set_condition(
+                conditions, wanted["type"], wanted["status"], wanted["reason"], wanted["message"]
+            )
         if conditions != status.get("conditions"):
             await self.local.patch(
                 ForeignCluster.Status,
@@ -495,8 +543,9 @@ class PodController:
                 namespace=namespace,
                 patch_type=PatchType.MERGE,
             )
-        if problem:
-            await self.events.record(reference(foreign), "Warning", wanted["reason"], problem)
+        for wanted in changed:
+            if wanted["status"] == "True":
+                await self.events.record(reference(foreign), "Warning", wanted["reason"], wanted["message"])
 
 
 def _placement(offloading: dict | None) -> tuple | None:
@@ -506,7 +555,39 @@ def _placement(offloading: dict | None) -> tuple | None:
     return (bool(offloading["metadata"].get("deletionTimestamp")), offloading.get("spec"))
 
 
-def _translation_condition(problem: str) -> dict:
+def translation_conditions(translate: IPTranslator, unread: list[str]) -> list[dict]:
+    """The conditions saying what of the provider's pod IPs the consumer refuses or cannot translate.
+
+    `unread`: the consumer's own ranges this virtual kubelet may not read, so the overlap check went without."""
+    conditions = []
+    if translate.target is not None and translate.sources:
+        conditions.append(_untranslated_condition(translate.problem))
+    if translate.conflict is not None:
+        reason, message = translate.conflict
+        conditions.append({"type": REFUSED_CONDITION, "status": "True", "reason": reason, "message": message})
+    elif not translate.sources:
+        message = (
+            "the provider announces no pod range (its ResourceOffer's status.podCIDRs), so no pod IP it reports is"
+            " shown on the consumer's pods"
+        )
+        conditions.append(
+            {"type": REFUSED_CONDITION, "status": "True", "reason": NO_PROVIDER_RANGES, "message": message}
+        )
+    else:
+        shown = f" as {translate.target}" if translate.target is not None else ""
+        message = f"pod IPs inside the provider's pod ranges {', '.join(map(str, translate.sources))} are shown{shown}"
+        if unread:
+            message += f"; checked without the consumer's {', '.join(unread)}"
+        conditions.append(
+            {"type": REFUSED_CONDITION, "status": "False", "reason": PROVIDER_RANGES_ACCEPTED, "message": message}
+        )
+    if translate.ignored:
+        ignored = f"; ignored announced ranges: {', '.join(translate.ignored)}"
+        conditions[-1]["message"] += ignored
+    return conditions
+
+
+def _untranslated_condition(problem: str) -> dict:
     if problem:
         return {"type": UNTRANSLATED_CONDITION, "status": "True", "reason": "RemapRangeTooSmall", "message": problem}
     return {

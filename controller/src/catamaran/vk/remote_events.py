@@ -5,7 +5,8 @@ Events about remote pods and their ShadowPods land on the local pod; events abou
 
 Each twin namespace gets one Event watch. A mirrored Event keeps the
 remote reason, type and message, names the provider as its source, and follows the remote count and last
-timestamp. Writes go through a token bucket, so an event storm on a provider cannot flood the consumer.
+timestamp. Writes go through a token bucket, so an event storm on a provider cannot flood the consumer. Reasons
+and messages are bounded as everything else the provider reports (vk/trust.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..kube.informer import Informer, NamespacedInformers
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict
+from .trust import sanitised_message, sanitised_reason
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +35,15 @@ MEMORY = 10_000
 
 
 def compact_event(event) -> dict:
+    """What is mirrored of a remote Event; its reason and message bounded, as the provider writes them."""
     data = as_dict(event)
     series = data.get("series") or {}
     return {
         "kind": (data.get("involvedObject") or {}).get("kind"),
         "name": (data.get("involvedObject") or {}).get("name"),
         "type": data.get("type") or "Normal",
-        "reason": data.get("reason") or "",
-        "message": (data.get("message") or "")[:1024],
+        "reason": sanitised_reason(data.get("reason")),
+        "message": sanitised_message(data.get("message")),
         "count": series.get("count") or data.get("count") or 1,
         "first": data.get("firstTimestamp") or data.get("eventTime"),
         "last": series.get("lastObservedTime") or data.get("lastTimestamp") or data.get("eventTime"),
