@@ -13,11 +13,15 @@ version_added: 0.1.0
 description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
     C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
-    C(catamaran_allowed_pod_security), C(catamaran_peerings), C(catamaran_offloaded_namespaces)) and returns the
-    validated federation.
+    C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_peerings),
+    C(catamaran_offloaded_namespaces)) and returns the validated federation.
   - A peering's C(pod_security) (V(restricted) by default, V(baseline) or V(privileged)) must be one of its
     provider's C(catamaran_allowed_pod_security) (by default V([restricted, baseline])), so only the provider's
     own inventory entry can lend V(privileged).
+  - Likewise a peering's C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names) and
+    C(allowed_priority_classes) must be lent by its provider's C(catamaran_tenant_allowances) (keys
+    C(service_types), by default V([ClusterIP]); C(load_balancer_classes), by default V([]);
+    C(twin_namespace_names), by default V([Suffixed]); C(priority_classes), by default V([])).
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
@@ -27,7 +31,13 @@ description:
     value (cluster labels, C(node_labels), C(provider_node_selector)), a C(pod_cidr_remap) that is not a CIDR,
     health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, offloaded
     namespaces), invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
-    outside 0-64), or an invalid offloaded namespace.
+    outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer or priority
+    class that is not a valid name, a container default or object quota that is not a quantity, a default request
+    above its default limit), or an invalid offloaded namespace.
+  - A peering's provider terms C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
+    C(priority_class), C(allowed_priority_classes), C(container_defaults) and C(object_quota) take the values of
+    the M(catamaran.federation.peering) options of the same names; unset, they are V(None) in the model and
+    the module's defaults apply.
 positional: hosts
 options:
   _input:
@@ -53,10 +63,12 @@ RETURN = r"""
 _value:
   description:
     - C(clusters) maps each cluster id to its connection (C(id), C(host), C(kubeconfig), C(context), C(api_server)),
-      its C(labels) and, as a provider, its C(reflection) settings and C(allowed_pod_security) levels.
+      its C(labels) and, as a provider, its C(reflection) settings, C(allowed_pod_security) levels and
+      C(allowances).
     - C(peerings) maps each consumer id to its resolved peerings, each holding the provider's connection and the
       ForeignCluster and ResourceOffer settings (C(reflection) merged as described above, V({}) when nothing is
-      set; C(pod_security) and C(credential_lifetime) with their defaults).
+      set; C(pod_security) and C(credential_lifetime) with their defaults; the other provider terms as set, else
+      V(None)).
     - C(offloadings) maps each consumer id to its offloaded namespaces.
     - C(hosts) maps each inventory host to its cluster id.
   type: dict
@@ -67,8 +79,11 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible_collections.catamaran.federation.plugins.module_utils import reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
     DEFAULT_POD_SECURITY_LEVEL,
+    DEFAULT_SHARING_PERCENTAGE,
+    DEFAULT_TWIN_NAME_POLICY,
     POD_SECURITY_LEVELS,
 )
 
@@ -84,7 +99,7 @@ PEERING_KEYS = {
     "reflection",
     "pod_security",
     "credential_lifetime",
-}
+} | set(validation.TERMS_OPTIONS)
 TOLERATION_KEYS = ("key", "operator", "value", "effect", "toleration_seconds")
 # What a provider lends unless its inventory says more: never privileged by default.
 DEFAULT_ALLOWED_POD_SECURITY = ("restricted", "baseline")
@@ -131,6 +146,68 @@ def _allowed_pod_security(host, variables):
     return [level for level in POD_SECURITY_LEVELS if level in levels]
 
 
+# The allowances a peering's terms may ask of a provider, and what a provider lends unless its inventory says more
+# (catamaran_tenant_allowances): the peering option each one bounds, and its default.
+ALLOWANCES = (
+    ("service_types", "allowed_service_types", list(DEFAULT_ALLOWED_SERVICE_TYPES)),
+    ("load_balancer_classes", "allowed_load_balancer_classes", []),
+    ("twin_namespace_names", "twin_namespace_names", [DEFAULT_TWIN_NAME_POLICY]),
+    ("priority_classes", "allowed_priority_classes", []),
+)
+
+
+def _tenant_allowances(host, variables):
+    where = "host %s: catamaran_tenant_allowances" % host
+    given = variables.get("catamaran_tenant_allowances") or {}
+    if not isinstance(given, dict):
+        raise AnsibleFilterError("%s must be a mapping, got %r" % (where, given))
+    names = [name for name, _option, _default in ALLOWANCES]
+    unknown = sorted(str(key) for key in given if key not in names)
+    if unknown:
+        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, unknown, ", ".join(names)))
+    allowances = {}
+    for name, option, default in ALLOWANCES:
+        values = given.get(name, default)
+        if not isinstance(values, list):
+            raise AnsibleFilterError("%s.%s must be a list, got %r" % (where, name, values))
+        check = dict(validation.TERMS_CHECKS)[option]
+        if option == "twin_namespace_names":  # a peering names one policy; the provider lends several
+            for index, value in enumerate(values):
+                _checked(check, value, "%s.%s[%d]" % (where, name, index))
+        else:
+            _checked(check, values, "%s.%s" % (where, name))
+        allowances[name] = list(values)
+    return allowances
+
+
+def _within_allowances(entry, provider, where):
+    """A peering asks only what its provider's inventory lends, so a consumer's entry cannot open the provider up."""
+    for name, option, _default in ALLOWANCES:
+        asked = entry.get(option)
+        if asked is None:
+            continue
+        beyond = [
+            value
+            for value in (asked if isinstance(asked, list) else [asked])
+            if value not in provider["allowances"][name]
+        ]
+        if option == "allowed_service_types":
+            beyond = [value for value in beyond if value != "ClusterIP"]
+        if beyond:
+            raise AnsibleFilterError(
+                "%s: %s %s not lent by provider %s (host %s: catamaran_tenant_allowances.%s is %s)"
+                % (
+                    where,
+                    option,
+                    ", ".join(map(str, beyond)),
+                    provider["id"],
+                    provider["host"],
+                    name,
+                    provider["allowances"][name],
+                )
+            )
+
+
 def _cluster(host, variables):
     cluster_id = _label(variables.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)
     kubeconfig = variables.get("catamaran_kubeconfig")
@@ -149,6 +226,7 @@ def _cluster(host, variables):
         api_server=variables.get("catamaran_api_server") or None,
         labels=labels,
         allowed_pod_security=_allowed_pod_security(host, variables),
+        allowances=_tenant_allowances(host, variables),
         reflection=_reflection(
             variables.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
         ),
@@ -168,7 +246,7 @@ def _peering(consumer, entry, clusters, where):
         raise AnsibleFilterError(
             "%s: no cluster with id %r in the inventory (known: %s)" % (where, provider_id, ", ".join(sorted(clusters)))
         )
-    sharing = entry.get("sharing_percentage", 90)
+    sharing = entry.get("sharing_percentage", DEFAULT_SHARING_PERCENTAGE)
     if isinstance(sharing, bool) or not isinstance(sharing, int) or not 1 <= sharing <= 100:
         raise AnsibleFilterError("%s: sharing_percentage must be an integer from 1 to 100, got %r" % (where, sharing))
     selector = entry.get("provider_node_selector") or {}
@@ -206,6 +284,8 @@ def _peering(consumer, entry, clusters, where):
         entry.get("credential_lifetime", DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
         where + ": credential_lifetime",
     )
+    _checked(validation.peering_terms, entry, where + ": ")
+    _within_allowances(entry, provider, where)
     return dict(
         provider_id=provider_id,
         kubeconfig=provider["kubeconfig"],
@@ -220,6 +300,8 @@ def _peering(consumer, entry, clusters, where):
         reflection=reflection.merge(provider["reflection"], settings),
         pod_security=pod_security,
         credential_lifetime=lifetime,
+        # The provider's other terms as the entry sets them; unset (None), the peering module's defaults apply.
+        **dict((option, entry.get(option)) for option in validation.TERMS_OPTIONS),
     )
 
 

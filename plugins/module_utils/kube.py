@@ -40,6 +40,12 @@ KINDS = {
     ("coordination.k8s.io/v1", "Lease"): ("leases", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rolebindings", True),
+    ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): ("validatingadmissionpolicies", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
+        "validatingadmissionpolicybindings",
+        False,
+    ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
     ("core.catamaran.io/v1alpha1", "ForeignCluster"): ("foreignclusters", True),
     ("offloading.catamaran.io/v1alpha1", "NamespaceOffloading"): ("namespaceoffloadings", True),

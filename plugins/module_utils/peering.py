@@ -22,21 +22,24 @@ from ansible_collections.catamaran.federation.plugins.module_utils.common import
 )
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     CORE_GROUP,
+    DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
+    DEFAULT_TWIN_NAME_POLICY,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_REMOTE_CLUSTER_ID,
     LABEL_TENANT,
+    LABEL_TYPE,
     MANAGED_BY_CATAMARAN,
     NODE_LEASE_NAMESPACE,
     OFFLOADING_GROUP,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
-    TENANT_CLUSTER_ROLE,
     TENANT_CREDENTIAL_SECRET,
-    TENANT_WORKLOAD_CLUSTER_ROLE,
+    TENANT_PRIORITY_CLASS,
+    TYPE_VIRTUAL_NODE,
     VERSION,
     tenant_namespace,
     virtual_node_name,
@@ -48,7 +51,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
     ClusterUnreachable,
 )
 from ansible_collections.catamaran.federation.plugins.module_utils.tenancy import (
-    provider_cluster_roles,
+    provider_cluster_objects,
     tenant_kubeconfig,
     tenant_manifests,
 )
@@ -61,6 +64,7 @@ except ImportError:
 FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
 OFFLOADING_API = "%s/%s" % (OFFLOADING_GROUP, VERSION)
 CRD_API = "apiextensions.k8s.io/v1"
+PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
 CONSUMER_CRDS = ("foreignclusters.%s" % CORE_GROUP,)
 PROVIDER_CRDS = tuple("%s.%s" % (p, OFFLOADING_GROUP) for p in ("shadowpods", "twinnamespaces", "resourceoffers"))
 TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
@@ -94,16 +98,34 @@ def api_toleration(toleration):
 
 
 def terms(params):
-    """The tenant's terms the provider keeps in its ResourceOffer; unset options take the controller's defaults."""
+    """The tenant's terms the provider keeps in its ResourceOffer; unset options take the controller's defaults.
+
+    Container defaults and object quota are merged over the defaults resource by resource, quantities written as
+    strings; a quantity that is not one raises validation.InvalidSetting (Peering.validate reports it first).
+    """
 
     def given(option, default):
         return default if params.get(option) is None else params[option]
+
+    def listed(option, default=()):
+        values = given(option, default)
+        # Each once, in the order given (the CRD caps the lengths); anything but a list is left for validate.
+        return list(dict.fromkeys(values)) if isinstance(values, (list, tuple)) else values
 
     return {
         "podSecurity": given("pod_security", DEFAULT_POD_SECURITY_LEVEL),
         # The provider's own copy of the share: the tenant's quota is derived from it, whatever the consumer says.
         "sharingPercentage": given("sharing_percentage", DEFAULT_SHARING_PERCENTAGE),
         "credentialLifetimeSeconds": given("credential_lifetime", DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
+        "services": {
+            "allowedTypes": listed("allowed_service_types", DEFAULT_ALLOWED_SERVICE_TYPES),
+            "allowedLoadBalancerClasses": listed("allowed_load_balancer_classes"),
+        },
+        "twinNamespaceNames": given("twin_namespace_names", DEFAULT_TWIN_NAME_POLICY),
+        "priorityClassName": given("priority_class", TENANT_PRIORITY_CLASS),
+        "allowedPriorityClasses": listed("allowed_priority_classes"),
+        "containerDefaults": validation.container_defaults(params.get("container_defaults"), "container_defaults"),
+        "objectQuota": validation.object_quota(params.get("object_quota"), "object_quota"),
     }
 
 
@@ -123,6 +145,7 @@ class Peering:
         self.tenant_namespace = tenant_namespace(consumer_id)
         self.node_name = virtual_node_name(provider_id)
         self.secret_name = credentials_secret_name(provider_id)
+        self._consumer_pod_cidrs = None
 
     # -- shared checks -------------------------------------------------------------------------
     @staticmethod
@@ -147,8 +170,10 @@ class Peering:
             validation.positive(params.get("request_timeout"), "request_timeout")
             for side in ("consumer", "provider"):
                 validation.positive((params.get(side) or {}).get("request_timeout"), "%s.request_timeout" % side)
-            validation.pod_security(terms(params)["podSecurity"], "pod_security")
-            validation.credential_lifetime(terms(params)["credentialLifetimeSeconds"], "credential_lifetime")
+            validation.peering_terms(params)
+            agreed = terms(params)
+            validation.pod_security(agreed["podSecurity"], "pod_security")
+            validation.credential_lifetime(agreed["credentialLifetimeSeconds"], "credential_lifetime")
             reflection.check(params.get("reflection"), "reflection")
         except (validation.InvalidSetting, reflection.InvalidReflection) as error:
             raise InvalidInput(str(error)) from None
@@ -189,6 +214,15 @@ class Peering:
                 validation.remap_covers(params["pod_cidr_remap"], self._provider_pod_cidrs(), "pod_cidr_remap")
             except validation.InvalidSetting as error:
                 raise InvalidInput("%s: %s" % (self.provider.label, error)) from None
+        priority_class = terms(params)["priorityClassName"]
+        # Catamaran's own class is applied with the tenant; any other must be the provider's already.
+        if priority_class != TENANT_PRIORITY_CLASS and not self.provider.get(
+            PRIORITY_CLASS_API, "PriorityClass", priority_class
+        ):
+            raise InvalidInput(
+                "%s: priority_class %s: no such PriorityClass (every pod of the tenant would be refused)"
+                % (self.provider.label, priority_class)
+            )
 
     def _provider_pod_cidrs(self):
         """The provider's pod ranges as its ResourceOffer reports them; before the first peering, its nodes'."""
@@ -196,16 +230,23 @@ class Peering:
         reported = ((offer or {}).get("status") or {}).get("podCIDRs")
         if reported:
             return reported
-        ranges = []
-        for node in self.provider.list("v1", "Node"):
-            spec = node.get("spec") or {}
-            ranges.extend(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
-        return networks.covering_networks(ranges)
+        return node_pod_cidrs(self.provider)
+
+    def consumer_pod_cidrs(self):
+        """The consumer's pod ranges, announced to the provider in the ResourceOffer (read once per run)."""
+        if self._consumer_pod_cidrs is None:
+            self._consumer_pod_cidrs = node_pod_cidrs(self.consumer)
+        return self._consumer_pod_cidrs
 
     # -- present -------------------------------------------------------------------------------
     def present(self, params):
         """Dry-run everything on both clusters first, so bad input fails before any change."""
         self.check_clusters(params)
+        if not self.consumer_pod_cidrs():
+            self.module.ansible.warn(
+                "%s: no node reports spec.podCIDRs, so none are announced to %s (consumerPodCIDRs) and the tenant's "
+                "EndpointSlices there may hold no address" % (self.consumer.label, self.provider.label)
+            )
         rotate = params.get("rotate_credential")
         plan = ChangeSet(check_mode=True)
         self._converge(plan, params)
@@ -221,11 +262,12 @@ class Peering:
         return changes
 
     def _converge(self, changes, params, rotate=False):
-        for role in provider_cluster_roles():
-            changes.apply(self.provider, role)
+        # Shared by every tenant of the provider: applied with each peering, removed with the last one.
+        for obj in provider_cluster_objects():
+            changes.apply(self.provider, obj)
         for obj in tenant_manifests(self.consumer_id):
             changes.apply(self.provider, obj)
-        changes.apply(self.provider, self.resource_offer(params))
+        changes.apply(self.provider, self.resource_offer(params, self.consumer_pod_cidrs()))
         replaced = None
         if rotate:
             current = self.provider.get("v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace)
@@ -250,13 +292,18 @@ class Peering:
         )
         changes.apply(self.consumer, self.foreign_cluster(params, labels))
 
-    def resource_offer(self, params):
-        """The tenant's placement on the provider: the manager reads it, the tenant may only read it."""
+    def resource_offer(self, params, consumer_pod_cidrs=()):
+        """The tenant's placement and terms on the provider: the manager reads it, the tenant may only read it.
+
+        consumer_pod_cidrs: the consumer's pod ranges, the only addresses its EndpointSlices may hold there.
+        """
         spec = dict(terms(params), clusterID=self.provider_id)
         if params.get("provider_node_selector"):
             spec["nodeSelector"] = params["provider_node_selector"]
         if params.get("provider_tolerations"):
             spec["tolerations"] = [api_toleration(t) for t in params["provider_tolerations"]]
+        if consumer_pod_cidrs:
+            spec["consumerPodCIDRs"] = list(consumer_pod_cidrs)
         return {
             "apiVersion": OFFLOADING_API,
             "kind": "ResourceOffer",
@@ -489,8 +536,18 @@ class Peering:
                 )
         others = self.provider.list("v1", "Namespace", labels="%s=true" % LABEL_TENANT)
         if not [n for n in others if n["metadata"]["name"] != self.tenant_namespace]:
-            for name in (TENANT_CLUSTER_ROLE, TENANT_WORKLOAD_CLUSTER_ROLE):
-                changes.delete(self.provider, "rbac.authorization.k8s.io/v1", "ClusterRole", name)
+            # The last tenant is gone: so go the objects all tenants shared (the binding before its policy).
+            for obj in reversed(provider_cluster_objects()):
+                changes.delete(self.provider, obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+
+
+def node_pod_cidrs(cluster):
+    """A cluster's pod ranges as its real nodes announce them (spec.podCIDRs), one covering range per family."""
+    ranges = []
+    for node in cluster.list("v1", "Node", labels="%s!=%s" % (LABEL_TYPE, TYPE_VIRTUAL_NODE)):
+        spec = node.get("spec") or {}
+        ranges.extend(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
+    return networks.covering_networks(ranges)
 
 
 def connect_both(module, params, consumer_id, provider_id):

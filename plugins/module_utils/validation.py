@@ -15,37 +15,50 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible_collections.catamaran.federation.plugins.module_utils import quantities
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_CONTAINER_LIMITS,
+    DEFAULT_CONTAINER_REQUESTS,
+    DEFAULT_OBJECT_QUOTA,
     MIN_CREDENTIAL_LIFETIME_SECONDS,
     POD_SECURITY_LEVELS,
+    SERVICE_TYPES,
+    TWIN_NAME_POLICIES,
 )
 
 # k8s.io/apimachinery validation: a qualified name is [prefix/]name, the prefix a DNS-1123 subdomain.
 QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 HEALTH_CHECK_FIELDS = ("period_seconds", "timeout_seconds", "failure_threshold")
+CONTAINER_DEFAULTS_FIELDS = ("requests", "limits")
 
 
 class InvalidSetting(ValueError):
     """A setting the API server or the controller would refuse."""
 
 
-def label_key(key, where):
-    """A label key as the API server accepts it: [DNS-1123 subdomain/]name (name at most 63)."""
+def qualified_name(key, where, what="label key"):
+    """A qualified name as the API server accepts it (label keys, resource names, load-balancer classes):
+    [DNS-1123 subdomain/]name (name at most 63)."""
     if not isinstance(key, str) or not key:
-        raise InvalidSetting("%s: label key %r must be a non-empty string" % (where, key))
+        raise InvalidSetting("%s: %s %r must be a non-empty string" % (where, what, key))
     prefix, slash, name = key.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
         raise InvalidSetting(
-            "%s: label key %r: the prefix %r must be a DNS-1123 subdomain (lower case, at most 253)"
-            % (where, key, prefix)
+            "%s: %s %r: the prefix %r must be a DNS-1123 subdomain (lower case, at most 253)"
+            % (where, what, key, prefix)
         )
     if len(name) > 63 or not QUALIFIED_NAME.match(name):
         raise InvalidSetting(
-            "%s: label key %r: the name %r must be at most 63 letters, digits, '-', '_' or '.', "
-            "starting and ending with a letter or digit" % (where, key, name)
+            "%s: %s %r: the name %r must be at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit" % (where, what, key, name)
         )
     return key
+
+
+def label_key(key, where):
+    """A label key as the API server accepts it: [DNS-1123 subdomain/]name (name at most 63)."""
+    return qualified_name(key, where, "label key")
 
 
 def label_value(value, where):
@@ -134,3 +147,129 @@ def credential_lifetime(seconds, where):
             % (where, MIN_CREDENTIAL_LIFETIME_SECONDS, seconds)
         )
     return seconds
+
+
+def _strings(values, where):
+    if not isinstance(values, (list, tuple)):
+        raise InvalidSetting("%s must be a list, got %r" % (where, values))
+    return values
+
+
+def service_types(values, where):
+    """Service types a tenant may have, each one of Kubernetes' own."""
+    for index, value in enumerate(_strings(values, where)):
+        if value not in SERVICE_TYPES:
+            raise InvalidSetting("%s[%d] must be one of %s, got %r" % (where, index, ", ".join(SERVICE_TYPES), value))
+    return values
+
+
+def load_balancer_classes(values, where):
+    """spec.loadBalancerClass values: label-style keys such as example.com/internal-vip, as the API holds them."""
+    for index, value in enumerate(_strings(values, where)):
+        qualified_name(value, "%s[%d]" % (where, index), "load-balancer class")
+    return values
+
+
+def dns1123_subdomain(value, where):
+    """An object name such as a PriorityClass's: lower-case DNS-1123 subdomain, at most 253 characters."""
+    if not isinstance(value, str) or len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
+        raise InvalidSetting(
+            "%s: %r is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)" % (where, value)
+        )
+    return value
+
+
+def priority_classes(values, where):
+    for index, value in enumerate(_strings(values, where)):
+        dns1123_subdomain(value, "%s[%d]" % (where, index))
+    return values
+
+
+def twin_name_policy(policy, where):
+    if policy not in TWIN_NAME_POLICIES:
+        raise InvalidSetting("%s must be one of %s, got %r" % (where, ", ".join(TWIN_NAME_POLICIES), policy))
+    return policy
+
+
+def quantity(value, where):
+    """A non-negative Kubernetes quantity (100m, 2Gi, 1000); returns it parsed."""
+    try:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            parsed = quantities.parse(value)
+            if parsed >= 0:
+                return parsed
+    except ValueError:
+        pass
+    raise InvalidSetting("%s: %r is not a non-negative Kubernetes quantity such as 500m, 2Gi or 1000" % (where, value))
+
+
+def resource_quantities(mapping, where):
+    """Resource names (cpu, requests.storage, count/ingresses.networking.k8s.io) to quantities, as the API writes
+    them (strings); returns that mapping."""
+    if not isinstance(mapping, dict):
+        raise InvalidSetting("%s must be a mapping of resource names to quantities, got %r" % (where, mapping))
+    written = {}
+    for resource, value in mapping.items():
+        qualified_name(resource, where, "resource name")
+        quantity(value, "%s.%s" % (where, resource))
+        written[resource] = str(value).strip()
+    return written
+
+
+def over_defaults(defaults, given, where):
+    """Quantities given replace the defaults' resource by resource; resources left out keep their default."""
+    merged = dict(defaults)
+    if given is not None:
+        merged.update(resource_quantities(given, where))
+    return merged
+
+
+def container_defaults(settings, where):
+    """Requests and limits of containers that set none, over the defaults; as a LimitRange must hold them, no
+    default request may exceed its default limit. Returns {requests, limits}."""
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, dict):
+        raise InvalidSetting("%s must be a mapping with requests and limits, got %r" % (where, settings))
+    unknown = sorted(str(key) for key in settings if key not in CONTAINER_DEFAULTS_FIELDS)
+    if unknown:
+        raise InvalidSetting(
+            "%s: unknown %s (allowed: %s)" % (where, ", ".join(unknown), ", ".join(CONTAINER_DEFAULTS_FIELDS))
+        )
+    requests = over_defaults(DEFAULT_CONTAINER_REQUESTS, settings.get("requests"), where + ".requests")
+    limits = over_defaults(DEFAULT_CONTAINER_LIMITS, settings.get("limits"), where + ".limits")
+    for resource in sorted(set(requests) & set(limits)):
+        if quantities.parse(requests[resource]) > quantities.parse(limits[resource]):
+            raise InvalidSetting(
+                "%s: requests.%s %s is above limits.%s %s (a default request may not exceed the default limit; "
+                "set both)" % (where, resource, requests[resource], resource, limits[resource])
+            )
+    return {"requests": requests, "limits": limits}
+
+
+def object_quota(settings, where):
+    """Hard limits of each twin's ResourceQuota, over the defaults."""
+    return over_defaults(DEFAULT_OBJECT_QUOTA, settings, where)
+
+
+# The provider's terms of a peering beyond Pod Security, share and credential lifetime, by the name the peering
+# module and an inventory's catamaran_peerings entry give them, each with its check.
+TERMS_CHECKS = (
+    ("allowed_service_types", service_types),
+    ("allowed_load_balancer_classes", load_balancer_classes),
+    ("twin_namespace_names", twin_name_policy),
+    ("priority_class", dns1123_subdomain),
+    ("allowed_priority_classes", priority_classes),
+    ("container_defaults", container_defaults),
+    ("object_quota", object_quota),
+)
+TERMS_OPTIONS = tuple(option for option, _check in TERMS_CHECKS)
+
+
+def peering_terms(settings, where=""):
+    """Those terms as a peering sets them: each one set is checked, its message naming `where` + the option; unset
+    ones (None) are left to the defaults."""
+    for option, check in TERMS_CHECKS:
+        if settings.get(option) is not None:
+            check(settings[option], where + option)
+    return settings

@@ -16,7 +16,16 @@ description:
     through a virtual node C(catamaran-<provider_id>).
   - "On the provider: the tenant namespace C(catamaran-tenant-<consumer_id>), the ServiceAccount
     C(catamaran-consumer), least-privilege RBAC (it reaches only its tenant's namespaces), and the tenant's
-    ResourceOffer C(resources) holding its terms: placement, Pod Security level, share and credential lifetime."
+    ResourceOffer C(resources) holding its terms: placement, Pod Security level, share, credential lifetime,
+    Service types, twin namespace names, priority class, container defaults and object quota
+    (docs/tenant-terms.md has every field a tenant writes and what the terms decide)."
+  - The ResourceOffer also announces the consumer's pod ranges (C(spec.consumerPodCIDRs)), read from the
+    C(spec.podCIDRs) of the consumer's nodes (one covering range per IP family), as the only addresses the tenant's
+    EndpointSlices may hold on the provider. The module warns when no consumer node reports one.
+  - "Also on the provider, the cluster-wide objects every tenant shares: the tenant ClusterRoles, the
+    PriorityClass C(catamaran-tenant) and the ValidatingAdmissionPolicy C(catamaran-tenant-terms) with its
+    binding, which holds what a tenant writes (Services, EndpointSlices, Secrets) to its terms. The provider must
+    serve C(admissionregistration.k8s.io/v1) ValidatingAdmissionPolicy (Kubernetes 1.30 or later)."
   - The credential is a bound, expiring token that the provider's Catamaran manager mints (and renews) into Secret
     C(catamaran-tenant-credential) of the tenant namespace; the module waits for it, so that manager must be running
     on the provider (P(catamaran.federation.controller#role)).
@@ -27,7 +36,8 @@ description:
     sharing percentage the API rejects) fails before anything is changed.
   - With O(state=absent), cordons and drains the virtual node (its virtual kubelet removes the offloaded pods from
     the provider), deletes the ForeignCluster and credential, and removes the tenant's twin namespaces, the tenant
-    namespace with its ServiceAccount, token and bindings, and the tenant ClusterRoles once no tenant is left.
+    namespace with its ServiceAccount, token and bindings, and the cluster-wide objects all tenants share
+    (ClusterRoles, PriorityClass, admission policy and binding) once no tenant is left.
   - With O(state=absent) and O(force=true), a cluster that cannot be reached does not stop the un-peering; the
     module cleans the reachable side alone and lists in RV(not_cleaned) what was left on the other.
   - Every option is checked before any cluster is changed; a bad label key or value, a CIDR that is not one or is
@@ -159,6 +169,87 @@ options:
         its life.
     type: int
     default: 86400
+  allowed_service_types:
+    description:
+      - The Service types this consumer's Services may have in its twin namespaces on the provider. V(ClusterIP)
+        (headless included) is always allowed, listed or not.
+      - V(NodePort) opens a port on every provider node, V(LoadBalancer) takes an external address of the
+        provider's (see O(allowed_load_balancer_classes)), V(ExternalName) points at any DNS name.
+      - Kept on the provider (the ResourceOffer's C(spec.services.allowedTypes)), so the consumer cannot widen it;
+        the provider's admission policy refuses other types, and the consumer's virtual kubelet reflects a Service
+        of another type as V(ClusterIP).
+    type: list
+    elements: str
+    choices: [ClusterIP, NodePort, LoadBalancer, ExternalName]
+    default: [ClusterIP]
+  allowed_load_balancer_classes:
+    description:
+      - The C(spec.loadBalancerClass) values this consumer's V(LoadBalancer) Services may name on the provider
+        (C(spec.services.allowedLoadBalancerClasses)); a Service naming no class is not restricted by this list.
+      - Each a label-style name such as V(example.com/internal-vip), as the API holds them.
+    type: list
+    elements: str
+    default: []
+  twin_namespace_names:
+    description:
+      - Which names this consumer's twin namespaces on the provider may have (C(spec.twinNamespaceNames)).
+      - V(Suffixed) allows only C(<namespace>-<consumer_id>), the V(DefaultName) mapping strategy of
+        M(catamaran.federation.namespace_offloading), so the consumer cannot take a name the provider may want.
+      - V(Any) also allows same and selected names (V(EnforceSameName), V(SelectedName)), never reserved ones
+        (C(default), C(catamaran-system), C(kube-*), C(catamaran-tenant-*)).
+    type: str
+    choices: [Suffixed, Any]
+    default: Suffixed
+  priority_class:
+    description:
+      - The PriorityClass of every pod the provider makes for this consumer, unless the pod names one of
+        O(allowed_priority_classes) (C(spec.priorityClassName)).
+      - The default, C(catamaran-tenant), is applied by this module on the provider; its value is below the
+        default priority (0) and it preempts nothing, so the provider's own workloads preempt the consumer's.
+      - Any other class must exist on the provider already (checked before any change); a DNS-1123 subdomain.
+    type: str
+    default: catamaran-tenant
+  allowed_priority_classes:
+    description:
+      - PriorityClasses this consumer's pods may name and keep on the provider (C(spec.allowedPriorityClasses));
+        a pod naming any other runs at O(priority_class). Each a DNS-1123 subdomain.
+    type: list
+    elements: str
+    default: []
+  container_defaults:
+    description:
+      - Requests and limits given to the containers of this consumer's pods that set none
+        (C(spec.containerDefaults)), by the provider's manager on every pod it makes and by a LimitRange in each
+        twin namespace, so nothing the consumer runs is free.
+      - Each suboption maps resource names to quantities (V(500m), V(1Gi)). Resources given replace the default's,
+        the others keep it. A default request above the default limit of the same resource is refused.
+    type: dict
+    default: {}
+    suboptions:
+      requests:
+        description: Default requests per resource.
+        type: dict
+        default: {cpu: 100m, memory: 128Mi, ephemeral-storage: 256Mi}
+      limits:
+        description: Default limits per resource (a container's own request above one raises it).
+        type: dict
+        default: {cpu: "2", memory: 2Gi, ephemeral-storage: 4Gi}
+  object_quota:
+    description:
+      - The hard limits of the ResourceQuota in each of this consumer's twin namespaces (C(spec.objectQuota)), that
+        is storage requests and object counts (C(configmaps), C(secrets), C(services), C(persistentvolumeclaims),
+        C(requests.storage), C(count/<resource>.<group>)), as resource names to quantities.
+      - Resources given replace the default's, the others keep it. Pods and compute are not counted here but in
+        the tenant-wide quota of O(sharing_percentage).
+    type: dict
+    default:
+      configmaps: "1000"
+      secrets: "11000"
+      services: "200"
+      persistentvolumeclaims: "50"
+      requests.storage: 500Gi
+      count/endpointslices.discovery.k8s.io: "1000"
+      count/ingresses.networking.k8s.io: "100"
   rotate_credential:
     description:
       - With O(state=present), delete the tenant's current credential on the provider so its manager mints a new
@@ -464,6 +555,24 @@ EXAMPLES = r"""
     consumer_id: cluster-1
     provider_id: cluster-4
 
+- name: Peer as a provider that lets the consumer open NodePorts and keep its namespaces' names
+  catamaran.federation.peering:
+    consumer:
+      kubeconfig: ~/.kube/cluster-1
+    provider:
+      kubeconfig: ~/.kube/cluster-2
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    allowed_service_types: [ClusterIP, NodePort]
+    # Twins may be named as the consumer's namespaces (EnforceSameName offloading), not only <name>-cluster-1.
+    twin_namespace_names: Any
+    # Bigger defaults for containers that set no memory, and room for more Services per twin namespace.
+    container_defaults:
+      requests: {memory: 256Mi}
+      limits: {memory: 4Gi}
+    object_quota:
+      services: "500"
+
 - name: Hand the consumer a new credential now
   catamaran.federation.peering:
     consumer:
@@ -532,6 +641,13 @@ peering:
       description: Whether the virtual node was Ready when the module finished (only checked with O(wait=true)).
       type: bool
       sample: true
+    consumer_pod_cidrs:
+      description:
+        - The consumer's pod ranges announced to the provider (the ResourceOffer's C(spec.consumerPodCIDRs)), one
+          per IP family; empty when no consumer node reports C(spec.podCIDRs), and with O(state=absent).
+      type: list
+      elements: str
+      sample: ["10.244.0.0/16"]
 credential_rotated:
   description: Whether a new credential was minted and stored (with O(rotate_credential=true)).
   returned: always
@@ -561,10 +677,19 @@ actions:
 
 from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_ALLOWED_SERVICE_TYPES,
+    DEFAULT_CONTAINER_LIMITS,
+    DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_OBJECT_QUOTA,
     DEFAULT_POD_SECURITY_LEVEL,
+    DEFAULT_SHARING_PERCENTAGE,
+    DEFAULT_TWIN_NAME_POLICY,
     POD_SECURITY_LEVELS,
+    SERVICE_TYPES,
     SYSTEM_NAMESPACE,
+    TENANT_PRIORITY_CLASS,
+    TWIN_NAME_POLICIES,
 )
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, connect_both
 from ansible_collections.catamaran.federation.plugins.module_utils.reflection import (
@@ -602,9 +727,25 @@ def argument_spec():
         consumer_id=dict(type="str", required=True),
         provider_id=dict(type="str", required=True),
         state=dict(type="str", choices=["present", "absent"], default="present"),
-        sharing_percentage=dict(type="int", default=90),
+        sharing_percentage=dict(type="int", default=DEFAULT_SHARING_PERCENTAGE),
         pod_security=dict(type="str", choices=list(POD_SECURITY_LEVELS), default=DEFAULT_POD_SECURITY_LEVEL),
         credential_lifetime=dict(type="int", default=DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
+        allowed_service_types=dict(
+            type="list", elements="str", choices=list(SERVICE_TYPES), default=list(DEFAULT_ALLOWED_SERVICE_TYPES)
+        ),
+        allowed_load_balancer_classes=dict(type="list", elements="str", default=[]),
+        twin_namespace_names=dict(type="str", choices=list(TWIN_NAME_POLICIES), default=DEFAULT_TWIN_NAME_POLICY),
+        priority_class=dict(type="str", default=TENANT_PRIORITY_CLASS),
+        allowed_priority_classes=dict(type="list", elements="str", default=[]),
+        container_defaults=dict(
+            type="dict",
+            default={},
+            options=dict(
+                requests=dict(type="dict", default=dict(DEFAULT_CONTAINER_REQUESTS)),
+                limits=dict(type="dict", default=dict(DEFAULT_CONTAINER_LIMITS)),
+            ),
+        ),
+        object_quota=dict(type="dict", default=dict(DEFAULT_OBJECT_QUOTA)),
         rotate_credential=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),
@@ -661,6 +802,7 @@ def main():
             foreign_cluster="%s/%s" % (SYSTEM_NAMESPACE, provider_id),
             virtual_node=peering.node_name,
             virtual_node_ready=ready,
+            consumer_pod_cidrs=peering.consumer_pod_cidrs() if params["state"] == "present" else [],
         )
         rotated = bool(params["rotate_credential"]) and params["state"] == "present" and not module.check_mode
         return changes.result(peering=summary, forced=forced, not_cleaned=not_cleaned, credential_rotated=rotated)
