@@ -50,8 +50,9 @@ def install_crds(lab: Lab, cluster: str) -> None:
 
 def peer(lab: Lab, consumer: str, provider: str, **foreign_spec) -> None:
     """Tenant namespace and credential on the provider; Secret and ForeignCluster on the consumer."""
-    lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.provider_cluster_roles()))
+    lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.provider_cluster_objects()))
     lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.tenant_manifests(consumer)))
+    announce_consumer_ranges(lab, consumer, provider)
     token = issue_credential(lab, consumer, provider)
     lab.kubectl(consumer, "create", "namespace", SYSTEM_NAMESPACE, check=False)
     store_credential(lab, consumer, provider, token)
@@ -62,6 +63,25 @@ def peer(lab: Lab, consumer: str, provider: str, **foreign_spec) -> None:
         "spec": {"clusterID": provider, "credentialsSecretRef": {"name": credentials_secret(provider)}, **foreign_spec},
     }
     lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(foreign))
+
+
+def announce_consumer_ranges(lab: Lab, consumer: str, provider: str) -> None:
+    """The consumer's pod range in the tenant's ResourceOffer, as the peering module announces it."""
+    ranges = [lab.recorded_config().cluster(consumer).pod_cidr]
+    grant_terms(lab, consumer, provider, field_manager="peering", consumerPodCIDRs=ranges)
+
+
+def grant_terms(lab: Lab, consumer: str, provider: str, field_manager: str = "terms", **terms) -> None:
+    """Terms in the tenant's ResourceOffer spec, as the provider's side of the peering writes them (server-side apply
+    by `field_manager`: a later call of the same manager replaces what it set before)."""
+    offer = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "ResourceOffer",
+        "metadata": {"name": RESOURCE_OFFER_NAME, "namespace": tenant_namespace(consumer)},
+        "spec": {"clusterID": provider, **terms},
+    }
+    manager = f"--field-manager={field_manager}"
+    lab.kubectl(provider, "apply", "--server-side", "--force-conflicts", manager, "-f", "-", input=json.dumps(offer))
 
 
 def credentials_secret(provider: str) -> str:
@@ -254,13 +274,7 @@ def unpeer(lab: Lab, consumer: str, provider: str) -> None:
 
 def place(lab: Lab, consumer: str, provider: str, node_selector: dict, tolerations: list[dict]) -> None:
     """The provider's side of a peering decides where the tenant's pods run (as the peering module does)."""
-    offer = {
-        "apiVersion": "offloading.catamaran.io/v1alpha1",
-        "kind": "ResourceOffer",
-        "metadata": {"name": RESOURCE_OFFER_NAME, "namespace": tenant_namespace(consumer)},
-        "spec": {"clusterID": provider, "nodeSelector": node_selector, "tolerations": tolerations},
-    }
-    lab.kubectl(provider, "apply", "--server-side", "--field-manager=tests", "-f", "-", input=json.dumps(offer))
+    grant_terms(lab, consumer, provider, field_manager="tests", nodeSelector=node_selector, tolerations=tolerations)
 
 
 def node_ready(lab: Lab, cluster: str, node: str) -> str | None:

@@ -39,6 +39,8 @@ def fed(lab):
             nodeLabels={REGION: region},
             networking={"podCIDRRemap": f"10.{200 + int(provider[-1])}.0.0/16"},
         )
+        # Same and selected twin names are the provider's to allow (the default is <name>-<consumer-id> only).
+        federation.grant_terms(lab, CONSUMER, provider, twinNamespaceNames="Any")
     consumer_manager = federation.consumer_manager(lab, CONSUMER)
     processes = {
         "consumer": consumer_manager,

@@ -1,0 +1,552 @@
+"""Every field a tenant writes is decided by the provider's terms (docs/tenant-terms.md), consumer cluster-1,
+provider cluster-2.
+
+Each refused or rewritten row of the table is tried here as an attacker would: with the tenant's own credential
+on the provider, or through a pod of the consumer. Each allowance is then granted in the tenant's ResourceOffer,
+as the peering module writes it, and shown to work. The tests run in file order and share one federation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from catamaran import quantities, tenancy
+from catamaran.constants import (
+    ANNOTATION_ALLOWED_SERVICE_TYPES,
+    ANNOTATION_ENDPOINT_RANGES,
+    DEFAULT_CONTAINER_REQUESTS,
+    DEFAULT_OBJECT_QUOTA,
+    RESOURCE_OFFER_NAME,
+    TENANT_PRIORITY_CLASS,
+    TENANT_PRIORITY_VALUE,
+    TENANT_SERVICE_ACCOUNT,
+    TENANT_TERMS_NAME,
+    tenant_namespace,
+)
+
+from . import federation
+from .conftest import get_json, wait_for
+from .manifests import container
+
+pytestmark = pytest.mark.integration
+
+CONSUMER, PROVIDER = "cluster-1", "cluster-2"
+NAMESPACE = "termed"
+TWIN = f"{NAMESPACE}-{CONSUMER}"
+TENANT = tenant_namespace(CONSUMER)
+HEALTH = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
+TOLERATE_VIRTUAL_NODE = [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}]
+PROVIDER_CRITICAL = "provider-critical"
+
+
+@pytest.fixture(scope="module")
+def fed(lab):
+    for cluster in (CONSUMER, PROVIDER):
+        federation.install_crds(lab, cluster)
+    federation.peer(lab, CONSUMER, PROVIDER, healthCheck=HEALTH)
+    processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
+    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
+        yield {"manager": processes[0]}
+    lab.kubectl(PROVIDER, "delete", "priorityclass", PROVIDER_CRITICAL, check=False)
+
+
+@pytest.fixture(scope="module")
+def tenant_kubectl(lab, fed, tmp_path_factory):
+    """kubectl with the tenant's own credential: a token of its ServiceAccount, as the consumer holds one."""
+    token = lab.kubectl(
+        PROVIDER, "create", "token", TENANT_SERVICE_ACCOUNT, "-n", TENANT, "--duration=30m"
+    ).stdout.strip()
+    admin = yaml.safe_load(lab.kubeconfig(PROVIDER).read_text())["clusters"][0]["cluster"]
+    kubeconfig = tenancy.tenant_kubeconfig(
+        admin["server"], admin["certificate-authority-data"], token, PROVIDER, CONSUMER
+    )
+    path = tmp_path_factory.mktemp("tenant-terms") / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+
+    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        command = [str(lab.cache.path("kubectl")), "--kubeconfig", str(path), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, input=input, check=False)
+
+    return run
+
+
+def refused(result: subprocess.CompletedProcess, *words: str) -> str:
+    """The API server's refusal, which must name why."""
+    assert result.returncode != 0, f"accepted: {result.stdout}"
+    for word in words:
+        assert word in result.stderr, result.stderr
+    return result.stderr
+
+
+def service(name: str, **spec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": TWIN},
+        "spec": {"ports": [{"port": 80, "targetPort": 8080}], **spec},
+    }
+
+
+def endpoint_slice(name: str, *addresses: str) -> dict:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": TWIN, "labels": {"kubernetes.io/service-name": "pivot"}},
+        "addressType": "IPv4",
+        "ports": [{"port": 6443, "protocol": "TCP"}],
+        "endpoints": [{"addresses": list(addresses), "conditions": {"ready": True}}],
+    }
+
+
+def shadowpod(name: str, spec: dict) -> dict:
+    return {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "ShadowPod",
+        "metadata": {"name": name, "namespace": TWIN},
+        "spec": {"pod": {"metadata": {"labels": {"app": "terms"}}, "spec": spec}},
+    }
+
+
+def apply(run, *objects: dict) -> subprocess.CompletedProcess:
+    return run("apply", "-f", "-", input=federation.as_list(list(objects)))
+
+
+def created_condition(lab, name: str) -> dict:
+    status = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "PodCreated"), {})
+
+
+def remote_pod(lab, name: str) -> dict | None:
+    result = lab.kubectl(PROVIDER, "-n", TWIN, "get", "pod", name, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def offer(lab) -> dict:
+    return get_json(lab, PROVIDER, "resourceoffer", "-n", TENANT, RESOURCE_OFFER_NAME)
+
+
+def twin(lab) -> dict:
+    return get_json(lab, PROVIDER, "namespace", TWIN)
+
+
+def test_every_twin_carries_the_terms_guards(lab, fed):
+    consumer_range = lab.recorded_config().cluster(CONSUMER).pod_cidr
+    wait_for(lambda: offer(lab).get("status", {}).get("endpointRanges") == [consumer_range], what="endpointRanges")
+    annotations = wait_for(
+        lambda: (a := twin(lab)["metadata"].get("annotations") or {}).get(ANNOTATION_ENDPOINT_RANGES) and a,
+        what="the twin's terms annotations",
+    )
+    assert annotations[ANNOTATION_ALLOWED_SERVICE_TYPES] == "ClusterIP"
+    assert annotations[ANNOTATION_ENDPOINT_RANGES] == consumer_range
+    limits = get_json(lab, PROVIDER, "limitrange", "-n", TWIN, TENANT_TERMS_NAME)["spec"]["limits"][0]
+    assert limits["defaultRequest"] == DEFAULT_CONTAINER_REQUESTS
+    hard = get_json(lab, PROVIDER, "resourcequota", "-n", TWIN, TENANT_TERMS_NAME)["spec"]["hard"]
+    parsed = {resource: quantities.parse(amount) for resource, amount in hard.items()}
+    assert parsed == {resource: quantities.parse(amount) for resource, amount in DEFAULT_OBJECT_QUOTA.items()}
+    account = get_json(lab, PROVIDER, "serviceaccount", "-n", TWIN, "default")
+    assert account["automountServiceAccountToken"] is False
+    priority = get_json(lab, PROVIDER, "priorityclass", TENANT_PRIORITY_CLASS)
+    assert (priority["value"], priority["preemptionPolicy"]) == (TENANT_PRIORITY_VALUE, "Never")
+
+
+def test_services_that_would_capture_provider_traffic_are_refused(lab, tenant_kubectl):
+    refused(
+        apply(tenant_kubectl, service("capture", externalIPs=["203.0.113.10"])),
+        "catamaran-tenant-terms",
+        "externalIPs are refused",
+    )
+    refused(apply(tenant_kubectl, service("open", type="NodePort")), "Service type NodePort is not allowed")
+    refused(apply(tenant_kubectl, service("balanced", type="LoadBalancer")), "Service type LoadBalancer")
+    refused(apply(tenant_kubectl, service("renamed", type="ExternalName", externalName="kubernetes.default")))
+    # None of them exists: nothing on the provider answers for 203.0.113.10 or opens a node port.
+    names = lab.kubectl(PROVIDER, "-n", TWIN, "get", "services", "-o", "name").stdout.split()
+    assert not {"service/capture", "service/open", "service/balanced", "service/renamed"} & set(names)
+    assert apply(tenant_kubectl, service("plain")).returncode == 0  # a ClusterIP Service is the tenant's right
+
+
+def test_endpoint_slices_point_only_into_the_consumers_announced_range(lab, tenant_kubectl):
+    provider = lab.recorded_config().cluster(PROVIDER)
+    node_ip = provider.real_node.node_ip if provider.real_node else "172.16.0.1"
+    kubernetes = get_json(
+        lab, PROVIDER, "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"
+    )
+    api_server = kubernetes["items"][0]["endpoints"][0]["addresses"][0]
+    another_twins_pod = str(ipaddress.ip_network(provider.pod_cidr).network_address + 5)
+    assert apply(tenant_kubectl, service("pivot", clusterIP="None")).returncode == 0
+    for name, address in (("to-api", api_server), ("to-node", node_ip), ("to-pod", another_twins_pod)):
+        refused(
+            apply(tenant_kubectl, endpoint_slice(name, address)),
+            "EndpointSlice addresses must lie in the consumer's announced pod ranges",
+        )
+    fqdn = {**endpoint_slice("by-name", "kubernetes.default.svc"), "addressType": "FQDN"}
+    refused(apply(tenant_kubectl, fqdn), "FQDN EndpointSlices are refused")
+    consumer_address = str(ipaddress.ip_network(lab.recorded_config().cluster(CONSUMER).pod_cidr).network_address + 9)
+    assert apply(tenant_kubectl, endpoint_slice("to-consumer", consumer_address)).returncode == 0
+    tenant_kubectl("-n", TWIN, "delete", "service", "pivot", "plain")
+    tenant_kubectl("-n", TWIN, "delete", "endpointslice", "to-consumer")
+
+
+def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
+    token_secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": "forever",
+            "namespace": TWIN,
+            "annotations": {"kubernetes.io/service-account.name": "default"},
+        },
+    }
+    refused(apply(tenant_kubectl, token_secret), "service-account-token Secrets are refused")
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "huge", "namespace": TWIN},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1000Ti"}}},
+    }
+    refused(apply(tenant_kubectl, claim), "exceeded quota", "requests.storage")
+
+
+def test_pod_level_requests_and_pods_without_requests_are_counted(lab, tenant_kubectl):
+    quota_cpu = quantities.parse(wait_for(lambda: offer(lab).get("status", {}).get("quota", {}).get("cpu")))
+    beyond = quantities.format_quantity("cpu", quota_cpu + 1)
+    pod_level = {"containers": [container("app")], "resources": {"requests": {"cpu": beyond}}}
+    best_effort = {"containers": [container("app")]}
+    assert (
+        apply(tenant_kubectl, shadowpod("pod-level", pod_level), shadowpod("best-effort", best_effort)).returncode == 0
+    )
+    condition = wait_for(
+        lambda: (
+            created_condition(lab, "pod-level").get("reason") == "QuotaExceeded" and created_condition(lab, "pod-level")
+        )
+    )
+    assert f"cpu (requested {beyond}" in condition["message"]
+    assert remote_pod(lab, "pod-level") is None
+    pod = wait_for(lambda: remote_pod(lab, "best-effort"), what="the best-effort ShadowPod's pod")
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == DEFAULT_CONTAINER_REQUESTS
+    assert pod["status"].get("qosClass") != "BestEffort"
+    wait_for(
+        lambda: (
+            quantities.parse(offer(lab)["status"]["used"].get("cpu", "0"))
+            >= quantities.parse(DEFAULT_CONTAINER_REQUESTS["cpu"])
+        ),
+        what="the defaulted request counted as used",
+    )
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert not any("kube-api-access" in v["name"] for v in pod["spec"].get("volumes") or [])
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "pod-level", "best-effort", "--wait=true")
+
+
+def test_fields_outside_the_table_are_refused_and_priority_is_the_providers(lab, tenant_kubectl):
+    lab.kubectl(
+        PROVIDER,
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": PROVIDER_CRITICAL},
+                "value": 1000000000,
+            }
+        ),
+    )
+    runtime = {"containers": [container("app")], "runtimeClassName": "runc-privileged"}
+    critical = {"containers": [container("app")], "priorityClassName": PROVIDER_CRITICAL}
+    assert apply(tenant_kubectl, shadowpod("runtime", runtime), shadowpod("critical", critical)).returncode == 0
+    condition = wait_for(
+        lambda: (
+            created_condition(lab, "runtime").get("reason") == "FieldNotAllowed" and created_condition(lab, "runtime")
+        )
+    )
+    assert "runtimeClassName" in condition["message"]
+    pod = wait_for(lambda: remote_pod(lab, "critical"), what="the pod of ShadowPod critical")
+    assert (pod["spec"]["priorityClassName"], pod["spec"]["priority"]) == (TENANT_PRIORITY_CLASS, TENANT_PRIORITY_VALUE)
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "runtime", "critical", "--wait=true")
+    wait_for(lambda: remote_pod(lab, "critical") is None, what="the critical pod gone")
+
+    federation.grant_terms(lab, CONSUMER, PROVIDER, allowedPriorityClasses=[PROVIDER_CRITICAL])
+    wait_for(lambda: offer_terms(lab).get("allowedPriorityClasses") == [PROVIDER_CRITICAL], what="the allowance")
+    assert apply(tenant_kubectl, shadowpod("critical", critical)).returncode == 0
+    pod = wait_for(lambda: remote_pod(lab, "critical"), what="the allowed critical pod")
+    assert pod["spec"]["priorityClassName"] == PROVIDER_CRITICAL
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "critical", "--wait=true")
+    federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
+def offer_terms(lab) -> dict:
+    return offer(lab).get("spec") or {}
+
+
+def test_twin_names_are_suffixed_unless_allowed(lab, tenant_kubectl):
+    request = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "TwinNamespace",
+        "metadata": {"name": "payments", "namespace": TENANT},
+        "spec": {"originNamespace": "payments"},
+    }
+    assert apply(tenant_kubectl, request).returncode == 0
+
+    def twin_status():
+        return get_json(lab, PROVIDER, "twinnamespace", "-n", TENANT, "payments").get("status") or {}
+
+    status = wait_for(lambda: twin_status().get("phase") == "Failed" and twin_status(), what="payments refused")
+    assert "not allowed by the provider's terms" in status["message"]
+    assert lab.kubectl(PROVIDER, "get", "namespace", "payments", check=False).returncode != 0
+
+    federation.grant_terms(lab, CONSUMER, PROVIDER, twinNamespaceNames="Any")
+    wait_for(lambda: twin_status().get("phase") == "Ready", what="payments made once any name is allowed")
+    assert lab.kubectl(PROVIDER, "get", "namespace", "payments", check=False).returncode == 0
+    tenant_kubectl("-n", TENANT, "delete", "twinnamespace", "payments", "--wait=true")
+    federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("claiming", {"resourceClaims": [{"name": "gpu", "resourceClaimName": "provider-gpus"}]}),
+        (
+            "reaching-out",
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {}, "namespaceSelector": {}}
+                        ]
+                    }
+                }
+            },
+        ),
+        ("from-the-future", {"futureField": {"enabled": True}}),
+    ],
+)
+def test_refused_pod_fields_never_make_a_pod(lab, tenant_kubectl, name, field):
+    assert apply(tenant_kubectl, shadowpod(name, {"containers": [container("app")], **field})).returncode == 0
+    condition = wait_for(
+        lambda: created_condition(lab, name).get("reason") == "FieldNotAllowed" and created_condition(lab, name),
+        what=f"{name} refused",
+    )
+    assert "the provider's terms refuse" in condition["message"]
+    assert remote_pod(lab, name) is None
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", name, "--wait=true")
+
+
+def test_a_node_name_is_refused_by_the_shadowpod_schema_itself(lab, tenant_kubectl):
+    pinned = shadowpod("pinned", {"containers": [container("app")], "nodeName": "cluster-2-node-0"})
+    refused(apply(tenant_kubectl, pinned), "spec.pod.spec.nodeName")
+
+
+def test_rewritten_pod_fields_are_the_providers(lab, tenant_kubectl):
+    spec = {
+        "containers": [container("app")],
+        "schedulerName": "tenant-scheduler",
+        "schedulingGates": [{"name": "example.com/hold"}],
+        "serviceAccountName": "builder",
+        "automountServiceAccountToken": True,
+        "overhead": {"cpu": "1m"},
+        "preemptionPolicy": "PreemptLowerPriority",
+    }
+    assert apply(tenant_kubectl, shadowpod("rewritten", spec)).returncode == 0
+    pod = wait_for(lambda: remote_pod(lab, "rewritten"), what="the pod of ShadowPod rewritten")["spec"]
+    assert pod["schedulerName"] == "default-scheduler"
+    assert not pod.get("schedulingGates")
+    assert pod["serviceAccountName"] == "default"
+    assert pod["automountServiceAccountToken"] is False
+    assert not pod.get("overhead")
+    assert pod["preemptionPolicy"] == "Never"  # the tenant class's
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "rewritten", "--wait=true")
+
+
+def test_load_balancer_classes_and_object_counts_are_the_providers(lab, tenant_kubectl):
+    allowed, other = "example.com/allowed", "example.com/other"
+    federation.grant_terms(
+        lab,
+        CONSUMER,
+        PROVIDER,
+        services={"allowedTypes": ["LoadBalancer"], "allowedLoadBalancerClasses": [allowed]},
+        objectQuota={"services": "2"},
+    )
+    wait_for(
+        lambda: "LoadBalancer" in twin(lab)["metadata"]["annotations"][ANNOTATION_ALLOWED_SERVICE_TYPES],
+        what="the twin's annotations updated",
+    )
+    wait_for(
+        lambda: (
+            get_json(lab, PROVIDER, "resourcequota", "-n", TWIN, TENANT_TERMS_NAME)
+            .get("status", {})
+            .get("hard", {})
+            .get("services")
+            == "2"
+        ),
+        what="the twin's quota of 2 Services in force",
+    )
+    refused(
+        apply(tenant_kubectl, service("other-class", type="LoadBalancer", loadBalancerClass=other)),
+        f"load-balancer class {other} is not allowed",
+    )
+    assert apply(tenant_kubectl, service("lb", type="LoadBalancer", loadBalancerClass=allowed)).returncode == 0
+    assert apply(tenant_kubectl, service("second")).returncode == 0
+    refused(apply(tenant_kubectl, service("third")), "exceeded quota", "services")
+    tenant_kubectl("-n", TWIN, "delete", "service", "lb", "second")
+    federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
+def local_service(name: str, kind: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"type": kind, "ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": name}},
+    }
+
+
+def test_reflection_obeys_the_terms_and_a_granted_node_port_is_reflected_as_such(lab, fed):
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(local_service("web", "NodePort")))
+
+    def copy_type():
+        result = lab.kubectl(PROVIDER, "-n", TWIN, "get", "service", "web", "-o", "json", check=False)
+        return json.loads(result.stdout)["spec"]["type"] if result.returncode == 0 else None
+
+    wait_for(lambda: copy_type() == "ClusterIP", what="the NodePort Service reflected as ClusterIP")
+    selector = "involvedObject.kind=Service,involvedObject.name=web,reason=AdjustedToProviderTerms"
+    warnings = wait_for(
+        lambda: get_json(lab, CONSUMER, "events", "-n", NAMESPACE, "--field-selector", selector)["items"],
+        what="a Warning Event on the local Service",
+    )
+    assert "type NodePort is not allowed by the provider's terms" in warnings[0]["message"]
+
+    federation.grant_terms(lab, CONSUMER, PROVIDER, services={"allowedTypes": ["NodePort"]})
+    wait_for(lambda: copy_type() == "NodePort", timeout=90, what="the Service reflected as NodePort once allowed")
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "service", "web")
+    federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
+def test_what_a_provider_admin_reports_is_checked_by_the_consumer(lab, fed, tmp_path):
+    """A provider's admin (not the tenant) writes a pod IP of the consumer's own and a huge made-up message into a
+    ShadowPod's status, with its manager stopped so nothing corrects it: neither reaches the local pod as written."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "reported", "namespace": NAMESPACE, "labels": {"app": "reported"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": f"catamaran-{PROVIDER}"},
+            "tolerations": TOLERATE_VIRTUAL_NODE,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [container("app")],
+        },
+    }
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(pod))
+
+    def local():
+        return get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "reported")
+
+    wait_for(lambda: local()["status"].get("podIP"), timeout=90, what="the pod's IP from the provider")
+    kubernetes = get_json(
+        lab, CONSUMER, "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"
+    )
+    consumer_api = kubernetes["items"][0]["endpoints"][0]["addresses"][0]
+    manager = fed["manager"]
+    manager.stop()
+    try:
+        status = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, "reported")["status"]
+        forged = dict(status["pod"], podIP=consumer_api, podIPs=[{"ip": consumer_api}])
+        forged.update(phase="Failed", reason="made up reason!", message="x" * 700_000)
+        patch = tmp_path / "status.json"  # 700 kB: beyond a command line
+        patch.write_text(json.dumps({"status": {"pod": forged}}))
+        lab.kubectl(
+            PROVIDER,
+            "-n",
+            TWIN,
+            "patch",
+            "shadowpod",
+            "reported",
+            "--subresource=status",
+            "--type=merge",
+            "--patch-file",
+            str(patch),
+        )
+        shown = wait_for(
+            lambda: (p := local())["status"].get("reason") == "ProviderReported" and p, what="the report checked"
+        )["status"]
+        assert shown.get("podIP") is None  # nor any other IP: the refused one is only named in the condition
+        assert not shown.get("podIPs")
+        assert len(shown["message"]) <= 1024
+        refusal = next(c for c in shown["conditions"] if c["type"] == "catamaran.io/PodIPAccepted")
+        assert refusal["status"] == "False"
+        selector = "involvedObject.kind=Pod,involvedObject.name=reported,reason=PodIPRefused"
+        assert wait_for(
+            lambda: get_json(lab, CONSUMER, "events", "-n", NAMESPACE, "--field-selector", selector)["items"]
+        )
+    finally:
+        manager.start()
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "reported", "--wait=true", check=False, timeout=90)
+
+
+def test_a_provider_workload_preempts_a_tenant_pod_which_comes_back(lab, fed):
+    provider = lab.recorded_config().cluster(PROVIDER)
+    node = provider.nodes[0].name
+    allocatable = quantities.parse(get_json(lab, PROVIDER, "node", node)["status"]["allocatable"]["cpu"])
+    share = quantities.format_quantity("cpu", quantities.round_down("cpu", allocatable * 6 / 10))
+    federation.place(lab, CONSUMER, PROVIDER, {"kubernetes.io/hostname": node}, [])
+    try:
+        tenant = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "tenant-work", "namespace": NAMESPACE},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": f"catamaran-{PROVIDER}"},
+                "tolerations": TOLERATE_VIRTUAL_NODE,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [container("app", cpu=share)],
+            },
+        }
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(tenant))
+        first = wait_for(
+            lambda: (p := remote_pod(lab, "tenant-work")) and p["status"].get("phase") == "Running" and p,
+            timeout=90,
+            what="the tenant pod Running on the provider",
+        )
+        own = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "provider-work", "namespace": "default"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [container("app", cpu=share)],
+            },
+        }
+        lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(own))
+        wait_for(
+            lambda: get_json(lab, PROVIDER, "pod", "-n", "default", "provider-work")["spec"].get("nodeName") == node,
+            timeout=90,
+            what="the provider's pod scheduled by preempting the tenant's",
+        )
+        selector = "involvedObject.kind=Pod,involvedObject.name=tenant-work,reason=Preempted"
+        shown = wait_for(
+            lambda: get_json(lab, CONSUMER, "events", "-n", NAMESPACE, "--field-selector", selector)["items"],
+            what="the local pod shows it was preempted",
+        )
+        assert "Preempted" in shown[0]["reason"]
+        second = wait_for(
+            lambda: (p := remote_pod(lab, "tenant-work")) and p["metadata"]["uid"] != first["metadata"]["uid"] and p
+        )
+        assert second["status"].get("phase") == "Pending"
+        lab.kubectl(PROVIDER, "-n", "default", "delete", "pod", "provider-work", "--wait=true")
+        wait_for(
+            lambda: get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "tenant-work")["status"].get("phase") == "Running",
+            timeout=90,
+            what="the tenant pod Running again once capacity returns",
+        )
+    finally:
+        lab.kubectl(PROVIDER, "-n", "default", "delete", "pod", "provider-work", "--wait=false", check=False)
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "tenant-work", "--wait=true", check=False, timeout=90)
+        federation.grant_terms(lab, CONSUMER, PROVIDER, field_manager="tests")  # the placement taken back
