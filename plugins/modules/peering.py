@@ -60,21 +60,22 @@ options:
         for both sides), else its E(K8S_AUTH_*) environment variable, as described at the top level.
     type: dict
     required: true
-    suboptions:
+    # The provider takes the same suboptions (and api_server): written once, merged into its own below.
+    suboptions: &cluster_connection
       kubeconfig:
-        description: Path to the consumer's kubeconfig, or its content as a dict (see O(kubeconfig)).
+        description: Path to the cluster's kubeconfig, or its content as a dict (see O(kubeconfig)).
         type: raw
       context:
         description: Context in that kubeconfig; defaults to its current context (see O(context)).
         type: str
       host:
-        description: URL of the consumer's API server (see O(host)).
+        description: URL of the cluster's API server (see O(host)).
         type: str
       api_key:
-        description: A bearer token for the consumer's API server (see O(api_key)); never printed.
+        description: A bearer token for the cluster's API server (see O(api_key)); never printed.
         type: str
       ca_cert:
-        description: CA certificate file to verify the consumer's API server with (see O(ca_cert)).
+        description: CA certificate file to verify the cluster's API server with (see O(ca_cert)).
         type: path
         aliases: [ssl_ca_cert]
       client_cert:
@@ -86,7 +87,7 @@ options:
         type: path
         aliases: [key_file]
       validate_certs:
-        description: Whether to verify the consumer's API server certificate (see O(validate_certs)).
+        description: Whether to verify the cluster's API server certificate (see O(validate_certs)).
         type: bool
         aliases: [verify_ssl]
       request_timeout:
@@ -100,37 +101,7 @@ options:
     type: dict
     required: true
     suboptions:
-      kubeconfig:
-        description: Path to the provider's kubeconfig, or its content as a dict (see O(kubeconfig)).
-        type: raw
-      context:
-        description: Context in that kubeconfig; defaults to its current context (see O(context)).
-        type: str
-      host:
-        description: URL of the provider's API server (see O(host)).
-        type: str
-      api_key:
-        description: A bearer token for the provider's API server (see O(api_key)); never printed.
-        type: str
-      ca_cert:
-        description: CA certificate file to verify the provider's API server with (see O(ca_cert)).
-        type: path
-        aliases: [ssl_ca_cert]
-      client_cert:
-        description: Client certificate file (see O(client_cert)).
-        type: path
-        aliases: [cert_file]
-      client_key:
-        description: Key file of the client certificate (see O(client_key)).
-        type: path
-        aliases: [key_file]
-      validate_certs:
-        description: Whether to verify the provider's API server certificate (see O(validate_certs)).
-        type: bool
-        aliases: [verify_ssl]
-      request_timeout:
-        description: Seconds (at least 1) to wait for each API request (see O(request_timeout)).
-        type: int
+      <<: *cluster_connection
       api_server:
         description:
           - The provider's API server URL as the consumer's virtual kubelet reaches it.
@@ -338,13 +309,17 @@ options:
     type: dict
     suboptions:
       kinds:
-        description: Settings per reflected kind; a kind left out keeps the controller's defaults.
+        description:
+          - Settings per reflected kind; a kind left out keeps the controller's defaults.
+          - The controller's default workers per kind are config_maps 8, secrets 8, services 4, endpoint_slices 8,
+            ingresses 2, service_account_tokens 16, persistent_volume_claims 2.
         type: dict
         suboptions:
           config_maps:
             description: ConfigMaps.
             type: dict
-            suboptions:
+            # Every kind takes these suboptions (service-account tokens only workers): written once, aliased below.
+            suboptions: &reflected_kind
               policy:
                 description:
                   - V(DenyList) (the controller's default) reflects every object except those annotated
@@ -352,84 +327,32 @@ options:
                     C(catamaran.io/allow-reflection=true).
                 type: str
                 choices: [DenyList, AllowList]
-              workers:
+              workers: &reflection_workers
                 description:
-                  - Concurrent workers (0-64; the controller's default is 8). V(0) turns the kind off and removes
-                    its reflected copies.
+                  - Concurrent workers (0-64; unset, the kind's default listed in O(reflection.kinds)). V(0) turns the
+                    kind off and removes its reflected copies.
                 type: int
           secrets:
             description: Secrets.
             type: dict
-            suboptions:
-              policy:
-                description:
-                  - V(DenyList) (the controller's default) reflects every object except those annotated
-                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
-                    C(catamaran.io/allow-reflection=true).
-                type: str
-                choices: [DenyList, AllowList]
-              workers:
-                description:
-                  - Concurrent workers (0-64; the controller's default is 8). V(0) turns the kind off and removes
-                    its reflected copies.
-                type: int
+            suboptions: *reflected_kind
           services:
             description: Services (cluster IPs and node ports are left to the provider).
             type: dict
-            suboptions:
-              policy:
-                description:
-                  - V(DenyList) (the controller's default) reflects every object except those annotated
-                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
-                    C(catamaran.io/allow-reflection=true).
-                type: str
-                choices: [DenyList, AllowList]
-              workers:
-                description:
-                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
-                    its reflected copies.
-                type: int
+            suboptions: *reflected_kind
           endpoint_slices:
             description: EndpointSlices (addresses translated for the provider).
             type: dict
-            suboptions:
-              policy:
-                description:
-                  - V(DenyList) (the controller's default) reflects every object except those annotated
-                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
-                    C(catamaran.io/allow-reflection=true).
-                type: str
-                choices: [DenyList, AllowList]
-              workers:
-                description:
-                  - Concurrent workers (0-64; the controller's default is 8). V(0) turns the kind off and removes
-                    its reflected copies.
-                type: int
+            suboptions: *reflected_kind
           ingresses:
             description: Ingresses (see O(reflection.ingress_class_name)).
             type: dict
-            suboptions:
-              policy:
-                description:
-                  - V(DenyList) (the controller's default) reflects every object except those annotated
-                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
-                    C(catamaran.io/allow-reflection=true).
-                type: str
-                choices: [DenyList, AllowList]
-              workers:
-                description:
-                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
-                    its reflected copies.
-                type: int
+            suboptions: *reflected_kind
           service_account_tokens:
             description: Service-account tokens of offloaded pods (requested from the consumer, stored in Secrets).
             type: dict
             suboptions:
-              workers:
-                description:
-                  - Concurrent workers (0-64; the controller's default is 4). V(0) turns the kind off and removes
-                    its reflected copies.
-                type: int
+              workers: *reflection_workers
           persistent_volume_claims:
             description:
               - PersistentVolumeClaims of the consumer's C(catamaran) storage class, reflected once a pod that uses
@@ -437,19 +360,7 @@ options:
               - A local PersistentVolume bound to the claim stands for the provider's volume; deleting the claim
                 deletes the provider's copy.
             type: dict
-            suboptions:
-              policy:
-                description:
-                  - V(DenyList) (the controller's default) reflects every object except those annotated
-                    C(catamaran.io/skip-reflection=true); V(AllowList) reflects only objects annotated
-                    C(catamaran.io/allow-reflection=true).
-                type: str
-                choices: [DenyList, AllowList]
-              workers:
-                description:
-                  - Concurrent workers (0-64; the controller's default is 2). V(0) turns the kind off and removes
-                    its reflected copies.
-                type: int
+            suboptions: *reflected_kind
       filtered_labels:
         description:
           - Label keys never reflected; an entry ending in C(/) or C(*) is a prefix.

@@ -1,0 +1,123 @@
+"""One home per default: the controller's constants. Wherever a default is also written for people to read (the
+CRDs, the modules' documentation, the roles' argument specs), it must say the same; a role passes an unset option
+on as omitted, so the module's default (the constant) applies, and never restates the number."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from catamaran.constants import (
+    DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_POD_SECURITY_LEVEL,
+    DEFAULT_SHARING_PERCENTAGE,
+)
+from catamaran.vk.reflection.policy import DEFAULT_WORKERS
+
+ROOT = Path(__file__).resolve().parents[2]
+# (option, ForeignCluster field) of each reflected kind: the options spell the fields in snake_case.
+KINDS = [(re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower(), field) for field in DEFAULT_WORKERS]
+CRDS = ROOT / "controller" / "crds"
+# The options whose defaults the constants hold, and those constants.
+OPTION_DEFAULTS = {
+    "sharing_percentage": DEFAULT_SHARING_PERCENTAGE,
+    "pod_security": DEFAULT_POD_SECURITY_LEVEL,
+    "credential_lifetime": DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+}
+
+
+def module_documentation(name: str) -> dict:
+    tree = ast.parse((ROOT / "plugins" / "modules" / f"{name}.py").read_text())
+    (text,) = [
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "DOCUMENTATION"
+    ]
+    return yaml.safe_load(text)
+
+
+def crd_spec(name: str) -> dict:
+    crd = yaml.safe_load((CRDS / name).read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+
+def option_trees(node: dict, path: str = "") -> Iterator[tuple[str, dict]]:
+    """Every option (name path, its spec) of a module's documentation or a role's argument spec."""
+    for key in ("options", "suboptions"):
+        for name, spec in (node.get(key) or {}).items():
+            yield f"{path}.{name}".lstrip("."), spec
+            yield from option_trees(spec, f"{path}.{name}")
+
+
+def number_after(pattern: str, text: str, where: str) -> int:
+    match = re.search(pattern, " ".join(text) if isinstance(text, list) else text)
+    assert match, f"{where}: no default in {text!r}"
+    return int(match.group(1))
+
+
+def workers_documented() -> Iterator[tuple[str, str, int]]:
+    """(where, kind, number) for every place that documents a reflected kind's default worker count."""
+    kinds = crd_spec("core.catamaran.io_foreignclusters.yaml")["reflection"]["properties"]["kinds"]["properties"]
+    for _, field in KINDS:
+        text = kinds[field]["properties"]["workers"]["description"]
+        yield "ForeignCluster CRD", field, number_after(r"unset: (\d+)", text, f"CRD {field}")
+    listed = dict(option_trees(module_documentation("peering")))["reflection.kinds"]["description"]
+    for option, field in KINDS:
+        yield "peering module", field, number_after(rf"\b{option} (\d+)", listed, f"peering module {option}")
+    specs = yaml.safe_load((ROOT / "roles" / "peering" / "meta" / "argument_specs.yml").read_text())
+    for entry, spec in specs["argument_specs"].items():
+        for path, option in option_trees(spec):
+            if path.endswith("reflection.kinds"):
+                for kind, field in KINDS:
+                    text = option["description"]
+                    yield f"peering role ({entry})", field, number_after(rf"\b{kind} (\d+)", text, path)
+
+
+def test_every_documented_worker_default_is_the_controllers():
+    found = list(workers_documented())
+    assert {where for where, _, _ in found} >= {"ForeignCluster CRD", "peering module"}
+    wrong = [(where, kind, number) for where, kind, number in found if number != DEFAULT_WORKERS[kind]]
+    assert not wrong, f"defaults that disagree with vk/reflection/policy.py DEFAULT_WORKERS: {wrong}"
+
+
+def test_the_peering_modules_documented_defaults_are_the_constants():
+    documented = dict(option_trees(module_documentation("peering")))
+    assert {option: documented[option].get("default") for option in OPTION_DEFAULTS} == OPTION_DEFAULTS
+
+
+def test_the_crds_defaults_are_the_constants():
+    assert (
+        crd_spec("core.catamaran.io_foreignclusters.yaml")["sharingPercentage"]["default"] == DEFAULT_SHARING_PERCENTAGE
+    )
+    offer = crd_spec("offloading.catamaran.io_resourceoffers.yaml")
+    documented = {
+        "sharingPercentage": (r"default (\d+)", DEFAULT_SHARING_PERCENTAGE),
+        "credentialLifetimeSeconds": (r"default (\d+)", DEFAULT_CREDENTIAL_LIFETIME_SECONDS),
+    }
+    for field, (pattern, constant) in documented.items():
+        assert number_after(pattern, offer[field]["description"], field) == constant, field
+    assert f"default {DEFAULT_POD_SECURITY_LEVEL}" in offer["podSecurity"]["description"]
+
+
+@pytest.mark.parametrize("role", sorted(p.name for p in (ROOT / "roles").iterdir()))
+def test_roles_leave_the_modules_defaults_to_the_modules(role):
+    """An argument spec states no default of an option the constants hold, and no task restates one."""
+    specs = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    restated = [
+        (entry, path)
+        for entry, spec in specs["argument_specs"].items()
+        for path, option in option_trees(spec)
+        if path.split(".")[-1] in OPTION_DEFAULTS and "default" in option
+    ]
+    assert not restated, f"{role}: argument specs restate the module's default: {restated}"
+    for task_file in (ROOT / "roles" / role / "tasks").glob("*.yml"):
+        text = task_file.read_text()
+        for option, constant in OPTION_DEFAULTS.items():
+            assert not re.search(rf"{option} \| default\((?!omit)", text), f"{task_file.name}: {option} restated"
+            assert f"default({constant})" not in text, task_file.name
+            assert f"default('{constant}')" not in text, task_file.name
