@@ -65,6 +65,27 @@ def peer(lab: Lab, consumer: str, provider: str, **foreign_spec) -> None:
     lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(foreign))
 
 
+def tenant_kubectl(lab: Lab, consumer: str, provider: str, directory: Path, duration: str = "30m"):
+    """kubectl on the provider with the tenant's own credential: a token of its ServiceAccount, as the consumer holds
+    one. Returns run(*args, input=None) -> CompletedProcess (never raises on a refusal)."""
+    token = lab.kubectl(
+        provider, "create", "token", TENANT_SERVICE_ACCOUNT, "-n", tenant_namespace(consumer), f"--duration={duration}"
+    ).stdout.strip()
+    admin = yaml.safe_load(lab.kubeconfig(provider).read_text())["clusters"][0]["cluster"]
+    kubeconfig = tenancy.tenant_kubeconfig(
+        admin["server"], admin["certificate-authority-data"], token, provider, consumer
+    )
+    path = directory / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+
+    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        command = [str(lab.cache.path("kubectl")), "--kubeconfig", str(path), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, input=input, check=False)
+
+    return run
+
+
 def announce_consumer_ranges(lab: Lab, consumer: str, provider: str) -> None:
     """The consumer's pod range in the tenant's ResourceOffer, as the peering module announces it."""
     ranges = [lab.recorded_config().cluster(consumer).pod_cidr]

@@ -10,17 +10,14 @@ federation.
 from __future__ import annotations
 
 import json
-import subprocess
 from fractions import Fraction
 
 import pytest
-import yaml
 
-from catamaran import quantities, tenancy
+from catamaran import quantities
 from catamaran.constants import (
     RESOURCE_OFFER_NAME,
     TENANT_CREDENTIAL_SECRET,
-    TENANT_SERVICE_ACCOUNT,
     TENANT_TOKEN_BINDING_SECRET,
     tenant_namespace,
     virtual_node_name,
@@ -205,23 +202,7 @@ def test_the_same_pods_run_once_the_peering_allows_privileged(lab, fed):
 
 @pytest.fixture(scope="module")
 def tenant_kubectl(lab, fed, tmp_path_factory):
-    """kubectl with the tenant's own credential: a token of its ServiceAccount, as the consumer holds one."""
-    token = lab.kubectl(
-        PROVIDER, "create", "token", TENANT_SERVICE_ACCOUNT, "-n", TENANT, "--duration=10m"
-    ).stdout.strip()
-    admin = yaml.safe_load(lab.kubeconfig(PROVIDER).read_text())["clusters"][0]["cluster"]
-    kubeconfig = tenancy.tenant_kubeconfig(
-        admin["server"], admin["certificate-authority-data"], token, PROVIDER, CONSUMER
-    )
-    path = tmp_path_factory.mktemp("tenant") / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig))
-    path.chmod(0o600)
-
-    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        command = [str(lab.cache.path("kubectl")), "--kubeconfig", str(path), *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, input=input, check=False)
-
-    return run
+    return federation.tenant_kubectl(lab, CONSUMER, PROVIDER, tmp_path_factory.mktemp("tenant"), duration="10m")
 
 
 OTHER_TENANT = tenant_namespace("cluster-3")

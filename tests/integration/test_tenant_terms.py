@@ -13,9 +13,8 @@ import json
 import subprocess
 
 import pytest
-import yaml
 
-from catamaran import quantities, tenancy
+from catamaran import quantities
 from catamaran.constants import (
     ANNOTATION_ALLOWED_SERVICE_TYPES,
     ANNOTATION_ENDPOINT_RANGES,
@@ -24,7 +23,6 @@ from catamaran.constants import (
     RESOURCE_OFFER_NAME,
     TENANT_PRIORITY_CLASS,
     TENANT_PRIORITY_VALUE,
-    TENANT_SERVICE_ACCOUNT,
     TENANT_TERMS_NAME,
     tenant_namespace,
 )
@@ -57,23 +55,7 @@ def fed(lab):
 
 @pytest.fixture(scope="module")
 def tenant_kubectl(lab, fed, tmp_path_factory):
-    """kubectl with the tenant's own credential: a token of its ServiceAccount, as the consumer holds one."""
-    token = lab.kubectl(
-        PROVIDER, "create", "token", TENANT_SERVICE_ACCOUNT, "-n", TENANT, "--duration=30m"
-    ).stdout.strip()
-    admin = yaml.safe_load(lab.kubeconfig(PROVIDER).read_text())["clusters"][0]["cluster"]
-    kubeconfig = tenancy.tenant_kubeconfig(
-        admin["server"], admin["certificate-authority-data"], token, PROVIDER, CONSUMER
-    )
-    path = tmp_path_factory.mktemp("tenant-terms") / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig))
-    path.chmod(0o600)
-
-    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        command = [str(lab.cache.path("kubectl")), "--kubeconfig", str(path), *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, input=input, check=False)
-
-    return run
+    return federation.tenant_kubectl(lab, CONSUMER, PROVIDER, tmp_path_factory.mktemp("tenant-terms"), duration="30m")
 
 
 def refused(result: subprocess.CompletedProcess, *words: str) -> str:

@@ -185,3 +185,43 @@ def test_claims_are_reflected_once_the_scheduler_picked_this_virtual_node():
     assert volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
         "catamaran-p"
     ]
+
+
+def test_a_service_type_the_provider_refuses_is_reflected_as_cluster_ip_and_said_so():
+    local = {
+        "metadata": meta(),
+        "spec": {
+            "type": "LoadBalancer",
+            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": 30080}],
+            "selector": {"app": "web"},
+            "externalTrafficPolicy": "Local",
+            "loadBalancerClass": "example.com/vip",
+            "externalIPs": ["203.0.113.10"],
+        },
+    }
+    spec = Services().content(local, CONTEXT, local=True)["spec"]
+    assert spec["type"] == "ClusterIP"
+    assert not {"externalTrafficPolicy", "loadBalancerClass", "externalIPs"} & set(spec)
+    (warning,) = Services().adjustments(local, CONTEXT)
+    assert "type LoadBalancer is not allowed by the provider's terms (allowed: ClusterIP)" in warning
+    allowed = Context(
+        settings=ReflectionSettings(), node_name="catamaran-p", service_types=("ClusterIP", "LoadBalancer")
+    )
+    assert Services().content(local, allowed, local=True)["spec"]["loadBalancerClass"] == "example.com/vip"
+    assert "externalIPs" not in Services().content(local, allowed, local=True)["spec"]  # never, whatever the terms
+    assert Services().adjustments(local, allowed) == []
+
+
+def test_endpoint_addresses_outside_the_providers_ranges_are_left_out():
+    local = {
+        "metadata": meta("web-abc", labels={"kubernetes.io/service-name": "web"}),
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.101.0.9"], "conditions": {"ready": True}},
+            {"addresses": ["172.31.40.165"], "conditions": {"ready": True}},
+        ],
+    }
+    ranged = Context(settings=ReflectionSettings(), node_name="catamaran-p", endpoint_ranges=("10.101.0.0/16",))
+    endpoints = EndpointSlices().content(local, ranged, local=True)["endpoints"]
+    assert [e["addresses"] for e in endpoints] == [["10.101.0.9"]]
+    assert len(EndpointSlices().content(local, CONTEXT, local=True)["endpoints"]) == 2  # no ranges published

@@ -37,23 +37,24 @@ class Services(ReflectedKind):
             for port in spec.get("ports") or []
         ]
         kind = spec.get("type") or "ClusterIP"
-        if local and kind not in context.service_types:
-            return self._as_cluster_ip(obj, context, ports)
+        # Read back, a copy is as written; a type the provider refuses is written as ClusterIP, without the fields
+        # only the other types carry.
+        lent = not local or kind in context.service_types
         return present(
             metadata=self.metadata(obj, context),
             spec=present(
-                type=kind,
+                type=kind if lent else "ClusterIP",
                 clusterIP="None" if spec.get("clusterIP") == "None" else None,
                 ports=ports,
                 selector=spec.get("selector"),
-                externalName=spec.get("externalName"),
+                externalName=spec.get("externalName") if lent else None,
                 sessionAffinity=spec.get("sessionAffinity"),
                 sessionAffinityConfig=spec.get("sessionAffinityConfig"),
-                externalTrafficPolicy=spec.get("externalTrafficPolicy"),
+                externalTrafficPolicy=spec.get("externalTrafficPolicy") if lent else None,
                 internalTrafficPolicy=spec.get("internalTrafficPolicy"),
                 publishNotReadyAddresses=spec.get("publishNotReadyAddresses") or None,
-                loadBalancerClass=spec.get("loadBalancerClass"),
-                allocateLoadBalancerNodePorts=spec.get("allocateLoadBalancerNodePorts"),
+                loadBalancerClass=spec.get("loadBalancerClass") if lent else None,
+                allocateLoadBalancerNodePorts=spec.get("allocateLoadBalancerNodePorts") if lent else None,
                 trafficDistribution=spec.get("trafficDistribution"),
             ),
         )
@@ -64,23 +65,6 @@ class Services(ReflectedKind):
             return []
         allowed = ", ".join(context.service_types)
         return [f"type {kind} is not allowed by the provider's terms (allowed: {allowed}): reflected as ClusterIP"]
-
-    def _as_cluster_ip(self, obj: dict, context: Context, ports: list[dict]) -> dict:
-        spec = obj.get("spec") or {}
-        return present(
-            metadata=self.metadata(obj, context),
-            spec=present(
-                type="ClusterIP",
-                clusterIP="None" if spec.get("clusterIP") == "None" else None,
-                ports=ports,
-                selector=spec.get("selector"),
-                sessionAffinity=spec.get("sessionAffinity"),
-                sessionAffinityConfig=spec.get("sessionAffinityConfig"),
-                internalTrafficPolicy=spec.get("internalTrafficPolicy"),
-                publishNotReadyAddresses=spec.get("publishNotReadyAddresses") or None,
-                trafficDistribution=spec.get("trafficDistribution"),
-            ),
-        )
 
     def with_allocations(self, body: dict, current: dict) -> dict:
         """`body` with what the provider allocated on `current` (immutable or costly to change)."""
