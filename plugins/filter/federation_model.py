@@ -36,7 +36,7 @@ description:
     above its default limit), or an invalid offloaded namespace.
   - A peering's provider terms C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
     C(priority_class), C(allowed_priority_classes), C(container_defaults) and C(object_quota) take the values of
-    the M(catamaran.federation.peering) options of the same names; unset, they are V(None) in the model and
+    the M(catamaran.federation.peering) options of the same names; unset, they are left out of the model and
     the module's defaults apply.
 positional: hosts
 options:
@@ -67,8 +67,8 @@ _value:
       C(allowances).
     - C(peerings) maps each consumer id to its resolved peerings, each holding the provider's connection and the
       ForeignCluster and ResourceOffer settings (C(reflection) merged as described above, V({}) when nothing is
-      set; C(pod_security) and C(credential_lifetime) with their defaults; the other provider terms as set, else
-      V(None)).
+      set; C(pod_security) and C(credential_lifetime) with their defaults; the other provider terms only where
+      set).
     - C(offloadings) maps each consumer id to its offloaded namespaces.
     - C(hosts) maps each inventory host to its cluster id.
   type: dict
@@ -300,8 +300,9 @@ def _peering(consumer, entry, clusters, where):
         reflection=reflection.merge(provider["reflection"], settings),
         pod_security=pod_security,
         credential_lifetime=lifetime,
-        # The provider's other terms as the entry sets them; unset (None), the peering module's defaults apply.
-        **dict((option, entry.get(option)) for option in validation.TERMS_OPTIONS),
+        # The provider's other terms as the entry sets them; unset ones are left out (the role omits them), so the
+        # peering module's defaults apply.
+        **dict((option, entry[option]) for option in validation.TERMS_OPTIONS if entry.get(option) is not None),
     )
 
 

@@ -399,7 +399,9 @@ def test_the_model_passes_each_term_as_set_and_leaves_the_rest_to_the_module():
     }
     (peering,) = federation_model(inventory(LENT, **entry), ["h1", "h2"])["peerings"]["cluster-1"]
     for option in validation.TERMS_OPTIONS:
-        assert peering[option] == entry.get(option)
+        assert peering.get(option) == entry.get(option)
+    (unset,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert not set(validation.TERMS_OPTIONS) & set(unset)  # left out, for the role to omit
 
 
 @pytest.mark.parametrize(
