@@ -100,7 +100,7 @@ def test_pressure_is_reported_only_when_every_node_has_it():
 
 
 def test_node_status_reports_rounding_to_zero_and_health():
-    settings = NodeSettings(provider_id="p", consumer_id="c", node_ip="10.0.0.9", sharing_percentage=90)
+    settings = NodeSettings(provider_id="p", node_ip="10.0.0.9", sharing_percentage=90)
     offer = {"free": {"cpu": "2", "nvidia.com/gpu": "1"}, "pressure": ["DiskPressure"]}
     status, vanished = node_status(settings, offer, True, "", [])
     conditions = {c["type"]: c for c in status["conditions"]}

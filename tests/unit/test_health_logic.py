@@ -23,7 +23,7 @@ from catamaran.consumer.offloading import removal_patch, unpeered_entries
 from catamaran.supervisor import probe
 from catamaran.vk.node import NodeSettings, node_status, top_problem
 
-SETTINGS = NodeSettings(provider_id="p", consumer_id="c", node_ip="10.0.0.1")
+SETTINGS = NodeSettings(provider_id="p", node_ip="10.0.0.1")
 OFFER = {"free": {"cpu": "4", "memory": "4Gi", "pods": "100"}}
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
@@ -24,7 +23,6 @@ from ..constants import (
     OFFLOADING_GROUP,
     VERSION,
     default_twin_namespace,
-    tenant_namespace,
 )
 from ..forge import offloading_selects
 from ..kube.informer import Informer
@@ -34,6 +32,7 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso
 from ..steering import OFFLOADING_NAME, remote_namespace_name
+from .context import PeeringContext
 
 log = logging.getLogger(__name__)
 
@@ -43,33 +42,28 @@ class TwinManager:
 
     def __init__(
         self,
-        local: AsyncClient,
-        provider: AsyncClient,
+        peering: PeeringContext,
         *,
-        consumer_id: str,
-        provider_id: str,
-        node_name: str,
         pods_on_node: Callable[[str], list[dict]],
         shadows_left: Callable[[str], int],
     ):
-        self.local = local
-        self.provider = provider
-        self.consumer_id = consumer_id
-        self.provider_id = provider_id
-        self.node_name = node_name
-        self.tenant_ns = tenant_namespace(consumer_id)
+        self.peering = peering
         self.pods_on_node = pods_on_node
         self.shadows_left = shadows_left
-        self.field_manager = f"catamaran-vk-{provider_id}"
+        self.field_manager = f"catamaran-vk-{peering.provider_id}"
         self.requests = Informer(
-            provider, TwinNamespace, name="twin-requests", namespace=self.tenant_ns, transform=as_dict
+            peering.provider,
+            TwinNamespace,
+            name="twin-requests",
+            namespace=peering.tenant_namespace,
+            transform=as_dict,
         )
-        self.offloadings = Informer(local, NamespaceOffloading, name="namespaceoffloadings", transform=as_dict)
+        self.offloadings = Informer(peering.local, NamespaceOffloading, name="namespaceoffloadings", transform=as_dict)
         self.node = Informer(
-            local,
+            peering.local,
             Node,
             name="own-node",
-            fields={"metadata.name": node_name},
+            fields={"metadata.name": peering.node_name},
             transform=lambda node: dict(node.metadata.labels or {}),
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
@@ -118,26 +112,26 @@ class TwinManager:
         """The twin's name for a local namespace, whether or not it is offloaded here right now."""
         offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
         if offloading is None:
-            return default_twin_namespace(namespace, self.consumer_id)
-        return remote_namespace_name(namespace, offloading["spec"], self.consumer_id)
+            return default_twin_namespace(namespace, self.peering.consumer_id)
+        return remote_namespace_name(namespace, offloading["spec"], self.peering.consumer_id)
 
     def offloading(self, namespace: str) -> dict | None:
         return self.offloadings.get(namespace, OFFLOADING_NAME)
 
     @property
     def node_labels(self) -> dict:
-        return self.node.get(None, self.node_name) or {}
+        return self.node.get(None, self.peering.node_name) or {}
 
     def selected(self, namespace: str) -> bool:
         """May pods of this namespace run here? Only when its NamespaceOffloading selects this virtual node."""
-        return offloading_selects(self.offloading(namespace), self.node_labels, self.node_name)
+        return offloading_selects(self.offloading(namespace), self.node_labels, self.peering.node_name)
 
     def has_twin(self, namespace: str) -> bool:
         """Is there a twin here (ready or not, leaving or not) for this namespace?"""
-        return self.requests.get(self.tenant_ns, self.mapped_name(namespace)) is not None
+        return self.requests.get(self.peering.tenant_namespace, self.mapped_name(namespace)) is not None
 
     def twin_ready(self, namespace: str) -> bool:
-        request = self.requests.get(self.tenant_ns, self.mapped_name(namespace))
+        request = self.requests.get(self.peering.tenant_namespace, self.mapped_name(namespace))
         return request is not None and (request.get("status") or {}).get("phase") == "Ready"
 
     def want(self, namespace: str) -> None:
@@ -148,7 +142,7 @@ class TwinManager:
     async def reconcile(self, namespace: str) -> float | None:
         offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
         remote = self.mapped_name(namespace)
-        request = self.requests.get(self.tenant_ns, remote)
+        request = self.requests.get(self.peering.tenant_namespace, remote)
         if self.selected(namespace):
             if request is None:
                 await self._create_request(namespace, remote)
@@ -175,7 +169,7 @@ class TwinManager:
             for pod in pods:
                 if not pod["metadata"].get("deletionTimestamp"):
                     with tolerating(404):
-                        await self.local.delete(Pod, pod["metadata"]["name"], namespace=namespace)
+                        await self.peering.local.delete(Pod, pod["metadata"]["name"], namespace=namespace)
             log.info("draining offloaded pods", extra=fields(namespace=namespace, pods=len(pods)))
             await self._report(offloading, "Draining", remote, "Draining", f"draining {len(pods)} pod(s)")
             return 2
@@ -188,7 +182,7 @@ class TwinManager:
         if request is not None:
             if not request["metadata"].get("deletionTimestamp"):
                 with tolerating(404):
-                    await self.provider.delete(TwinNamespace, remote, namespace=self.tenant_ns)
+                    await self.peering.provider.delete(TwinNamespace, remote, namespace=self.peering.tenant_namespace)
             await self._report(offloading, "Draining", remote, "RemovingTwin", f"removing twin {remote}")
             return 2
         await self._forget(offloading)
@@ -200,24 +194,31 @@ class TwinManager:
             kind="TwinNamespace",
             metadata={
                 "name": remote,
-                "namespace": self.tenant_ns,
-                "labels": {LABEL_ORIGIN_CLUSTER_ID: self.consumer_id, LABEL_DESTINATION_CLUSTER_ID: self.provider_id},
+                "namespace": self.peering.tenant_namespace,
+                "labels": {
+                    LABEL_ORIGIN_CLUSTER_ID: self.peering.consumer_id,
+                    LABEL_DESTINATION_CLUSTER_ID: self.peering.provider_id,
+                },
             },
             spec={"originNamespace": namespace},
         )
         with tolerating(409):
-            await self.provider.create(body)
+            await self.peering.provider.create(body)
             log.info("requested twin namespace", extra=fields(namespace=namespace, twin=remote))
 
     async def _report(self, offloading: dict | None, phase: str, remote: str, reason: str, message: str) -> None:
         if offloading is None:
             return
         current = next(
-            (e for e in (offloading.get("status") or {}).get("clusters") or [] if e["clusterID"] == self.provider_id),
+            (
+                e
+                for e in (offloading.get("status") or {}).get("clusters") or []
+                if e["clusterID"] == self.peering.provider_id
+            ),
             None,
         )
         entry = {
-            "clusterID": self.provider_id,
+            "clusterID": self.peering.provider_id,
             "phase": phase,
             "remoteNamespace": remote,
             "reason": reason,
@@ -233,7 +234,9 @@ class TwinManager:
     async def _forget(self, offloading: dict | None) -> None:
         if offloading is None:
             return
-        if any(e["clusterID"] == self.provider_id for e in (offloading.get("status") or {}).get("clusters") or []):
+        if any(
+            e["clusterID"] == self.peering.provider_id for e in (offloading.get("status") or {}).get("clusters") or []
+        ):
             await self._apply_entries(offloading, [])
 
     async def _apply_entries(self, offloading: dict, entries: list[dict]) -> None:
@@ -245,7 +248,7 @@ class TwinManager:
             "status": {"clusters": entries},
         }
         with tolerating(404):
-            await self.local.patch(
+            await self.peering.local.patch(
                 NamespaceOffloading.Status,
                 meta["name"],
                 body,

@@ -13,7 +13,6 @@ import datetime
 import logging
 from dataclasses import dataclass, field
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
@@ -22,6 +21,7 @@ from lightkube.types import PatchType
 from .. import __version__, quantities
 from .. import health as process_health
 from ..constants import (
+    DEFAULT_SHARING_PERCENTAGE,
     LABEL_REMOTE_CLUSTER_ID,
     LABEL_TYPE,
     NODE_LEASE_DURATION_SECONDS,
@@ -33,10 +33,10 @@ from ..constants import (
 )
 from ..kube import informer as informers
 from ..kube.clients import get_raw
-from ..kube.events import EventRecorder
 from ..kube.ops import tolerating
 from ..logs import fields
 from ..objects import now_iso, set_condition
+from .context import PeeringContext
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,8 @@ class HealthSettings:
 @dataclass
 class NodeSettings:
     provider_id: str
-    consumer_id: str
     node_ip: str
-    sharing_percentage: int = 90
+    sharing_percentage: int = DEFAULT_SHARING_PERCENTAGE
     suggested_labels: dict = field(default_factory=dict)
     kubelet_port: int = 0
 
@@ -161,20 +160,10 @@ def node_status(
 class VirtualNode:
     """Owns the Node object, its Lease and the provider health check."""
 
-    def __init__(
-        self,
-        local: AsyncClient,
-        provider: AsyncClient,
-        settings: NodeSettings,
-        health: HealthSettings,
-        events: EventRecorder,
-    ):
-        self.local = local
-        self.provider = provider
+    def __init__(self, peering: PeeringContext, settings: NodeSettings, health: HealthSettings):
+        self.peering = peering
         self.settings = settings
         self.health = health
-        self.events = events
-        self.name = virtual_node_name(settings.provider_id)
         self.offer: dict | None = None
         self.healthy = True
         self.unhealthy_reason = ""
@@ -188,6 +177,10 @@ class VirtualNode:
         self._node_uid: str | None = None
         self._node_exists = asyncio.Event()
         self._status_published = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return self.peering.node_name
 
     def update_offer(self, offer: dict | None) -> None:
         self.offer = offer
@@ -261,10 +254,10 @@ class VirtualNode:
     async def remove(self) -> None:
         """Delete the Node and its Lease; call only once tasks() are cancelled, or they would recreate both."""
         with tolerating(404):
-            await self.local.delete(Node, self.name)
+            await self.peering.local.delete(Node, self.name)
         # The Lease's owner reference would let garbage collection take it, but not every cluster runs it promptly.
         with tolerating(404):
-            await self.local.delete(Lease, self.name, namespace=NODE_LEASE_NAMESPACE)
+            await self.peering.local.delete(Lease, self.name, namespace=NODE_LEASE_NAMESPACE)
         log.info("virtual node and lease deleted", extra=fields(node=self.name))
 
     async def _health_loop(self) -> None:
@@ -287,7 +280,7 @@ class VirtualNode:
     async def _probe(self) -> tuple[bool, str]:
         try:
             code, body = await asyncio.wait_for(
-                get_raw(self.provider, "/readyz", self.health.timeout), self.health.timeout + 1
+                get_raw(self.peering.provider, "/readyz", self.health.timeout), self.health.timeout + 1
             )
         except Exception as error:  # timeouts and connection errors are the point of the check
             return False, f"{type(error).__name__}: {error}"[:200]
@@ -323,11 +316,11 @@ class VirtualNode:
 
     async def _sync_node(self) -> None:
         try:
-            node = await self.local.get(Node, self.name)
+            node = await self.peering.local.get(Node, self.name)
         except ApiError as error:
             if error.status.code != 404:
                 raise
-            node = await self.local.create(
+            node = await self.peering.local.create(
                 Node.from_dict(
                     {
                         "metadata": {"name": self.name, "labels": node_labels(self.settings)},
@@ -341,15 +334,17 @@ class VirtualNode:
         wanted_labels = node_labels(self.settings)
         current_labels = node.metadata.labels or {}
         if any(current_labels.get(k) != v for k, v in wanted_labels.items()):
-            await self.local.patch(Node, self.name, {"metadata": {"labels": wanted_labels}}, patch_type=PatchType.MERGE)
+            await self.peering.local.patch(
+                Node, self.name, {"metadata": {"labels": wanted_labels}}, patch_type=PatchType.MERGE
+            )
         previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
         status, vanished = node_status(
             self.settings, self.offer, self.healthy, self.unhealthy_reason, previous, self.problems
         )
-        await self.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
+        await self.peering.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
         self._status_published.set()
         if set(vanished) - self._reported_zero:
-            await self.events.record(
+            await self.peering.events.record(
                 {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"},
                 "Warning",
                 "ResourceRoundedToZero",
@@ -370,14 +365,14 @@ class VirtualNode:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": self.name, "leaseDurationSeconds": NODE_LEASE_DURATION_SECONDS, "renewTime": now}
         try:
-            await self.local.patch(
+            await self.peering.local.patch(
                 Lease, self.name, {"spec": spec}, namespace=NODE_LEASE_NAMESPACE, patch_type=PatchType.MERGE
             )
         except ApiError as error:
             if error.status.code != 404:
                 raise
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid}
-            await self.local.create(
+            await self.peering.local.create(
                 Lease.from_dict(
                     {
                         "metadata": {"name": self.name, "namespace": NODE_LEASE_NAMESPACE, "ownerReferences": [owner]},

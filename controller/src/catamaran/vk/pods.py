@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
-from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, tenant_namespace
+from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
 from ..forge import (
     ANNOTATION_LOCAL_NAMESPACE,
     HELD_REASONS,
@@ -28,7 +27,6 @@ from ..forge import (
     offload_refusal,
     shadowpod_for,
 )
-from ..kube.events import EventRecorder
 from ..kube.informer import Informer, NamespacedInformers
 from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ForeignCluster, ShadowPod
@@ -36,9 +34,11 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, condition, now_iso, reference, set_condition, status_patch
 from ..steering import is_daemonset_pod
+from .context import PeeringContext
 from .local_ranges import LocalRanges
 from .namespaces import TwinManager
 from .node import VirtualNode
+from .reflection.policy import ReflectionSettings
 from .reflection.reflection import Reflection
 from .reflection.tokens import token_secret_name
 from .remote_events import RemoteEventMirror
@@ -137,47 +137,33 @@ class PodController:
 
     def __init__(
         self,
-        local: AsyncClient,
-        provider: AsyncClient,
+        peering: PeeringContext,
         node: VirtualNode,
-        events: EventRecorder,
+        reflection_settings: ReflectionSettings,
         *,
-        consumer_id: str,
-        provider_id: str,
         remap_cidr: str | None,
         workers: int = 16,
-        foreign_cluster: tuple[str, str] | None = None,
     ):
-        self.local = local
-        self.provider = provider
+        self.peering = peering
         self.node = node
-        self.events = events
-        self.consumer_id = consumer_id
-        self.provider_id = provider_id
-        self.tenant_ns = tenant_namespace(consumer_id)
         self.remap_cidr = remap_cidr
         # None until both the provider's announced pod ranges and the consumer's own are known: until then the
         # local pods keep the IPs they show, so a restart neither drops them nor shows unchecked ones.
         self.translate: IPTranslator | None = None
         self.provider_cidrs: list[str] | None = None  # as the ResourceOffer announces them; None: not seen yet
-        self.local_ranges = LocalRanges(local, node.settings.node_ip)
+        self.local_ranges = LocalRanges(peering.local, node.settings.node_ip)
         self.local_ranges.listeners.append(self._retranslate)
-        self.foreign_cluster = foreign_cluster  # (namespace, name): where translation problems are reported
         self._translation_changed = asyncio.Event()
         self.local_pods = Informer(
-            local,
+            peering.local,
             Pod,
             name="local-pods",
-            fields={"spec.nodeName": node.name},
+            fields={"spec.nodeName": peering.node_name},
             transform=compact_local_pod,
             packed=True,
         )
         self.twins = TwinManager(
-            local,
-            provider,
-            consumer_id=consumer_id,
-            provider_id=provider_id,
-            node_name=node.name,
+            peering,
             # DaemonSet pods are never offloaded, so a leaving twin has none of them to drain.
             pods_on_node=lambda namespace: [
                 p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace and not is_daemonset_pod(p)
@@ -185,9 +171,7 @@ class PodController:
             shadows_left=lambda twin: len(informer.cache) if (informer := self.shadow_informers.get(twin)) else 0,
         )
         self.shadow_informers = NamespacedInformers(self._shadow_informer)
-        self.remote_events = RemoteEventMirror(
-            local, provider, self.local_pods, provider_id=provider_id, node_name=node.name
-        )
+        self.remote_events = RemoteEventMirror(peering, self.local_pods)
         self.twins.ready_listeners += [self._twin_ready, self.remote_events.twin_ready]
         self.twins.removed_listeners += [self.shadow_informers.unwatch, self.remote_events.twin_removed]
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
@@ -200,19 +184,18 @@ class PodController:
         )
         self.twins.node.on_change(lambda event, key, new, old: self._translation_changed.set())
         node.health_listeners.append(lambda healthy: self._requeue_all())
-        self.reflection: Reflection | None = None
-
-    def attach_reflection(self, reflection: Reflection) -> None:
-        """Pods wait for their token Secret before their ShadowPod; Events about reflected objects come back."""
-        self.reflection = reflection
-        self.remote_events.reflected = reflection.local_object
+        # Reflection works in the same twins, and issues the tokens of the same local pods.
+        self.reflection = Reflection(peering, self.twins, self.local_pods, reflection_settings)
+        # Events about reflected objects come back onto the local objects.
+        self.remote_events.reflected = self.reflection.local_object
         # The cluster-wide Service and EndpointSlice watches also hold the `kubernetes` Service and API server.
         self.local_ranges.follow_kubernetes_service(
-            reflection.reflectors["services"].local_objects.informer,
-            reflection.reflectors["endpointSlices"].local_objects.informer,
+            self.reflection.reflectors["services"].local_objects.informer,
+            self.reflection.reflectors["endpointSlices"].local_objects.informer,
         )
-        reflection.tokens.written_listeners.append(self.queue.add)
-        self.local_pods.on_change(lambda event, key, new, old: reflection.tokens.pod_changed(key))
+        # Pods wait for their token Secret before their ShadowPod.
+        self.reflection.tokens.written_listeners.append(self.queue.add)
+        self.local_pods.on_change(lambda event, key, new, old: self.reflection.tokens.pod_changed(key))
 
     def _local_changed(self, event, key, new, old) -> None:
         self.queue.add(key)
@@ -276,7 +259,7 @@ class PodController:
 
     def _shadow_informer(self, twin: str) -> Informer:
         informer = Informer(
-            self.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow, packed=True
+            self.peering.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow, packed=True
         )
         informer.on_change(self._shadow_changed)
         return informer
@@ -308,7 +291,11 @@ class PodController:
             return await self._terminate(pod, twin, shadow)
 
         refusal = offload_refusal(
-            pod, self.twins.offloading(namespace), self.twins.node_labels, self.node.name, self.provider_id
+            pod,
+            self.twins.offloading(namespace),
+            self.twins.node_labels,
+            self.peering.node_name,
+            self.peering.provider_id,
         )
         if refusal is not None:
             if not is_daemonset_pod(pod) and self.twins.has_twin(namespace):
@@ -345,8 +332,8 @@ class PodController:
 
         The wait is short and one-off: without it the provider's kubelet would back off mounting for minutes.
         """
-        tokens = self.reflection.tokens if self.reflection else None
-        if tokens is None or not tokens.needed(pod):
+        tokens = self.reflection.tokens
+        if not tokens.needed(pod):
             return None, None
         if not tokens.ready_for(pod, twin):
             tokens.pod_changed((pod["metadata"]["namespace"], pod["metadata"]["name"]))
@@ -361,19 +348,19 @@ class PodController:
         body = shadowpod_for(
             pod,
             twin_namespace=twin,
-            consumer_id=self.consumer_id,
-            provider_id=self.provider_id,
+            consumer_id=self.peering.consumer_id,
+            provider_id=self.peering.provider_id,
             token_secret=token_secret,
         )
         try:
-            await self.provider.create(ShadowPod(**body))
+            await self.peering.provider.create(ShadowPod(**body))
         except ApiError as error:
             if error.status.code == 409:
                 return
             message = sanitised_message(error.status.message or str(error))
-            refusal = create_refusal(error.status.code, message, self.provider_id)
+            refusal = create_refusal(error.status.code, message, self.peering.provider_id)
             if refusal is None:
-                await self.events.record(
+                await self.peering.events.record(
                     reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", "RemoteCreateFailed", message
                 )
             else:
@@ -409,13 +396,13 @@ class PodController:
                 "pod not offloaded",
                 extra=fields(pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", reason=reason),
             )
-            await self.events.record(
+            await self.peering.events.record(
                 reference({"apiVersion": "v1", "kind": "Pod", **pod}),
                 "Warning",
                 event_reason or reason,
                 wanted["message"],
             )
-        await patch_status(self.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
+        await patch_status(self.peering.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
 
     async def _terminate(self, pod: dict, twin: str, shadow: dict | None) -> float | None:
         meta = pod["metadata"]
@@ -423,16 +410,16 @@ class PodController:
             if not shadow["metadata"].get("deletionTimestamp"):
                 await self._delete_shadow(twin, meta["name"], grace=meta.get("deletionGracePeriodSeconds"))
             return None  # the ShadowPod's DELETED event brings us back
-        if twin in self.shadow_informers or self.twins.requests.get(self.tenant_ns, twin) is None:
+        if twin in self.shadow_informers or self.twins.requests.get(self.peering.tenant_namespace, twin) is None:
             with tolerating(404):
-                await self.local.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
+                await self.peering.local.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
                 log.info("released local pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}"))
             return None
         return 1
 
     async def _delete_shadow(self, twin: str, name: str, grace: int | None) -> None:
         with tolerating(404):
-            await self.provider.delete(
+            await self.peering.provider.delete(
                 ShadowPod, name, namespace=twin, grace_period=grace, cascade=CascadeType.FOREGROUND
             )
 
@@ -461,11 +448,11 @@ class PodController:
             failure is not None
             and (condition(pod["status"], REMOTE_CONDITION) or {}).get("reason") != failure["reason"]
         ):
-            await self.events.record(
+            await self.peering.events.record(
                 involved,
                 "Warning",
                 REMOTE_FAILURE_EVENTS.get(failure["reason"], f"Remote{failure['reason']}"),
-                f"provider {self.provider_id} refused the pod: {failure.get('message', '')}",
+                f"provider {self.peering.provider_id} refused the pod: {failure.get('message', '')}",
             )
         # Its message names the refused IP: a new IP, or new ranges, is worth a new Event.
         refused = condition(wanted, POD_IP_CONDITION)
@@ -473,8 +460,8 @@ class PodController:
             refused is not None
             and (condition(pod["status"], POD_IP_CONDITION) or {}).get("message") != refused["message"]
         ):
-            await self.events.record(involved, "Warning", POD_IP_REFUSED, refused["message"])
-        await patch_status(self.local, Pod, meta, status_patch(pod["status"], wanted))
+            await self.peering.events.record(involved, "Warning", POD_IP_REFUSED, refused["message"])
+        await patch_status(self.peering.local, Pod, meta, status_patch(pod["status"], wanted))
 
     # -- provider pod IPs refused or untranslated --------------------------------------
 
@@ -503,10 +490,10 @@ class PodController:
                 self._translation_changed.set()
 
     async def _node_translation_conditions(self, wanted: list[dict]) -> None:
-        node = self.twins.node.get(None, self.node.name)
+        node = self.twins.node.get(None, self.peering.node_name)
         if node is None:
             return  # not created yet: its creation wakes this loop
-        current = await self.local.get(Node, self.node.name)
+        current = await self.peering.local.get(Node, self.peering.node_name)
         conditions = [c.to_dict() for c in (current.status.conditions or [])] if current.status else []
         existing = {c["type"]: c for c in conditions}
         now = now_iso()
@@ -520,15 +507,13 @@ class PodController:
             stale.append({**wanted_condition, "lastTransitionTime": since or now, "lastHeartbeatTime": now})
         if stale:
             # Strategic merge: conditions merge by type, so the node's other conditions stay as they are.
-            await self.local.patch(
-                Node.Status, self.node.name, {"status": {"conditions": stale}}, patch_type=PatchType.STRATEGIC
+            await self.peering.local.patch(
+                Node.Status, self.peering.node_name, {"status": {"conditions": stale}}, patch_type=PatchType.STRATEGIC
             )
 
     async def _foreign_translation_conditions(self, changed: list[dict]) -> None:
-        if self.foreign_cluster is None:
-            return
-        namespace, name = self.foreign_cluster
-        foreign = as_dict(await self.local.get(ForeignCluster, name, namespace=namespace))
+        namespace, name = self.peering.foreign_cluster
+        foreign = as_dict(await self.peering.local.get(ForeignCluster, name, namespace=namespace))
         status = foreign.get("status") or {}
         conditions = status.get("conditions") or []
         for wanted in changed:
@@ -536,7 +521,7 @@ class PodController:
                 conditions, wanted["type"], wanted["status"], wanted["reason"], wanted["message"]
             )
         if conditions != status.get("conditions"):
-            await self.local.patch(
+            await self.peering.local.patch(
                 ForeignCluster.Status,
                 name,
                 {"status": {"conditions": conditions}},
@@ -545,7 +530,7 @@ class PodController:
             )
         for wanted in changed:
             if wanted["status"] == "True":
-                await self.events.record(reference(foreign), "Warning", wanted["reason"], wanted["message"])
+                await self.peering.events.record(reference(foreign), "Warning", wanted["reason"], wanted["message"])
 
 
 def _placement(offloading: dict | None) -> tuple | None:

@@ -16,7 +16,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event
 
@@ -25,6 +24,7 @@ from ..kube.informer import Informer, NamespacedInformers
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict
+from .context import PeeringContext
 from .trust import sanitised_message, sanitised_reason
 
 log = logging.getLogger(__name__)
@@ -105,22 +105,16 @@ class RemoteEventMirror:
 
     def __init__(
         self,
-        local: AsyncClient,
-        provider: AsyncClient,
+        peering: PeeringContext,
         local_pods: Informer,
         *,
         reflected: Callable[[str, str, str], dict | None] = lambda kind, namespace, name: None,
-        provider_id: str,
-        node_name: str,
         rate: float = 10,
         burst: int = 50,
     ):
-        self.local = local
-        self.provider = provider
+        self.peering = peering
         self.local_pods = local_pods  # pods bound to this virtual node only
         self.reflected = reflected  # (kind, namespace, copy name) -> the local object a copy reflects
-        self.provider_id = provider_id
-        self.node_name = node_name
         self.limiter = TokenBucket(rate, burst)
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
         self.informers = NamespacedInformers(self._informer)
@@ -130,7 +124,7 @@ class RemoteEventMirror:
 
     def _informer(self, twin: str) -> Informer:
         informer = Informer(
-            self.provider,
+            self.peering.provider,
             Event,
             name="remote-pod-events",
             namespace=twin,
@@ -173,7 +167,7 @@ class RemoteEventMirror:
                 self._due[key] = time.monotonic() + wait
                 metrics.REMOTE_EVENTS_DELAYED.inc()
                 return wait
-        await self._write(mirrored_event(name, remote, target, self.provider_id, self.node_name))
+        await self._write(mirrored_event(name, remote, target, self.peering.provider_id, self.peering.node_name))
         self._written[key] = written
         self._written.move_to_end(key)
         while len(self._written) > MEMORY:
@@ -190,14 +184,14 @@ class RemoteEventMirror:
     async def _write(self, body: dict) -> None:
         meta = body["metadata"]
         try:
-            await self.local.create(Event.from_dict(body))
+            await self.peering.local.create(Event.from_dict(body))
             return
         except ApiError as error:
             if error.status.code != 409:
                 raise
         patch = {key: body[key] for key in ("count", "lastTimestamp", "message", "type")}
         try:
-            await self.local.patch(Event, meta["name"], patch, namespace=meta["namespace"])
+            await self.peering.local.patch(Event, meta["name"], patch, namespace=meta["namespace"])
         except ApiError as error:
             if error.status.code != 404:  # expired between the two calls; the next change recreates it
                 raise

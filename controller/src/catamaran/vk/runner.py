@@ -11,13 +11,19 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
-from ..constants import DEFAULT_ALLOWED_SERVICE_TYPES, RESOURCE_OFFER_NAME, tenant_namespace, virtual_node_name
+from ..constants import (
+    DEFAULT_ALLOWED_SERVICE_TYPES,
+    DEFAULT_SHARING_PERCENTAGE,
+    RESOURCE_OFFER_NAME,
+    virtual_node_name,
+)
 from ..kube.clients import async_client, bearer_token
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.resources import ForeignCluster, ResourceOffer
 from ..logs import fields
 from ..objects import as_dict, reference, set_condition
+from .context import PeeringContext
 from .kubelet.certificate import ServingCertificate
 from .kubelet.provider import ProviderChannel
 from .kubelet.server import KubeletServer, listen
@@ -25,7 +31,6 @@ from .node import HealthSettings, NodeSettings, VirtualNode
 from .peering import CredentialFollower, ForeignClusterError, PeeringWatch
 from .pods import PodController
 from .reflection.policy import settings_from_spec
-from .reflection.reflection import Reflection
 from .validation import foreign_spec_problems
 
 log = logging.getLogger(__name__)
@@ -60,14 +65,13 @@ class PeeringRemoved(Exception):
     """The served ForeignCluster was deleted; the virtual node is gone and the process should end cleanly."""
 
 
-def settings_from(foreign: dict, consumer_id: str, node_ip: str, kubelet_port: int):
+def settings_from(foreign: dict, node_ip: str, kubelet_port: int):
     spec = foreign["spec"]
     health = spec.get("healthCheck") or {}
     node = NodeSettings(
         provider_id=spec["clusterID"],
-        consumer_id=consumer_id,
         node_ip=node_ip,
-        sharing_percentage=int(spec.get("sharingPercentage", 90)),
+        sharing_percentage=int(spec.get("sharingPercentage", DEFAULT_SHARING_PERCENTAGE)),
         suggested_labels=dict(spec.get("nodeLabels") or {}),
         kubelet_port=kubelet_port,
     )
@@ -100,6 +104,8 @@ class VirtualKubelet:
         self.kubelet_port = 0
         self.workers = workers
         self.events = EventRecorder(local, FIELD_MANAGER)
+        # Status reports started from callbacks: held until done, so none is collected mid-flight or fails unseen.
+        self._reports: set[asyncio.Task] = set()
 
     async def run(self) -> None:
         """Wait until the ForeignCluster and its credential are usable, then serve until the peering is removed.
@@ -108,12 +114,12 @@ class VirtualKubelet:
         """
         listener = listen(self.kubelet.bind_address or self.node_ip, self.kubelet.port)
         self.kubelet_port = listener.getsockname()[1]
-        peering = PeeringWatch(self.local, self.namespace, self.foreign_cluster)
-        watching = asyncio.get_running_loop().create_task(peering.foreigns.run())
+        watch = PeeringWatch(self.local, self.namespace, self.foreign_cluster)
+        watching = asyncio.get_running_loop().create_task(watch.foreigns.run())
         try:
             while True:
                 try:
-                    foreign, config = await peering.read(RECHECK_SECONDS)
+                    foreign, config = await watch.read(RECHECK_SECONDS)
                     if problems := foreign_spec_problems(foreign["spec"]):
                         raise ForeignClusterError("InvalidSpec", "; ".join(problems))
                     break
@@ -123,46 +129,38 @@ class VirtualKubelet:
                         extra=fields(foreign_cluster=self.foreign_cluster, reason=error.reason, error=str(error)),
                     )
                     await self._report(error.reason, str(error), ready=False)
-                    await peering.until_changed(RECHECK_SECONDS)
+                    await watch.until_changed(RECHECK_SECONDS)
             provider = async_client(config, None, FIELD_MANAGER, cluster="provider")
             channel = ProviderChannel(provider, config.get())
-            await self._serve(peering, foreign, provider, channel, listener)
+            await self._serve(watch, foreign, provider, channel, listener)
         finally:
             listener.close()
             watching.cancel()
-            peering.stop_secret()
+            watch.stop_secret()
 
-    async def _serve(self, peering: PeeringWatch, foreign: dict, provider: AsyncClient, channel, listener) -> None:
-        node_settings, health = settings_from(foreign, self.consumer_id, self.node_ip, self.kubelet_port)
-        provider_id = node_settings.provider_id
-        node = VirtualNode(self.local, provider, node_settings, health, self.events)
-        remap = ((foreign["spec"].get("networking") or {}).get("podCIDRRemap")) or None
-        pods = PodController(
-            self.local,
-            provider,
-            node,
-            self.events,
+    async def _serve(self, watch: PeeringWatch, foreign: dict, provider: AsyncClient, channel, listener) -> None:
+        node_settings, health = settings_from(foreign, self.node_ip, self.kubelet_port)
+        peering = PeeringContext(
             consumer_id=self.consumer_id,
-            provider_id=provider_id,
-            remap_cidr=remap,
-            workers=self.workers,
+            provider_id=node_settings.provider_id,
+            local=self.local,
+            provider=provider,
+            events=self.events,
             foreign_cluster=(self.namespace, self.foreign_cluster),
         )
-        reflection = Reflection(
-            self.local,
-            provider,
-            pods.twins,
-            pods.local_pods,
-            self.events,
-            consumer_id=self.consumer_id,
-            provider_id=provider_id,
-            node_name=node.name,
-            settings=settings_from_spec(foreign["spec"].get("reflection")),
+        node = VirtualNode(peering, node_settings, health)
+        remap = ((foreign["spec"].get("networking") or {}).get("podCIDRRemap")) or None
+        pods = PodController(
+            peering,
+            node,
+            settings_from_spec(foreign["spec"].get("reflection")),
+            remap_cidr=remap,
+            workers=self.workers,
         )
-        pods.attach_reflection(reflection)
+        reflection = pods.reflection
         certificate = ServingCertificate(
             self.local,
-            node.name,
+            peering.node_name,
             [self.node_ip],
             self_signed=self.kubelet.self_signed,
             cert_dir=self.kubelet.cert_dir,
@@ -171,8 +169,7 @@ class VirtualKubelet:
             client_ca_file=self.kubelet.client_ca_file,
         )
         kubelet = KubeletServer(
-            self.local,
-            node.name,
+            peering,
             listener,
             certificate,
             channel,
@@ -185,7 +182,7 @@ class VirtualKubelet:
             provider,
             ResourceOffer,
             name="resource-offer",
-            namespace=tenant_namespace(self.consumer_id),
+            namespace=peering.tenant_namespace,
             fields={"metadata.name": RESOURCE_OFFER_NAME},
             transform=as_dict,
         )
@@ -199,7 +196,7 @@ class VirtualKubelet:
                 reflection.update_terms(*reflection_terms(new))
 
         offers.on_change(offer_changed)
-        foreigns = peering.foreigns  # running since run() began
+        foreigns = watch.foreigns  # running since run() began
 
         removed = asyncio.Event()
         invalid_spec = [False]  # InvalidSpec is on the ForeignCluster's status
@@ -210,14 +207,12 @@ class VirtualKubelet:
                 return
             if problems := foreign_spec_problems(new["spec"]):
                 invalid_spec[0] = True  # keep serving with the last valid settings until it is fixed
-                asyncio.get_running_loop().create_task(self._report("InvalidSpec", "; ".join(problems), ready=False))
+                self._report_soon("InvalidSpec", "; ".join(problems), ready=False)
                 return
             if invalid_spec[0] and node.healthy:
                 invalid_spec[0] = False
-                asyncio.get_running_loop().create_task(
-                    self._report("Connected", f"virtual node {node.name} is serving", ready=True)
-                )
-            settings, _ = settings_from(new, self.consumer_id, self.node_ip, self.kubelet_port)
+                self._report_soon("Connected", f"virtual node {peering.node_name} is serving", ready=True)
+            settings, _ = settings_from(new, self.node_ip, self.kubelet_port)
             node.update_settings(settings)
             reflection.update(settings_from_spec(new["spec"].get("reflection")))
 
@@ -233,19 +228,17 @@ class VirtualKubelet:
             raise PeeringRemoved(f"ForeignCluster {self.namespace}/{self.foreign_cluster} was deleted")
 
         node.health_listeners.append(
-            lambda healthy: asyncio.get_running_loop().create_task(
-                self._report(
-                    "ProviderReachable" if healthy else (node.not_ready or ("ProviderUnreachable",))[0],
-                    (node.not_ready or ("", f"virtual node {node.name} is serving"))[1],
-                    ready=healthy,
-                )
+            lambda healthy: self._report_soon(
+                "ProviderReachable" if healthy else (node.not_ready or ("ProviderUnreachable",))[0],
+                (node.not_ready or ("", f"virtual node {peering.node_name} is serving"))[1],
+                ready=healthy,
             )
         )
         # A token credential is followed and swapped in place as the provider renews it or the peering replaces it.
         token = bearer_token(provider)
-        credential = CredentialFollower(self.local, provider, token, peering, self.consumer_id) if token else None
-        await self._report("Connected", f"virtual node {virtual_node_name(provider_id)} is serving", ready=True)
-        log.info("virtual kubelet running", extra=fields(provider=provider_id, node=node.name))
+        credential = CredentialFollower(self.local, provider, token, watch, self.consumer_id) if token else None
+        await self._report("Connected", f"virtual node {peering.node_name} is serving", ready=True)
+        log.info("virtual kubelet running", extra=fields(provider=peering.provider_id, node=peering.node_name))
         try:
             async with asyncio.TaskGroup() as group:
                 loops = [offers.run(), until_removed(), *node.tasks(), *pods.tasks()]
@@ -259,11 +252,26 @@ class VirtualKubelet:
         # The group has cancelled and awaited every loop, so the node's loops can no longer recreate anything.
         log.info(
             "foreign cluster deleted; removing the virtual node",
-            extra=fields(foreign_cluster=self.foreign_cluster, node=node.name),
+            extra=fields(foreign_cluster=self.foreign_cluster, node=peering.node_name),
         )
         await node.remove()
         await provider.close()
         raise removal
+
+    def _report_soon(self, reason: str, message: str, ready: bool) -> None:
+        """_report, from a synchronous callback."""
+        task = asyncio.get_running_loop().create_task(self._report(reason, message, ready))
+        self._reports.add(task)
+        task.add_done_callback(self._report_done)
+
+    def _report_done(self, task: asyncio.Task) -> None:
+        self._reports.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error(
+                "cannot report the foreign cluster's status",
+                exc_info=error,
+                extra=fields(foreign_cluster=self.foreign_cluster),
+            )
 
     async def _report(self, reason: str, message: str, ready: bool) -> None:
         """Ready condition and virtual node name on the ForeignCluster's status, plus an Event."""

@@ -12,10 +12,9 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 
-from lightkube import AsyncClient
-
 from ... import metrics
 from ...logs import fields
+from ..context import PeeringContext
 from .auth import Gatekeeper
 from .certificate import ServingCertificate
 from .http import HttpError, Request, serve_connection
@@ -43,8 +42,7 @@ def listen(address: str, port: int) -> socket.socket:
 class KubeletServer:
     def __init__(
         self,
-        local: AsyncClient,
-        node_name: str,
+        peering: PeeringContext,
         sock: socket.socket,
         certificate: ServingCertificate,
         channel: ProviderChannel,
@@ -54,7 +52,7 @@ class KubeletServer:
         twin_of: Callable[[str], str | None],
         node_published: Callable[[], Awaitable[None]],
     ):
-        self.node_name = node_name
+        self.peering = peering
         self.node_published = node_published  # the certificate names addresses the node must publish first
         self.sock = sock
         self.certificate = certificate
@@ -62,8 +60,8 @@ class KubeletServer:
         self.local_pod = local_pod
         self.pods_on_node = pods_on_node
         self.twin_of = twin_of
-        self.gatekeeper = Gatekeeper(local, node_name)
-        self.stats = NodeStats(channel, pods_on_node, twin_of, node_name)
+        self.gatekeeper = Gatekeeper(peering.local, peering.node_name)
+        self.stats = NodeStats(channel, pods_on_node, twin_of, peering.node_name)
         self.connections: set[asyncio.Task] = set()
 
     @property
@@ -77,7 +75,7 @@ class KubeletServer:
         await self.node_published()
         await self.certificate.obtain()
         server = await asyncio.start_server(self._connection, sock=self.sock, ssl=self.certificate.context)
-        log.info("kubelet API serving", extra=fields(node=self.node_name, port=self.port))
+        log.info("kubelet API serving", extra=fields(node=self.peering.node_name, port=self.port))
         try:
             await self.certificate.keep_renewed()
         finally:
@@ -132,17 +130,19 @@ class KubeletServer:
             twin = self._twin(rest[0], rest[1], uid=rest[2] if len(rest) == 3 else None)
             await serve_port_forward(request, self.channel, twin, rest[1])
         elif endpoint == "stats" and rest == ["summary"]:
-            await request.respond_json(200, summary(await self.stats.snapshot(), self.node_name, self.stats.started))
+            await request.respond_json(
+                200, summary(await self.stats.snapshot(), self.peering.node_name, self.stats.started)
+            )
         elif endpoint == "metrics" and rest == ["resource"]:
             text = resource_metrics(await self.stats.snapshot())
             await request.respond(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:
-            raise HttpError(404, f"{request.path}: not served by virtual node {self.node_name}")
+            raise HttpError(404, f"{request.path}: not served by virtual node {self.peering.node_name}")
 
     def _twin(self, namespace: str, name: str, uid: str | None = None) -> str:
         pod = self.local_pod(namespace, name)
         if pod is None or (uid and pod["metadata"].get("uid") != uid):
-            raise HttpError(404, f"pod {namespace}/{name} is not on node {self.node_name}")
+            raise HttpError(404, f"pod {namespace}/{name} is not on node {self.peering.node_name}")
         twin = self.twin_of(namespace)
         if not twin:
             raise HttpError(503, f"namespace {namespace} has no twin on the provider yet")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from lightkube import AsyncClient
-
-from ...kube.events import EventRecorder
 from ...kube.informer import Informer
+from ..context import PeeringContext
 from ..namespaces import TwinManager
 from .claims import PersistentVolumeClaims
 from .configmaps import ConfigMaps
@@ -23,51 +21,19 @@ KINDS = (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses, PersistentVol
 
 
 class Reflection:
-    def __init__(
-        self,
-        local: AsyncClient,
-        provider: AsyncClient,
-        twins: TwinManager,
-        local_pods: Informer,
-        events: EventRecorder,
-        *,
-        consumer_id: str,
-        provider_id: str,
-        node_name: str,
-        settings: ReflectionSettings,
-    ):
+    def __init__(self, peering: PeeringContext, twins: TwinManager, local_pods: Informer, settings: ReflectionSettings):
+        self.peering = peering
         self.settings = settings
-        self.node_name = node_name
         self.terms: dict = {}  # the provider's terms for what reflection writes (Context fields)
         context = self._context()
         self.reflectors = {
-            kind.setting: Reflector(
-                kind(),
-                local,
-                provider,
-                twins,
-                events,
-                consumer_id=consumer_id,
-                provider_id=provider_id,
-                policy=settings.kind(kind.setting),
-                context=context,
-            )
+            kind.setting: Reflector(kind(), peering, twins, policy=settings.kind(kind.setting), context=context)
             for kind in KINDS
         }
         self.tokens = TokenReflector(
-            local,
-            provider,
-            twins,
-            self.reflectors["secrets"],
-            local_pods,
-            events,
-            consumer_id=consumer_id,
-            provider_id=provider_id,
-            policy=settings.kind("serviceAccountTokens"),
+            peering, twins, self.reflectors["secrets"], local_pods, policy=settings.kind("serviceAccountTokens")
         )
-        self.volumes = VirtualVolumes(
-            local, twins, self.reflectors["persistentVolumeClaims"], node_name=node_name, provider_id=provider_id
-        )
+        self.volumes = VirtualVolumes(peering, twins, self.reflectors["persistentVolumeClaims"])
         twins.ready_listeners.append(self.twin_ready)
         twins.removed_listeners.append(self.twin_removed)
         twins.drainers.append(self.drain)
@@ -92,7 +58,7 @@ class Reflection:
         return left + self.tokens.left_in(twin)
 
     def _context(self) -> Context:
-        return Context(settings=self.settings, node_name=self.node_name, **self.terms)
+        return Context(settings=self.settings, node_name=self.peering.node_name, **self.terms)
 
     def update(self, settings: ReflectionSettings) -> None:
         if settings == self.settings:

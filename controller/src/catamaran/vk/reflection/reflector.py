@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
 from ... import metrics
@@ -25,12 +24,12 @@ from ...constants import (
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_REFLECTION,
 )
-from ...kube.events import EventRecorder
 from ...kube.informer import Informer, NamespacedInformers
 from ...kube.ops import delete_with_uid, tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
 from ...objects import as_dict, reference
+from ..context import PeeringContext
 from ..namespaces import TwinManager
 from .kind import Context, ReflectedKind, digest
 from .policy import KindPolicy
@@ -138,23 +137,15 @@ class Reflector:
     def __init__(
         self,
         kind: ReflectedKind,
-        local: AsyncClient,
-        provider: AsyncClient,
+        peering: PeeringContext,
         twins: TwinManager,
-        events: EventRecorder,
         *,
-        consumer_id: str,
-        provider_id: str,
         policy: KindPolicy,
         context: Context,
     ):
         self.kind = kind
-        self.local = local
-        self.provider = provider
+        self.peering = peering
         self.twins = twins
-        self.events = events
-        self.consumer_id = consumer_id
-        self.provider_id = provider_id
         self.policy = policy
         self.context = context
         self.name = f"reflect-{kind.setting}"
@@ -180,7 +171,7 @@ class Reflector:
 
     def _local_informer(self, namespace: str | None) -> Informer:
         informer = Informer(
-            self.local,
+            self.peering.local,
             self.kind.resource,
             name=f"local-{self.kind.setting}",
             namespace=namespace,
@@ -191,7 +182,7 @@ class Reflector:
 
     def _copy_informer(self, twin: str) -> Informer:
         informer = Informer(
-            self.provider,
+            self.peering.provider,
             self.kind.resource,
             name=f"remote-{self.kind.setting}",
             namespace=twin,
@@ -209,7 +200,7 @@ class Reflector:
         # labels to the slices it makes. The local uid annotation is written by Catamaran only.
         if (
             labels.get(LABEL_MANAGED_BY) == MANAGED_BY_REFLECTION
-            and labels.get(LABEL_ORIGIN_CLUSTER_ID) == self.consumer_id
+            and labels.get(LABEL_ORIGIN_CLUSTER_ID) == self.peering.consumer_id
             and ANNOTATION_LOCAL_UID in (meta.get("annotations") or {})
         ):
             owner = OWNER_OTHER_CATAMARAN if is_token_secret(data) else OWNER_REFLECTION
@@ -352,12 +343,15 @@ class Reflector:
             return
         body = self._body(content, local, twin, copy_name)
         for adjustment in self.kind.adjustments(local, self.context):
-            self.events.later(self._involved(local), "Warning", "AdjustedToProviderTerms", adjustment)
+            self.peering.events.later(self._involved(local), "Warning", "AdjustedToProviderTerms", adjustment)
         if copy is None:
-            await self.provider.create(self.kind.resource.from_dict(body))
+            await self.peering.provider.create(self.kind.resource.from_dict(body))
             metrics.REFLECTED.labels(self.kind.setting, "created").inc()
-            self.events.later(
-                self._involved(local), "Normal", "Reflected", f"reflected to {self.provider_id} as {twin}/{copy_name}"
+            self.peering.events.later(
+                self._involved(local),
+                "Normal",
+                "Reflected",
+                f"reflected to {self.peering.provider_id} as {twin}/{copy_name}",
             )
         else:
             body["metadata"]["resourceVersion"] = copy["resourceVersion"]
@@ -373,17 +367,17 @@ class Reflector:
 
     async def _replace(self, body: dict, twin: str, copy_name: str, copy: dict) -> None:
         if self.kind.keeps_allocations:
-            current = await self.provider.get(self.kind.resource, copy_name, namespace=twin)
+            current = await self.peering.provider.get(self.kind.resource, copy_name, namespace=twin)
             body = self.kind.with_allocations(body, current.to_dict())
         try:
-            await self.provider.replace(self.kind.resource.from_dict(body), copy_name, namespace=twin)
+            await self.peering.provider.replace(self.kind.resource.from_dict(body), copy_name, namespace=twin)
         except ApiError as error:
             if not immutable_change(error) or not self.kind.recreates_on_immutable:
                 raise
             # Immutable data or type: the copy can only be replaced by deleting it first.
             await self._delete(twin, copy_name, copy["uid"])
             body["metadata"].pop("resourceVersion", None)
-            await self.provider.create(self.kind.resource.from_dict(body))
+            await self.peering.provider.create(self.kind.resource.from_dict(body))
 
     def _body(self, content: dict, local: dict, twin: str, copy_name: str) -> dict:
         metadata = content.get("metadata") or {}
@@ -393,14 +387,17 @@ class Reflector:
         body["metadata"] = {
             "name": copy_name,
             "namespace": twin,
-            "labels": {**metadata.get("labels", {}), **identity_labels(self.consumer_id, self.provider_id)},
+            "labels": {
+                **metadata.get("labels", {}),
+                **identity_labels(self.peering.consumer_id, self.peering.provider_id),
+            },
             "annotations": {**metadata.get("annotations", {}), ANNOTATION_LOCAL_UID: local["metadata"]["uid"]},
         }
         return body
 
     async def _delete(self, twin: str, copy_name: str, uid: str) -> None:
         with tolerating(404, 409):  # gone already, or replaced by an object that is not this copy
-            await delete_with_uid(self.provider, self.kind.resource, copy_name, twin, uid)
+            await delete_with_uid(self.peering.provider, self.kind.resource, copy_name, twin, uid)
             metrics.REFLECTED.labels(self.kind.setting, "deleted").inc()
 
     async def _report_conflict(self, key, local: dict, twin: str, copy_name: str, copy: dict) -> None:
@@ -410,7 +407,7 @@ class Reflector:
         self._changed_at.pop(key, None)
         metrics.REFLECTION_CONFLICTS.labels(self.kind.setting).inc()
         message = (
-            f"{self.kind.kind} {twin}/{copy_name} on {self.provider_id} was not created by Catamaran; "
+            f"{self.kind.kind} {twin}/{copy_name} on {self.peering.provider_id} was not created by Catamaran; "
             "it is left untouched and this object is not reflected there"
         )
         log.warning("reflection conflict", extra=fields(kind=self.kind.kind, object=f"{key[0]}/{key[1]}", twin=twin))
@@ -420,7 +417,7 @@ class Reflector:
         return reference({"apiVersion": self.kind.api_version, "kind": self.kind.kind, **local})
 
     async def _record(self, local: dict, kind_type: str, reason: str, message: str) -> None:
-        await self.events.record(self._involved(local), kind_type, reason, message)
+        await self.peering.events.record(self._involved(local), kind_type, reason, message)
 
     def _where(self, twin: str, copy_name: str, error: ApiError) -> str:
-        return f"cannot reflect to {self.provider_id} as {twin}/{copy_name}: {error.status.message or error}"
+        return f"cannot reflect to {self.peering.provider_id} as {twin}/{copy_name}: {error.status.message or error}"

@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
@@ -29,12 +28,12 @@ from ...constants import (
     ANNOTATION_TOKEN_FOR_POD,
 )
 from ...forge import TOKEN_NAMESPACE_KEY, token_requests
-from ...kube.events import EventRecorder
 from ...kube.informer import Informer
 from ...kube.ops import delete_with_uid, tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
 from ...objects import reference
+from ..context import PeeringContext
 from ..namespaces import TwinManager
 from .kind import digest
 from .policy import KindPolicy
@@ -66,25 +65,17 @@ class TokenReflector:
 
     def __init__(
         self,
-        local: AsyncClient,
-        provider: AsyncClient,
+        peering: PeeringContext,
         twins: TwinManager,
         secrets: Reflector,
         local_pods: Informer,
-        events: EventRecorder,
         *,
-        consumer_id: str,
-        provider_id: str,
         policy: KindPolicy,
     ):
-        self.local = local
-        self.provider = provider
+        self.peering = peering
         self.twins = twins
         self.secrets = secrets  # its copy informers see the token Secrets too: no second watch per twin
         self.local_pods = local_pods
-        self.events = events
-        self.consumer_id = consumer_id
-        self.provider_id = provider_id
         self.policy = policy
         self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
         self.written_listeners: list[Callable[[tuple], None]] = []
@@ -158,7 +149,7 @@ class TokenReflector:
             self._written.pop(key, None)
             if copy is not None and copy["owner"] == OWNER_OTHER_CATAMARAN:
                 with tolerating(404, 409):
-                    await delete_with_uid(self.provider, Secret, secret_name, twin, copy["uid"])
+                    await delete_with_uid(self.peering.provider, Secret, secret_name, twin, copy["uid"])
             return None
         if copy is not None and copy["owner"] != OWNER_OTHER_CATAMARAN:
             await self._conflict(pod, twin, secret_name)
@@ -173,11 +164,11 @@ class TokenReflector:
         try:
             body, lifetime = await self._issue(pod, twin, secret_name)
             if copy is None:
-                await self.provider.create(Secret.from_dict(body))
+                await self.peering.provider.create(Secret.from_dict(body))
                 metrics.REFLECTED.labels("serviceAccountTokens", "created").inc()
             else:
                 body["metadata"]["resourceVersion"] = copy["resourceVersion"]
-                await self.provider.replace(Secret.from_dict(body), secret_name, namespace=twin)
+                await self.peering.provider.replace(Secret.from_dict(body), secret_name, namespace=twin)
                 metrics.REFLECTED.labels("serviceAccountTokens", "updated").inc()
         except ApiError as error:
             metrics.REFLECTION_ERRORS.labels("serviceAccountTokens").inc()
@@ -186,7 +177,7 @@ class TokenReflector:
                     pod,
                     "Warning",
                     "TokenReflectionFailed",
-                    f"cannot give the pod on {self.provider_id} its service-account token: "
+                    f"cannot give the pod on {self.peering.provider_id} its service-account token: "
                     f"{error.status.message or error}",
                 )
             raise
@@ -214,7 +205,7 @@ class TokenReflector:
                     ),
                 ),
             )
-            issued = await self.local.create(request, service_account, namespace=meta["namespace"])
+            issued = await self.peering.local.create(request, service_account, namespace=meta["namespace"])
             data[key] = base64.b64encode(issued.status.token.encode()).decode()
             expires = issued.status.expirationTimestamp
             granted = (expires - datetime.datetime.now(datetime.UTC)).total_seconds() if expires else seconds
@@ -227,7 +218,7 @@ class TokenReflector:
             "metadata": {
                 "name": secret_name,
                 "namespace": twin,
-                "labels": identity_labels(self.consumer_id, self.provider_id),
+                "labels": identity_labels(self.peering.consumer_id, self.peering.provider_id),
                 "annotations": {
                     ANNOTATION_TOKEN_FOR_POD: meta["name"],
                     ANNOTATION_LOCAL_UID: meta["uid"],
@@ -250,9 +241,11 @@ class TokenReflector:
             pod,
             "Warning",
             "ReflectionConflict",
-            f"Secret {twin}/{secret_name} on {self.provider_id} was not created by Catamaran; "
+            f"Secret {twin}/{secret_name} on {self.peering.provider_id} was not created by Catamaran; "
             "the pod's service-account token cannot be stored there",
         )
 
     async def _event(self, pod: dict, kind_type: str, reason: str, message: str) -> None:
-        await self.events.record(reference({"apiVersion": "v1", "kind": "Pod", **pod}), kind_type, reason, message)
+        await self.peering.events.record(
+            reference({"apiVersion": "v1", "kind": "Pod", **pod}), kind_type, reason, message
+        )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import PersistentVolume
 
 from ...constants import LABEL_VIRTUAL_VOLUME_NODE, VIRTUAL_STORAGE_CLASS, VIRTUAL_STORAGE_PROVISIONER
@@ -19,6 +18,7 @@ from ...kube.ops import tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
 from ...objects import as_dict
+from ..context import PeeringContext
 from ..namespaces import TwinManager
 from .claims import claimed_here
 from .reflector import Reflector
@@ -75,17 +75,15 @@ def volume_for(claim: dict, node_name: str, provider_id: str, twin: str) -> dict
 class VirtualVolumes:
     name = "virtual-volumes"
 
-    def __init__(self, local: AsyncClient, twins: TwinManager, claims: Reflector, *, node_name: str, provider_id: str):
-        self.local = local
+    def __init__(self, peering: PeeringContext, twins: TwinManager, claims: Reflector):
+        self.peering = peering
         self.twins = twins
         self.claims = claims
-        self.node_name = node_name
-        self.provider_id = provider_id
         self.volumes = Informer(
-            local,
+            peering.local,
             PersistentVolume,
             name="virtual-volumes",
-            labels={LABEL_VIRTUAL_VOLUME_NODE: node_name},
+            labels={LABEL_VIRTUAL_VOLUME_NODE: peering.node_name},
             transform=as_dict,
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
@@ -105,15 +103,21 @@ class VirtualVolumes:
             return await self._release(key[1])
         _, namespace, name = key
         claim = self.claims.local_of(namespace, name)
-        if claim is None or not claimed_here(claim, self.node_name) or (claim.get("spec") or {}).get("volumeName"):
+        if (
+            claim is None
+            or not claimed_here(claim, self.peering.node_name)
+            or (claim.get("spec") or {}).get("volumeName")
+        ):
             return None
         if not self.twins.twin_ready(namespace):
             self.twins.want(namespace)
             return 2.0  # the twin comes first: the pod cannot run before it
         if self.volumes.get(None, volume_name(claim)) is None:
-            body = volume_for(claim, self.node_name, self.provider_id, self.twins.mapped_name(namespace))
+            body = volume_for(
+                claim, self.peering.node_name, self.peering.provider_id, self.twins.mapped_name(namespace)
+            )
             with tolerating(409):
-                await self.local.create(PersistentVolume.from_dict(body))
+                await self.peering.local.create(PersistentVolume.from_dict(body))
                 log.info("virtual volume created", extra=fields(claim=f"{namespace}/{name}", volume=volume_name(claim)))
         return None
 
@@ -122,6 +126,6 @@ class VirtualVolumes:
         if volume is None or (volume.get("status") or {}).get("phase") not in ("Released", "Failed"):
             return None
         with tolerating(404):
-            await self.local.delete(PersistentVolume, name)
+            await self.peering.local.delete(PersistentVolume, name)
             log.info("released virtual volume deleted", extra=fields(volume=name))
         return None
