@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from types import SimpleNamespace
 
 import pytest
 from lightkube.resources.core_v1 import Secret
 
+from catamaran.kube import informer
 from catamaran.kube.resources import ForeignCluster
 from catamaran.vk.peering import ForeignClusterError, PeeringWatch, provider_kubeconfig
 
@@ -66,6 +68,28 @@ class FakeClient:
     def watch(self, resource, *, resource_version, server_timeout, namespace, labels, fields):
         self.watches.append((resource, fields["metadata.name"], resource_version))
         return self.watch_script.get(resource, never)()
+
+
+class FakeClientListWatch:
+    """The informers' requests (kube.informer.ListWatch) answered by a FakeClient instead of through lightkube."""
+
+    def __init__(self, client: FakeClient, resource, *, namespace, labels, fields, server_timeout, read_timeout):
+        self.client, self.resource, self.server_timeout = client, resource, server_timeout
+        self.selectors = {"namespace": namespace, "labels": labels, "fields": fields}
+
+    def list(self):
+        return self.client.list(self.resource, chunk_size=500, **self.selectors)
+
+    @contextlib.asynccontextmanager
+    async def watch(self, version: str):
+        yield self.client.watch(
+            self.resource, resource_version=version, server_timeout=self.server_timeout, **self.selectors
+        )
+
+
+@pytest.fixture(autouse=True)
+def _informers_ask_the_fake_client(monkeypatch):
+    monkeypatch.setattr(informer, "LightkubeListWatch", FakeClientListWatch)
 
 
 async def never():

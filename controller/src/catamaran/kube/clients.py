@@ -1,14 +1,22 @@
-"""Build lightkube AsyncClients from kubeconfig files, kubeconfig Secrets or the pod's service account."""
+"""Build lightkube AsyncClients from kubeconfig files, kubeconfig Secrets or the pod's service account.
+
+Also the informers' list and watch through such a client (LightkubeListWatch)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
 
 import httpx2
+import msgspec
 import yaml
-from lightkube import AsyncClient, KubeConfig
-from lightkube.core.exceptions import ConfigError
+from lightkube import ALL_NS, AsyncClient, KubeConfig
+from lightkube.core import decoders
+from lightkube.core.exceptions import ApiError, ConfigError
+from lightkube.core.resource import NamespacedResource
+from lightkube.core.selector import build_selector
 
 from .. import metrics
 from .transport import AiohttpTransport
@@ -141,3 +149,87 @@ async def get_raw(client: AsyncClient, path: str, request_timeout: float) -> tup
     http = client._client._client
     response = await http.get(path, timeout=request_timeout)
     return response.status_code, response.text
+
+
+class _Bookmark(msgspec.Struct):
+    metadata: dict
+
+
+class LightkubeListWatch:
+    """An informer's list and watch (informer.ListWatch) of one resource type and selectors, through lightkube.
+
+    lightkube's watch asks for no bookmarks and reads without a timeout, so the watch request is built here,
+    on the client's own connection pool, credentials and TLS settings.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        resource,
+        *,
+        namespace: str | None,
+        labels: dict | None,
+        fields: dict | None,
+        server_timeout: int,
+        read_timeout: float,
+    ):
+        self.client = client
+        self.resource = resource
+        if namespace is None and issubclass(resource, NamespacedResource):
+            namespace = ALL_NS  # lightkube's None would mean the kubeconfig's namespace
+        self.namespace = namespace
+        self.labels = labels
+        self.fields = fields
+        self.server_timeout = server_timeout
+        self.read_timeout = read_timeout
+
+    def list(self):
+        return self.client.list(
+            self.resource, chunk_size=500, namespace=self.namespace, labels=self.labels, fields=self.fields
+        )
+
+    @contextlib.asynccontextmanager
+    async def watch(self, version: str):
+        generic = self.client._client
+        request = generic.prepare_request(
+            "list",
+            res=self.resource,
+            namespace=self.namespace,
+            watch=True,
+            params={
+                "timeoutSeconds": self.server_timeout,
+                "resourceVersion": version,
+                "allowWatchBookmarks": "true",
+                "labelSelector": build_selector(self.labels) if self.labels else None,
+                "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+            },
+        )
+        http = generic._client
+        timeout = httpx2.Timeout(15.0, read=self.read_timeout)
+        response = await http.send(
+            http.build_request(request.method, request.url, params=request.params, timeout=timeout), stream=True
+        )
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                generic.raise_for_status(response)
+            async with contextlib.aclosing(self._events(response)) as events:
+                yield events
+        finally:
+            await response.aclose()
+
+    async def _events(self, response: httpx2.Response) -> AsyncIterator[tuple[str, object]]:
+        try:
+            async for line in response.aiter_lines():
+                if line:
+                    yield self._event(line)
+        except httpx2.ReadTimeout as silent:
+            raise TimeoutError(f"watch silent for {self.read_timeout} s") from silent
+
+    def _event(self, line: str) -> tuple[str, object]:
+        event = decoders.decode_watch_event(line)
+        if event.type == "ERROR":
+            raise ApiError(status=decoders.decode_status(event.object))
+        if event.type == "BOOKMARK":
+            return "BOOKMARK", msgspec.json.decode(event.object, type=_Bookmark).metadata.get("resourceVersion")
+        return event.type, decoders.decode_object(event.object, self.resource)

@@ -1,9 +1,10 @@
 """One list+watch per resource type, with a local cache and change notifications.
 
-Follows the usual informer hygiene: list, then watch from the list's resourceVersion; relist on
-410 Gone; reconnect with backoff when the API server is unreachable. Selectors are applied by the
-server. A `transform` may shrink each object before it is cached, which keeps memory bounded for
-large lists.
+Follows the usual informer hygiene: list, then watch from the list's resourceVersion; relist at once on
+410 Gone; otherwise retry with jittered exponential backoff, which starts over only once watches have
+worked for a while (a list that works followed by a watch that is refused is no recovery). Selectors are
+applied by the server. A `transform` may shrink each object before it is cached, which keeps memory
+bounded for large lists. The requests themselves go through a ListWatch (kube/clients.py for lightkube).
 
 A half-open connection delivers nothing and raises nothing, so every watch asks for bookmarks (the
 API server sends one about every minute, even when nothing changes) and gives up on a read that
@@ -18,19 +19,18 @@ import asyncio
 import datetime
 import logging
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
-import httpx2
 import msgspec
-from lightkube import ALL_NS, AsyncClient
-from lightkube.core import decoders
+from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.core.resource import NamespacedResource
-from lightkube.core.selector import build_selector
 
 from .. import metrics
 from ..logs import fields
+from .backoff import Backoff
+from .clients import LightkubeListWatch
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,35 @@ READ_TIMEOUT_SECONDS = 120.0
 # This many failed list or watch attempts in a row make an informer `failing`: one failure is often an
 # API server restarting; several mean lost rights or a server that stays away.
 FAILING_AFTER = 3
+# client-go's reflector: waits double from 0.8 s up to 30 s, and start over after two minutes of working watches.
+BACKOFF_INITIAL_SECONDS = 0.8
+BACKOFF_CAP_SECONDS = 30.0
+BACKOFF_RESET_AFTER_SECONDS = 120.0
 
 _informers: weakref.WeakSet[Informer] = weakref.WeakSet()
 # Called with the informer whenever it starts or stops failing.
 failure_listeners: list[Callable[[Informer], None]] = []
 
 
-class _Bookmark(msgspec.Struct):
-    metadata: dict
+class Listing(Protocol):
+    """The objects of one list, read chunk by chunk; `resourceVersion` is the list's version once they are read."""
+
+    resourceVersion: str
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+
+class ListWatch(Protocol):
+    """An informer's requests to the API server, for its one resource type and selectors."""
+
+    def list(self) -> Listing: ...
+
+    def watch(self, version: str) -> AbstractAsyncContextManager[AsyncIterable[tuple[str, Any]]]:
+        """A watch from `version`: entering sends it, and raises (ApiError) when the server refuses it.
+
+        Then (event type, object) until the server ends the watch; a BOOKMARK's object is the resourceVersion it
+        carries. An ERROR event raises ApiError; a watch silent for its read timeout raises TimeoutError."""
+        ...
 
 
 _encode = msgspec.json.Encoder().encode
@@ -157,16 +178,25 @@ class Informer(_Cached):
         server_timeout: int = 290,
         read_timeout: float = READ_TIMEOUT_SECONDS,
         packed: bool = False,
+        list_watch: ListWatch | None = None,
     ):
+        """`client` makes the requests, unless `list_watch` is given (then `client` is unused)."""
         super().__init__(name, packed)
-        self.client = client
         self.resource = resource
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
         self.transform = transform or (lambda obj: obj)
-        self.server_timeout = server_timeout
         self.read_timeout = read_timeout
+        self.list_watch: ListWatch = list_watch or LightkubeListWatch(
+            client,
+            resource,
+            namespace=namespace,
+            labels=labels,
+            fields=fields,
+            server_timeout=server_timeout,
+            read_timeout=read_timeout,
+        )
         self.synced = asyncio.Event()
         self.healthy = False
         self.running = False
@@ -174,6 +204,9 @@ class Informer(_Cached):
         self.consecutive_failures = 0
         self.failing_since: str | None = None  # when the current run of failures began (UTC)
         self.watches_started = 0
+        self._backoff = Backoff(
+            initial=BACKOFF_INITIAL_SECONDS, cap=BACKOFF_CAP_SECONDS, reset_after=BACKOFF_RESET_AFTER_SECONDS
+        )
         self._versions: dict[Key, str] = {}
         self._views: list[InformerView] = []
         _informers.add(self)
@@ -193,14 +226,6 @@ class Informer(_Cached):
         self._views.append(created)
         return created
 
-    def _selectors(self) -> dict:
-        selectors = {"labels": self.labels, "fields": self.fields}
-        if self.namespace is not None:
-            selectors["namespace"] = self.namespace
-        elif issubclass(self.resource, NamespacedResource):
-            selectors["namespace"] = ALL_NS  # lightkube's None would mean the kubeconfig's namespace
-        return selectors
-
     async def run(self) -> None:
         self.running = True
         try:
@@ -209,12 +234,9 @@ class Informer(_Cached):
             self.running = False
 
     async def _run(self) -> None:
-        backoff = 0.5
         while True:
             try:
                 version = await self._relist()
-                self._succeeded()
-                backoff = 0.5
                 while True:
                     version = await self._watch(version)
             except asyncio.CancelledError:
@@ -223,92 +245,36 @@ class Informer(_Cached):
                 if error.status.code == 410:
                     metrics.WATCH_RESTARTS.labels(self.name, "gone").inc()
                     continue
-                self._failed(error, backoff)
+                retry_in = self._failed(error)
             except Exception as error:  # unreachable server, reset connection, decoding trouble
-                self._failed(error, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30)
+                retry_in = self._failed(error)
+            await asyncio.sleep(retry_in)
 
     async def _watch(self, version: str) -> str:
-        """One watch request from `version` until the server ends it or it goes quiet; the last version seen.
-
-        lightkube's watch asks for no bookmarks and reads without a timeout, so the request is built here,
-        on the client's own connection pool, credentials and TLS settings.
-        """
-        if not isinstance(self.client, AsyncClient):
-            return await self._watch_plain(version)
-        generic = self.client._client
-        request = generic.prepare_request(
-            "list",
-            res=self.resource,
-            namespace=self._selectors().get("namespace"),
-            watch=True,
-            params={
-                "timeoutSeconds": self.server_timeout,
-                "resourceVersion": version,
-                "allowWatchBookmarks": "true",
-                "labelSelector": build_selector(self.labels) if self.labels else None,
-                "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
-            },
-        )
-        http = generic._client
-        timeout = httpx2.Timeout(15.0, read=self.read_timeout)
+        """One watch from `version` until the server ends it or it goes quiet; the last version seen."""
         self.watches_started += 1
-        response = await http.send(
-            http.build_request(request.method, request.url, params=request.params, timeout=timeout), stream=True
-        )
-        try:
-            if response.status_code >= 400:
-                await response.aread()
-                generic.raise_for_status(response)
+        async with self.list_watch.watch(version) as events:
             self._succeeded()
-            async for line in response.aiter_lines():
-                if line:
-                    version = self._handle_line(line, version)
-        except httpx2.ReadTimeout:
-            metrics.WATCH_RESTARTS.labels(self.name, "inactivity").inc()
-            log.info(
-                "watch silent for its read timeout; watching again",
-                extra=fields(informer=self.name, read_timeout=self.read_timeout),
-            )
-        finally:
-            await response.aclose()
-        return version
-
-    async def _watch_plain(self, version: str) -> str:
-        """Any other client (the unit tests' in-memory API servers): its watch(), with the same read timeout."""
-        self.watches_started += 1
-        stream = aiter(
-            self.client.watch(
-                self.resource, resource_version=version, server_timeout=self.server_timeout, **self._selectors()
-            )
-        )
-        self._succeeded()
-        while True:
             try:
-                event, obj = await asyncio.wait_for(anext(stream), self.read_timeout)
-            except StopAsyncIteration:
-                return version
+                async for event, obj in events:
+                    if event == "BOOKMARK":
+                        metrics.WATCH_EVENTS.labels(self.name, "BOOKMARK").inc()
+                        version = obj or version
+                    else:
+                        self._apply(event, obj)
+                        version = obj.metadata.resourceVersion or version
             except TimeoutError:
                 metrics.WATCH_RESTARTS.labels(self.name, "inactivity").inc()
-                return version
-            self._apply(event, obj)
-            version = obj.metadata.resourceVersion or version
-
-    def _handle_line(self, line: str, version: str) -> str:
-        event = decoders.decode_watch_event(line)
-        if event.type == "ERROR":
-            raise ApiError(status=decoders.decode_status(event.object))
-        if event.type == "BOOKMARK":
-            metrics.WATCH_EVENTS.labels(self.name, "BOOKMARK").inc()
-            bookmark = msgspec.json.decode(event.object, type=_Bookmark)
-            return bookmark.metadata.get("resourceVersion") or version
-        obj = decoders.decode_object(event.object, self.resource)
-        self._apply(event.type, obj)
-        return obj.metadata.resourceVersion or version
+                log.info(
+                    "watch silent for its read timeout; watching again",
+                    extra=fields(informer=self.name, read_timeout=self.read_timeout),
+                )
+        return version
 
     def _succeeded(self) -> None:
+        """A watch was accepted: only that ends a run of failures, since a list alone says nothing of the watch."""
         self.healthy = True
+        self._backoff.healthy(asyncio.get_running_loop().time())
         if self.consecutive_failures == 0:
             return
         was_failing = self.failing
@@ -318,7 +284,9 @@ class Informer(_Cached):
             log.info("informer recovered", extra=fields(informer=self.name))
             self._tell_listeners()
 
-    def _failed(self, error: Exception, backoff: float) -> None:
+    def _failed(self, error: Exception) -> float:
+        """Records the failure; how long to wait before listing again."""
+        retry_in = self._backoff.failed(asyncio.get_running_loop().time())
         self.healthy = False
         self.last_error = error_text(error)
         if self.consecutive_failures == 0:
@@ -328,11 +296,12 @@ class Informer(_Cached):
         log.warning(
             "watch interrupted; relisting",
             extra=fields(
-                informer=self.name, error=self.last_error, failures=self.consecutive_failures, retry_in=backoff
+                informer=self.name, error=self.last_error, failures=self.consecutive_failures, retry_in=retry_in
             ),
         )
         if self.consecutive_failures == FAILING_AFTER:
             self._tell_listeners()
+        return retry_in
 
     def _tell_listeners(self) -> None:
         for listener in list(failure_listeners):
@@ -342,7 +311,7 @@ class Informer(_Cached):
                 log.exception("informer failure listener failed", extra=fields(informer=self.name))
 
     async def _relist(self) -> str:
-        listing = self.client.list(self.resource, chunk_size=500, **self._selectors())
+        listing = self.list_watch.list()
         # Transformed as they arrive: a list of full objects is what would otherwise set the memory peak.
         fresh = self._empty_cache()
         fresh_views = [view._empty_cache() for view in self._views]

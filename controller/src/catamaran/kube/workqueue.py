@@ -1,7 +1,8 @@
 """A deduplicating work queue with per-key backoff, drained by a fixed number of workers.
 
 A key is never processed by two workers at once; a key added while it is being processed
-runs once more afterwards. Failures are retried with exponential backoff per key.
+runs once more afterwards. Failures are retried with jittered exponential backoff per key, which a
+success resets.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from typing import Any
 
 from .. import metrics
 from ..logs import fields
+from . import backoff
 
 log = logging.getLogger(__name__)
 
 Reconcile = Callable[[Any], Awaitable[float | None]]
+
+# The wait before a key's first retry; it doubles with each further failure, up to the queue's max_backoff.
+RETRY_INITIAL_SECONDS = 0.5
 
 
 class WorkQueue:
@@ -120,7 +125,7 @@ class WorkQueue:
             except Exception as error:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
-                requeue_after = min(0.25 * 2**failures, self.max_backoff)
+                requeue_after = backoff.exponential(failures, initial=RETRY_INITIAL_SECONDS, cap=self.max_backoff)
                 metrics.RECONCILES.labels(self.name, "error").inc()
                 log.warning(
                     "reconcile failed; retrying",
