@@ -10,8 +10,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.networking_v1 import ServiceCIDR
 
-from catamaran import forge
-from catamaran.vk import trust
+from catamaran.vk import forge, trust
 from catamaran.vk.local_ranges import LocalRanges
 from catamaran.vk.pods import NO_PROVIDER_RANGES, REFUSED_CONDITION, UNTRANSLATED_CONDITION, translation_conditions
 from catamaran.vk.remote_events import compact_event

@@ -7,11 +7,12 @@ from fractions import Fraction
 import pytest
 from lightkube.core.exceptions import ApiError
 
-from catamaran import forge, objects, quantities
+from catamaran import objects, quantities
 from catamaran.constants import VIRTUAL_NODE_TAINT_KEY
 from catamaran.networks import covering_networks
 from catamaran.provider.offers import NodeSummary, Placement, PodSummary, offer_status
 from catamaran.provider.shadowpods import classify_create_error, pod_from_shadow
+from catamaran.vk import forge
 from catamaran.vk.node import ROUNDED_TO_ZERO, NodeSettings, node_status
 from catamaran.vk.pods import comparable_status
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from catamaran import forge
+from catamaran.vk import forge
 from catamaran.vk.pods import comparable_status, create_refusal
 from catamaran.vk.validation import foreign_spec_problems
 

@@ -38,6 +38,9 @@ CONSUMER_ROOT_CA_CONFIGMAP = "catamaran-root-ca.crt"
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.catamaran.io/not-allowed"
 VIRTUAL_NODE_TAINT = {"key": VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
 
+# The signer of kubelet serving certificates: the virtual kubelet asks it (CSR), the consumer's manager approves.
+KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
+
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_LEASE_DURATION_SECONDS = 40
 NODE_LEASE_RENEW_SECONDS = 10

@@ -26,13 +26,18 @@ from lightkube.resources.authentication_v1 import SelfSubjectReview
 from lightkube.resources.certificates_v1 import CertificateSigningRequest
 from lightkube.resources.core_v1 import Node
 
-from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE, TYPE_VIRTUAL_NODE, VK_SERVICE_ACCOUNT_PREFIX
+from ..constants import (
+    KUBELET_SERVING_SIGNER,
+    LABEL_REMOTE_CLUSTER_ID,
+    LABEL_TYPE,
+    TYPE_VIRTUAL_NODE,
+    VK_SERVICE_ACCOUNT_PREFIX,
+)
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference
-from ..vk.kubelet.certificate import KUBELET_SERVING_SIGNER
 
 log = logging.getLogger(__name__)
 

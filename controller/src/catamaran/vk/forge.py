@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 
-from .constants import (
+from ..constants import (
     ANNOTATION_LOCAL_POD_UID,
     CONSUMER_ROOT_CA_CONFIGMAP,
     LABEL_DESTINATION_CLUSTER_ID,
@@ -17,8 +17,8 @@ from .constants import (
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
-from .steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
-from .vk.trust import OwnRange, overlaps, provider_networks, sanitised_message, sanitised_reason
+from ..steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
+from .trust import OwnRange, overlaps, provider_networks, sanitised_message, sanitised_reason
 
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 TOKEN_NAMESPACE_KEY = "namespace"

@@ -24,7 +24,6 @@ from ..constants import (
     VERSION,
     default_twin_namespace,
 )
-from ..forge import offloading_selects
 from ..kube.informer import Informer
 from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading, TwinNamespace
@@ -33,6 +32,7 @@ from ..logs import fields
 from ..objects import as_dict, now_iso
 from ..steering import OFFLOADING_NAME, remote_namespace_name
 from .context import PeeringContext
+from .forge import offloading_selects
 
 log = logging.getLogger(__name__)
 

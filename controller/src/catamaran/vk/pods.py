@@ -16,7 +16,15 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
 from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
-from ..forge import (
+from ..kube.informer import Informer, NamespacedInformers
+from ..kube.ops import patch_status, tolerating
+from ..kube.resources import ForeignCluster, ShadowPod
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..objects import as_dict, condition, now_iso, reference, set_condition, status_patch
+from ..steering import is_daemonset_pod
+from .context import PeeringContext
+from .forge import (
     ANNOTATION_LOCAL_NAMESPACE,
     HELD_REASONS,
     POD_IP_CONDITION,
@@ -27,14 +35,6 @@ from ..forge import (
     offload_refusal,
     shadowpod_for,
 )
-from ..kube.informer import Informer, NamespacedInformers
-from ..kube.ops import patch_status, tolerating
-from ..kube.resources import ForeignCluster, ShadowPod
-from ..kube.workqueue import WorkQueue
-from ..logs import fields
-from ..objects import as_dict, condition, now_iso, reference, set_condition, status_patch
-from ..steering import is_daemonset_pod
-from .context import PeeringContext
 from .local_ranges import LocalRanges
 from .namespaces import TwinManager
 from .node import VirtualNode

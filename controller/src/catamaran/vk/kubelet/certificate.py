@@ -30,13 +30,12 @@ from lightkube.resources.certificates_v1 import CertificateSigningRequest
 from lightkube.resources.core_v1 import ConfigMap
 
 from ...certs import make_ca, make_serving_cert
-from ...constants import LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN
+from ...constants import KUBELET_SERVING_SIGNER, LABEL_MANAGED_BY, MANAGED_BY_CATAMARAN
 from ...logs import fields
 from ...objects import as_dict
 
 log = logging.getLogger(__name__)
 
-KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 SERVING_USAGES = ["digital signature", "server auth"]
 LABEL_SERVING_NODE = "catamaran.io/kubelet-serving-node"
 # Where every API server publishes the CA it trusts for client certificates (readable with the

@@ -27,13 +27,13 @@ from ...constants import (
     ANNOTATION_LOCAL_UID,
     ANNOTATION_TOKEN_FOR_POD,
 )
-from ...forge import TOKEN_NAMESPACE_KEY, token_requests
 from ...kube.informer import Informer
 from ...kube.ops import delete_with_uid, tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
 from ...objects import reference
 from ..context import PeeringContext
+from ..forge import TOKEN_NAMESPACE_KEY, token_requests
 from ..namespaces import TwinManager
 from .kind import digest
 from .policy import KindPolicy
