@@ -92,9 +92,12 @@ demo-down: ## take the demo apart (playbooks/teardown.yml un-peers everything), 
 lab-status: setup ## list the lab clusters, their kubeconfigs, health and memory
 	$(LAB) status
 
-lint: setup ## ruff, yamllint, ansible-lint (production profile) and the changelog's fragments and changelog.yaml
+lint: setup ## ruff, the controller's layers (import-linter) and types (mypy), yamllint, ansible-lint, the changelog
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@# Contracts and checked files: controller/pyproject.toml.
+	cd controller && $(CURDIR)/$(BIN)/lint-imports
+	cd controller && $(CURDIR)/$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint
 	$(BIN)/antsibull-changelog lint

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from lightkube.resources.core_v1 import Event
 
+from catamaran.kube.ratelimit import TokenBucket
 from catamaran.vk import remote_events
-from catamaran.vk.remote_events import TokenBucket, compact_event, mirrored_event
+from catamaran.vk.remote_events import compact_event, mirrored_event
 
 REMOTE = {
     "apiVersion": "v1",

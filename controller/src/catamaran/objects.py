@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 
 def as_dict(obj) -> dict:
@@ -47,7 +48,7 @@ def same_conditions(a: list[dict], b: list[dict]) -> bool:
 
 def merge_patch(old: dict, new: dict) -> dict:
     """The JSON merge patch that turns `old` into `new` (removed keys become null)."""
-    patch = {}
+    patch: dict[str, Any] = {}
     for key, value in new.items():
         previous = old.get(key)
         if isinstance(value, dict) and isinstance(previous, dict):

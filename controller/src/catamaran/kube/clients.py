@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import httpx2
 import msgspec
@@ -127,26 +127,37 @@ def async_client(
         timeout=httpx2.Timeout(timeout),
         trust_env=False,
     )
-    http = client._client._client  # lightkube's httpx client: auth, TLS and the connection pool live there
-    user = single.user
+    http = http_client(client)
+    user = single.user if single is not None else None
     if user is not None and user.token is not None and user.token_file is None:
         http.auth = BearerToken(user.token)
     # lightkube has no setting for the transport; its TLS context (CA, client certificate) carries over.
-    http._transport = AiohttpTransport(http._transport._pool._ssl_context, MAX_CONNECTIONS)
+    http._transport = AiohttpTransport(http._transport._pool._ssl_context, MAX_CONNECTIONS)  # type: ignore[attr-defined]
     _instrument(http, cluster)
     return client
 
 
+def generic_client(client: AsyncClient):
+    """lightkube's request builder beneath its public calls (prepare_request, send, raise_for_status): the one
+    place Catamaran reaches past lightkube's public API, for what it has no call for."""
+    return client._client
+
+
+def http_client(client: AsyncClient) -> httpx2.AsyncClient:
+    """lightkube's httpx client: auth, TLS and the connection pool live there."""
+    return generic_client(client)._client
+
+
 def bearer_token(client: AsyncClient) -> BearerToken | None:
     """The client's replaceable token: setting its `token` switches every later request, streams included."""
-    auth = client._client._client.auth
+    auth = http_client(client).auth
     return auth if isinstance(auth, BearerToken) else None
 
 
 async def get_raw(client: AsyncClient, path: str, request_timeout: float) -> tuple[int, str]:
     """GET a non-resource path such as /readyz with the client's own credentials and TLS settings."""
     # lightkube has no public call for non-resource paths; its httpx client carries auth and TLS.
-    http = client._client._client
+    http = http_client(client)
     response = await http.get(path, timeout=request_timeout)
     return response.status_code, response.text
 
@@ -190,7 +201,7 @@ class LightkubeListWatch:
 
     @contextlib.asynccontextmanager
     async def watch(self, version: str):
-        generic = self.client._client
+        generic = generic_client(self.client)
         request = generic.prepare_request(
             "list",
             res=self.resource,
@@ -218,7 +229,7 @@ class LightkubeListWatch:
         finally:
             await response.aclose()
 
-    async def _events(self, response: httpx2.Response) -> AsyncIterator[tuple[str, object]]:
+    async def _events(self, response: httpx2.Response) -> AsyncGenerator[tuple[str, object]]:
         try:
             async for line in response.aiter_lines():
                 if line:
@@ -227,7 +238,7 @@ class LightkubeListWatch:
             raise TimeoutError(f"watch silent for {self.read_timeout} s") from silent
 
     def _event(self, line: str) -> tuple[str, object]:
-        event = decoders.decode_watch_event(line)
+        event = decoders.decode_watch_event(line)  # type: ignore[arg-type]  # msgspec decodes str as well as bytes
         if event.type == "ERROR":
             raise ApiError(status=decoders.decode_status(event.object))
         if event.type == "BOOKMARK":

@@ -43,8 +43,10 @@ class EventRecorder:
             metrics.EVENTS_DROPPED.inc()
 
     async def _write_deferred(self) -> None:
+        queue = self._deferred
+        assert queue is not None, "writers start with their queue"
         while True:
-            event = await self._deferred.get()
+            event = await queue.get()
             try:
                 await self.record(*event)
             except Exception:  # record() logs API errors; anything else must not end the writer

@@ -8,6 +8,8 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
+from .clients import generic_client
+
 
 @contextlib.contextmanager
 def tolerating(*codes: int):
@@ -34,7 +36,7 @@ async def patch_status(client: AsyncClient, resource, meta: dict, status: dict) 
 async def delete_with_uid(client: AsyncClient, resource, name: str, namespace: str, uid: str) -> None:
     """Delete an object only if it is still the one with `uid`: 409 when another took its name meanwhile."""
     # lightkube's delete() sends no body, and preconditions travel in the DeleteOptions body.
-    http = client._client
+    http = generic_client(client)
     request = http.prepare_request("delete", res=resource, name=name, namespace=namespace)
     request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
     response = await http.send(http.build_adapter_request(request))

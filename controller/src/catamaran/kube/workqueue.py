@@ -93,6 +93,7 @@ class WorkQueue:
                 self._queue.put_nowait(_RETIRE)  # wakes an idle worker so that it can end
 
     def _start_worker(self) -> None:
+        assert self._group is not None, "workers start inside run()"
         self._running += 1
         self._group.create_task(self._worker())
 

@@ -51,7 +51,7 @@ def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:
 class Ledger:
     """Per-tenant usage of the pods an informer sees, plus reservations for pods not seen yet."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._seen: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}  # pod key -> (tenant, usage)
         self._used: dict[str, dict[str, Fraction]] = {}
         self._reserved: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}

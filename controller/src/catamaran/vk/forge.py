@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+from collections.abc import Sequence
 
 from ..constants import (
     ANNOTATION_LOCAL_POD_UID,
@@ -287,7 +288,9 @@ class IPTranslator:
         if self.conflict is not None:
             return None
         address = _address(ip)
-        source = next((s for s in self.sources if address is not None and address in s), None)
+        if address is None:
+            return None
+        source = next((s for s in self.sources if address in s), None)
         if source is None:
             return None
         if self.target is None:
@@ -356,7 +359,7 @@ def _waiting_containers(containers: list[tuple[str, str]], reason: str, message:
 
 
 def held_pod_status(
-    local_status: dict, reason: str, message: str, *, now: str, containers: list[tuple[str, str]] = ()
+    local_status: dict, reason: str, message: str, *, now: str, containers: Sequence[tuple[str, str]] = ()
 ) -> dict:
     """The status of a pod the virtual kubelet does not send (or the provider refused to take): Pending, and why.
 
@@ -384,7 +387,7 @@ def local_pod_status(
     translate: IPTranslator | None,
     provider_reachable: bool,
     now: str,
-    containers: list[tuple[str, str]] = (),
+    containers: Sequence[tuple[str, str]] = (),
 ) -> dict:
     """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet).
 

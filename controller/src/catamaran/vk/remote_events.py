@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import Event
 
 from .. import metrics
 from ..kube.informer import Informer, NamespacedInformers
+from ..kube.ratelimit import TokenBucket
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict
@@ -77,27 +78,6 @@ def mirrored_event(remote_name: str, remote: dict, target: dict, provider_id: st
         "reportingComponent": REPORTING_COMPONENT,
         "reportingInstance": node_name,
     }
-
-
-class TokenBucket:
-    """At most `rate` writes a second on average, `burst` at once."""
-
-    def __init__(self, rate: float, burst: int):
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._stamp = time.monotonic()
-
-    def reserve(self) -> float:
-        """Take the next token, free now or in the future: seconds until it is this caller's (0: now).
-
-        Each waiting writer holds its own future slot, so a thousand waiting writes wake once each, in turn,
-        instead of all waking to compete for every token that frees up."""
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-        self._tokens -= 1
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
 
 class RemoteEventMirror:

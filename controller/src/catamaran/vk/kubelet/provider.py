@@ -19,6 +19,7 @@ from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 
 from ... import metrics
+from ...kube.clients import http_client
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class ProviderError(Exception):
 
 class ProviderChannel:
     def __init__(self, provider: AsyncClient, config: SingleConfig):
-        self.http: httpx2.AsyncClient = provider._client._client  # lightkube keeps auth and TLS here
+        self.http: httpx2.AsyncClient = http_client(provider)
         self.server = config.cluster.server.rstrip("/")
         self.ssl = verify_cluster(config.cluster, config.user, config.abs_file, trust_env=False)
         # The lightkube client's own auth object: a token swapped in there (a rotated credential) reaches
