@@ -17,7 +17,7 @@ from catamaran.constants import (
     TENANT_TOKEN_BINDING_SECRET,
 )
 from catamaran.kube.clients import BearerToken, async_client, bearer_token
-from catamaran.vk.kubelet.provider import ProviderChannel
+from catamaran.vk.kubelet.channel import ProviderChannel
 from catamaran.vk.peering import bound_to, issued_at, kubeconfig_token, kubeconfig_with_token, newer_token, reissued
 
 LIFETIME = 1000

@@ -14,8 +14,8 @@ from cryptography.x509.oid import NameOID
 from catamaran.consumer.csr import requested_node, review
 from catamaran.vk.kubelet.auth import subresources_for, user_from_certificate
 from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
+from catamaran.vk.kubelet.container_logs import log_params
 from catamaran.vk.kubelet.http import HttpError, Request
-from catamaran.vk.kubelet.logs import log_params
 from catamaran.vk.kubelet.stats import ContainerUsage, PodUsage, Snapshot, UsageIntegrator, resource_metrics, summary
 from catamaran.vk.kubelet.streams import command_streams, negotiate
 

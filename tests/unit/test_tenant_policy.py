@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from catamaran.constants import DEFAULT_POD_SECURITY_LEVEL, DEFAULT_SHARING_PERCENTAGE
-from catamaran.provider import policy, quota
+from catamaran.provider import podsecurity, quota
 from catamaran.provider.offers import Placement, TenantTerms
 from catamaran.provider.shadowpods import pod_from_shadow
 from catamaran.provider.twins import pod_security_labels, reserved_name
@@ -38,7 +38,7 @@ def with_container_context(**context) -> dict:
 
 def test_a_restricted_pod_passes_every_level():
     for level in ("restricted", "baseline", "privileged"):
-        assert policy.violations(compliant_spec(), level) == []
+        assert podsecurity.violations(compliant_spec(), level) == []
 
 
 @pytest.mark.parametrize(
@@ -88,33 +88,33 @@ def test_a_restricted_pod_passes_every_level():
     ],
 )
 def test_baseline_violations_are_named_and_privileged_allows_them(spec, expected):
-    assert expected in policy.violations(spec, "baseline")
-    assert expected in policy.violations(spec, "restricted")
-    assert policy.violations(spec, "privileged") == []
+    assert expected in podsecurity.violations(spec, "baseline")
+    assert expected in podsecurity.violations(spec, "restricted")
+    assert podsecurity.violations(spec, "privileged") == []
 
 
 def test_host_ports_of_init_and_ephemeral_containers_count_too():
     spec = compliant_spec()
     spec["initContainers"] = [{"name": "init", "ports": [{"containerPort": 80, "hostPort": 8080}]}]
     spec["ephemeralContainers"] = [{"name": "debug", "securityContext": {"privileged": True}}]
-    found = policy.violations(spec, "baseline")
+    found = podsecurity.violations(spec, "baseline")
     assert 'hostPort (container "init" uses hostPort 8080)' in found
     assert 'privileged (container "debug" must not set securityContext.privileged=true)' in found
 
 
 def test_baseline_allows_its_default_capabilities_and_unconfined_apparmor_annotation_is_refused():
     spec = with_container_context(capabilities={"add": ["CHOWN", "NET_BIND_SERVICE"]})
-    assert policy.violations(spec, "baseline") == []
+    assert podsecurity.violations(spec, "baseline") == []
     annotations = {"container.apparmor.security.beta.kubernetes.io/app": "unconfined"}
-    assert policy.violations(compliant_spec(), "baseline", annotations) == [
+    assert podsecurity.violations(compliant_spec(), "baseline", annotations) == [
         'AppArmor profile (annotation "container.apparmor.security.beta.kubernetes.io/app"="unconfined")'
     ]
 
 
 def test_restricted_adds_its_checks_each_naming_the_container():
     spec = {"containers": [{"name": "app", "image": "x"}], "volumes": [{"name": "nfs", "nfs": {"server": "s"}}]}
-    assert policy.violations(spec, "baseline") == []
-    assert policy.violations(spec, "restricted") == [
+    assert podsecurity.violations(spec, "baseline") == []
+    assert podsecurity.violations(spec, "restricted") == [
         'restricted volume types (volume "nfs" uses nfs)',
         'allowPrivilegeEscalation != false (container "app" must set securityContext.allowPrivilegeEscalation=false)',
         'runAsNonRoot != true (pod or container "app" must set securityContext.runAsNonRoot=true)',
@@ -131,32 +131,32 @@ def test_restricted_takes_pod_level_settings_and_container_overrides():
             {"name": "a", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
         ],
     }
-    assert policy.violations(pod_level, "restricted") == []
+    assert podsecurity.violations(pod_level, "restricted") == []
     overridden = copy.deepcopy(pod_level)
     overridden["containers"][0]["securityContext"].update(runAsNonRoot=False, runAsUser=0)
-    assert policy.violations(overridden, "restricted") == [
+    assert podsecurity.violations(overridden, "restricted") == [
         'runAsNonRoot != true (pod or container "a" must set securityContext.runAsNonRoot=true)',
         'runAsUser=0 (pod or container "a" must not set runAsUser=0)',
     ]
     added = with_container_context(capabilities={"drop": ["ALL"], "add": ["NET_BIND_SERVICE", "CHOWN"]})
-    assert policy.violations(added, "restricted") == [
+    assert podsecurity.violations(added, "restricted") == [
         'unrestricted capabilities (container "app" must not include "CHOWN" in securityContext.capabilities.add; '
         'only "NET_BIND_SERVICE" is allowed)'
     ]
 
 
 def test_an_unknown_level_is_checked_as_restricted():
-    assert policy.violations({"containers": [{"name": "a"}]}, "lenient") == policy.violations(
+    assert podsecurity.violations({"containers": [{"name": "a"}]}, "lenient") == podsecurity.violations(
         {"containers": [{"name": "a"}]}, "restricted"
     )
 
 
 def test_the_stricter_level_applies_until_a_twin_is_relabelled():
-    assert policy.stricter("privileged", "restricted") == "restricted"
-    assert policy.stricter("restricted", "privileged") == "restricted"
-    assert policy.stricter("privileged", "baseline") == "baseline"
-    assert policy.stricter("baseline", None) == "baseline"
-    assert policy.stricter("privileged", "not-a-level") == "privileged"
+    assert podsecurity.stricter("privileged", "restricted") == "restricted"
+    assert podsecurity.stricter("restricted", "privileged") == "restricted"
+    assert podsecurity.stricter("privileged", "baseline") == "baseline"
+    assert podsecurity.stricter("baseline", None) == "baseline"
+    assert podsecurity.stricter("privileged", "not-a-level") == "privileged"
 
 
 def test_the_integration_tests_pods_meet_restricted():
@@ -165,7 +165,7 @@ def test_the_integration_tests_pods_meet_restricted():
         {"containers": [container(cpu="10m", memory="16Mi")]},
         real_pod("p", ["true"])["spec"],
     ):
-        assert policy.violations(spec, "restricted") == []
+        assert podsecurity.violations(spec, "restricted") == []
 
 
 def test_terms_default_to_restricted_and_the_default_share():

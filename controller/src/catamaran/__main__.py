@@ -12,42 +12,30 @@ from pathlib import Path
 
 from . import health, logs
 from .constants import SYSTEM_NAMESPACE
-from .consumer.csr import KubeletServingApprover
-from .consumer.offloading import NamespaceOffloadingController
-from .consumer.storage import keep_virtual_storage_class
-from .consumer.webhook import PodWebhook
+from .consumer.manager import WebhookOptions, consumer_tasks
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
-from .kube.events import EventRecorder
 from .provider.manager import provider_tasks
 from .vk.runner import KubeletOptions, PeeringRemoved, VirtualKubelet
 
 log = logging.getLogger("catamaran")
 
 
-def consumer_tasks(client, args) -> list:
-    events = EventRecorder(client, "catamaran-manager")
-    offloadings = NamespaceOffloadingController(client, args.cluster_id, events, args.controller_namespace)
-    approver = KubeletServingApprover(client, events, args.controller_namespace)
-    tasks = [*offloadings.tasks(), *approver.tasks(), keep_virtual_storage_class(client)]
-    if args.webhook_port:
-        service = None
-        if args.webhook_service:
-            namespaced, _, port = args.webhook_service.partition(":")
-            namespace, _, name = namespaced.partition("/")
-            service = {"namespace": namespace, "name": name, "port": int(port or 443)}
-        hosts = args.webhook_host or ["127.0.0.1"]
-        webhook = PodWebhook(
-            client,
-            offloadings,
-            cert_dir=Path(args.cert_dir),
-            hosts=hosts,
-            port=args.webhook_port,
-            url=args.webhook_url,
-            service=service,
-        )
-        tasks.append(webhook.run())
-        health.HEALTH.add_check("pod webhook", health.listening("127.0.0.1", args.webhook_port))
-    return tasks
+def _webhook(args) -> WebhookOptions | None:
+    """The pod webhook's options from the command line; None when it is not served."""
+    if not args.webhook_port:
+        return None
+    service = None
+    if args.webhook_service:
+        namespaced, _, port = args.webhook_service.partition(":")
+        namespace, _, name = namespaced.partition("/")
+        service = {"namespace": namespace, "name": name, "port": int(port or 443)}
+    return WebhookOptions(
+        port=args.webhook_port,
+        cert_dir=Path(args.cert_dir),
+        hosts=args.webhook_host or ["127.0.0.1"],
+        url=args.webhook_url,
+        service=service,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,7 +118,7 @@ async def _main(args) -> None:
         tasks = provider_tasks(
             client, args.cluster_id, workers=args.workers, credential_renew_fraction=args.credential_renew_fraction
         )
-        tasks += consumer_tasks(client, args)
+        tasks += consumer_tasks(client, args.cluster_id, args.controller_namespace, _webhook(args))
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")
         vk = VirtualKubelet(

@@ -24,7 +24,7 @@ from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, condition, reference, set_condition, status_patch
-from . import policy
+from . import podsecurity
 from . import terms as tenant_terms
 from .offers import Placement, ResourceOfferController, TenantTerms
 
@@ -170,7 +170,7 @@ class ShadowPodController:
         """The consumer owning a twin namespace and the level Pod Security Admission enforces there."""
         twin = self.twin_namespaces.get(None, namespace) if self.twin_namespaces is not None else None
         labels = ((twin or {}).get("metadata") or {}).get("labels") or {}
-        return labels.get(LABEL_ORIGIN_CLUSTER_ID), labels.get(policy.ENFORCE_LABEL)
+        return labels.get(LABEL_ORIGIN_CLUSTER_ID), labels.get(podsecurity.ENFORCE_LABEL)
 
     def _twin_namespace_changed(self, event, key, new, old) -> None:
         """A relabelled twin may now admit what it refused (the level is relaxed once the label is)."""
@@ -270,8 +270,8 @@ class ShadowPodController:
             return "FieldNotAllowed", f"the provider's terms refuse pod spec fields: {', '.join(refused)}"
         if tenant_terms.pod_affinity_reaches_out(pod["spec"]):
             return "FieldNotAllowed", "the provider's terms refuse pod affinity terms naming other namespaces"
-        level = policy.stricter(terms.pod_security, enforced)
-        found = policy.violations(pod["spec"], level, pod["metadata"].get("annotations"))
+        level = podsecurity.stricter(terms.pod_security, enforced)
+        found = podsecurity.violations(pod["spec"], level, pod["metadata"].get("annotations"))
         if found:
             return "PodSecurityViolation", f'violates PodSecurity "{level}:latest": {", ".join(found)}'
         if consumer is None or self.offers is None:

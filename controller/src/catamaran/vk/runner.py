@@ -25,7 +25,7 @@ from ..logs import fields
 from ..objects import as_dict, reference, set_condition
 from .context import PeeringContext
 from .kubelet.certificate import ServingCertificate
-from .kubelet.provider import ProviderChannel
+from .kubelet.channel import ProviderChannel
 from .kubelet.server import KubeletServer, listen
 from .node import HealthSettings, NodeSettings, VirtualNode
 from .peering import CredentialFollower, ForeignClusterError, PeeringWatch

@@ -17,9 +17,9 @@ from ...logs import fields
 from ..context import PeeringContext
 from .auth import Gatekeeper
 from .certificate import ServingCertificate
+from .channel import ProviderChannel, ProviderError
+from .container_logs import serve_logs
 from .http import HttpError, Request, serve_connection
-from .logs import serve_logs
-from .provider import ProviderChannel, ProviderError
 from .stats import NodeStats, resource_metrics, summary
 from .streams import serve_command, serve_port_forward
 

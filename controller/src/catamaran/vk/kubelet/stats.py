@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ... import quantities
 from ...logs import fields
-from .provider import ProviderChannel
+from .channel import ProviderChannel
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import aiohttp
 from ... import metrics
 from ...kube.spdy import SpdySession, SpdyStream
 from ...logs import fields
+from .channel import ProviderChannel
 from .http import HttpError, Request
-from .provider import ProviderChannel
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from .channel import ProviderChannel
 from .http import Request
-from .provider import ProviderChannel
 
 # The kubelet's containerLogs query, which is also the provider's pods/log query (PodLogOptions).
 LOG_OPTIONS = ("follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes", "stream")
