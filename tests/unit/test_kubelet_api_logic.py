@@ -258,3 +258,17 @@ def test_the_self_signed_fallback_serves_the_published_address(tmp_path):
     assert (tmp_path / "kubelet-serving.key").stat().st_mode & 0o777 == 0o600
     assert certificate.context.verify_mode == ssl_module.CERT_OPTIONAL
     assert certificate.ready.is_set()
+
+
+def test_one_route_table_decides_paths_methods_and_metrics_labels():
+    from catamaran.vk.kubelet.server import ROUTES, KubeletServer
+
+    assert ROUTES["exec"].matches(["ns", "pod", "app"])
+    assert ROUTES["exec"].matches(["ns", "pod", "uid", "app"])
+    assert not ROUTES["containerLogs"].matches(["ns", "pod"])
+    assert ROUTES["stats"].matches(["summary"])
+    assert not ROUTES["stats"].matches(["container"])
+    assert "DELETE" not in ROUTES["pods"].methods
+    assert ROUTES["portForward"].methods >= {"GET", "POST"}  # SPDY upgrades POST, WebSocket upgrades GET
+    for route in ROUTES.values():
+        assert callable(getattr(KubeletServer, route.serve)), route

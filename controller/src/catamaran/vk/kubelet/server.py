@@ -11,6 +11,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from ... import metrics
 from ...logs import fields
@@ -103,7 +104,13 @@ class KubeletServer:
         code = 200
         try:
             await self.gatekeeper.check(request)
-            await self._route(request, endpoint, parts[1:])
+            route = ROUTES.get(endpoint)
+            rest = parts[1:]
+            if route is None or not route.matches(rest):
+                raise HttpError(404, f"{request.path}: not served by virtual node {self.peering.node_name}")
+            if request.method not in route.methods:
+                raise HttpError(405, f"{request.method} is not allowed on {request.path} (allowed: {route.allowed})")
+            await getattr(self, route.serve)(request, endpoint, rest)
         except HttpError as error:
             code = error.status
             raise
@@ -112,32 +119,34 @@ class KubeletServer:
             if not request.responded:
                 await request.respond(error.status, error.body, error.content_type)
         finally:
-            metrics.KUBELET_REQUESTS.labels(endpoint if endpoint in ENDPOINTS else "other", str(code)).inc()
+            metrics.KUBELET_REQUESTS.labels(endpoint if endpoint in ROUTES else "other", str(code)).inc()
 
-    async def _route(self, request: Request, endpoint: str, rest: list[str]) -> None:
-        if endpoint == "healthz" and not rest:
-            await request.respond(200, b"ok")
-        elif endpoint == "pods" and not rest:
-            await request.respond_json(200, {"kind": "PodList", "apiVersion": "v1", "items": self.pods_on_node()})
-        elif endpoint == "containerLogs" and len(rest) == 3:
-            twin = self._twin(rest[0], rest[1])
-            await serve_logs(request, self.channel, twin, rest[1], rest[2])
-        elif endpoint in ("exec", "attach") and len(rest) in (3, 4):
-            # /exec/{namespace}/{pod}/{container} or /exec/{namespace}/{pod}/{uid}/{container}
-            twin = self._twin(rest[0], rest[1], uid=rest[2] if len(rest) == 4 else None)
-            await serve_command(request, self.channel, endpoint, twin, rest[1], rest[-1])
-        elif endpoint == "portForward" and len(rest) in (2, 3):
-            twin = self._twin(rest[0], rest[1], uid=rest[2] if len(rest) == 3 else None)
-            await serve_port_forward(request, self.channel, twin, rest[1])
-        elif endpoint == "stats" and rest == ["summary"]:
-            await request.respond_json(
-                200, summary(await self.stats.snapshot(), self.peering.node_name, self.stats.started)
-            )
-        elif endpoint == "metrics" and rest == ["resource"]:
-            text = resource_metrics(await self.stats.snapshot())
-            await request.respond(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
-        else:
-            raise HttpError(404, f"{request.path}: not served by virtual node {self.peering.node_name}")
+    async def _healthz(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        await request.respond(200, b"ok")
+
+    async def _pods(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        await request.respond_json(200, {"kind": "PodList", "apiVersion": "v1", "items": self.pods_on_node()})
+
+    async def _container_logs(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        twin = self._twin(rest[0], rest[1])
+        await serve_logs(request, self.channel, twin, rest[1], rest[2])
+
+    async def _command(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        # /exec/{namespace}/{pod}/{container} or /exec/{namespace}/{pod}/{uid}/{container}
+        twin = self._twin(rest[0], rest[1], uid=rest[2] if len(rest) == 4 else None)
+        await serve_command(request, self.channel, endpoint, twin, rest[1], rest[-1])
+
+    async def _port_forward(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        twin = self._twin(rest[0], rest[1], uid=rest[2] if len(rest) == 3 else None)
+        await serve_port_forward(request, self.channel, twin, rest[1])
+
+    async def _summary(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        snapshot = await self.stats.snapshot()
+        await request.respond_json(200, summary(snapshot, self.peering.node_name, self.stats.started))
+
+    async def _resource_metrics(self, request: Request, endpoint: str, rest: list[str]) -> None:
+        text = resource_metrics(await self.stats.snapshot())
+        await request.respond(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _twin(self, namespace: str, name: str, uid: str | None = None) -> str:
         pod = self.local_pod(namespace, name)
@@ -149,4 +158,34 @@ class KubeletServer:
         return twin
 
 
-ENDPOINTS = {"healthz", "pods", "containerLogs", "exec", "attach", "portForward", "stats", "metrics"}
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of the kubelet API: the path after it, the methods the kubelet takes there, its handler."""
+
+    serve: str  # the KubeletServer method answering it
+    methods: frozenset[str]
+    lengths: frozenset[int] = frozenset({0})  # how many path segments follow the endpoint
+    rest: tuple[str, ...] | None = None  # or exactly these
+
+    def matches(self, rest: list[str]) -> bool:
+        return tuple(rest) == self.rest if self.rest is not None else len(rest) in self.lengths
+
+    @property
+    def allowed(self) -> str:
+        return ", ".join(sorted(self.methods))
+
+
+READ = frozenset({"GET"})
+# The API server upgrades streams with POST (SPDY) or GET (WebSocket), as it does against a kubelet.
+STREAM = frozenset({"GET", "POST"})
+# Endpoint (the path's first segment) -> its route: what is served, answered 405 or counted in metrics.
+ROUTES = {
+    "healthz": Route("_healthz", READ),
+    "pods": Route("_pods", READ),
+    "containerLogs": Route("_container_logs", READ, frozenset({3})),
+    "exec": Route("_command", STREAM, frozenset({3, 4})),
+    "attach": Route("_command", STREAM, frozenset({3, 4})),
+    "portForward": Route("_port_forward", STREAM, frozenset({2, 3})),
+    "stats": Route("_summary", frozenset({"GET", "POST"}), rest=("summary",)),
+    "metrics": Route("_resource_metrics", READ, rest=("resource",)),
+}
