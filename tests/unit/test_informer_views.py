@@ -71,3 +71,36 @@ def test_a_relist_replaces_the_view_and_announces_only_differences():
     view._replace(fresh, {("twin", "kept"): "1", ("twin", "gone"): "2"}, {("twin", "kept"): "1"})
     assert seen == [("DELETED", "gone")]
     assert list(view.cache) == [("twin", "kept")]
+
+
+def test_keys_in_a_namespace_follow_the_cache_without_a_walk():
+    from catamaran.kube.informer import _Cached
+
+    cached = _Cached("pods", packed=False)
+    cached._store(("a", "one"), 1)
+    cached._store(("a", "two"), 2)
+    cached._store(("b", "one"), 3)
+    assert sorted(cached.keys_in("a")) == [("a", "one"), ("a", "two")]
+    cached._drop(("a", "one"))
+    assert cached.keys_in("a") == [("a", "two")]
+    cached._reset({("c", "x"): 4})
+    assert (cached.keys_in("a"), cached.keys_in("c")) == ([], [("c", "x")])
+
+
+def test_named_handlers_enqueue_or_call_only_for_the_changes_they_admit():
+    from catamaran.kube.informer import call, changed, enqueue, present
+
+    class Queue:
+        def __init__(self):
+            self.added = []
+
+        def add(self, key, delay=0):
+            self.added.append((key, delay))
+
+    queue, calls = Queue(), []
+    enqueue(queue, key=lambda key: key[1], delay=1.0, when=present)("ADDED", ("ns", "a"), {"x": 1}, None)
+    enqueue(queue, when=present)("DELETED", ("ns", "b"), None, {"x": 1})
+    assert queue.added == [("a", 1.0)]
+    call(calls.append, key=lambda key: key[0], when=changed)("MODIFIED", ("ns", "a"), {"x": 1}, {"x": 1})
+    call(calls.append, key=lambda key: key[0], when=changed)("MODIFIED", ("ns", "a"), {"x": 2}, {"x": 1})
+    assert calls == ["ns"]

@@ -34,7 +34,7 @@ from ..constants import (
     VK_SERVICE_ACCOUNT_PREFIX,
 )
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer
+from ..kube.informer import Informer, enqueue, present
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference
@@ -141,7 +141,7 @@ class KubeletServingApprover:
             transform=as_dict,
         )
         self.queue = WorkQueue("kubelet-serving-approver", self.reconcile, workers=2)
-        self.requests.on_change(lambda event, key, new, old: new is not None and self.queue.add(key[1]))
+        self.requests.on_change(enqueue(self.queue, key=lambda key: key[1], when=present))
 
     def tasks(self):
         return [self.requests.run(), self._run()]

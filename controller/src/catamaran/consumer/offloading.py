@@ -29,7 +29,7 @@ from ..constants import (
     VK_REFLECTION_ROLE,
 )
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer
+from ..kube.informer import Informer, call, enqueue
 from ..kube.ops import tolerating
 from ..kube.resources import ForeignCluster, NamespaceOffloading
 from ..kube.workqueue import WorkQueue
@@ -132,9 +132,9 @@ class NamespaceOffloadingController:
             transform=lambda foreign: (as_dict(foreign).get("spec") or {}).get("clusterID"),
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
-        self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key))
-        self.virtual_nodes.on_change(lambda event, key, new, old: self._requeue_all())
-        self.foreign_clusters.on_change(lambda event, key, new, old: self._requeue_all())
+        self.offloadings.on_change(enqueue(self.queue))
+        self.virtual_nodes.on_change(call(self._requeue_all))
+        self.foreign_clusters.on_change(call(self._requeue_all))
 
     def _requeue_all(self) -> None:
         for key in list(self.offloadings.cache):

@@ -36,6 +36,43 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str | None, str]
 Handler = Callable[[str, Key, Any, Any], None]
+# (event, key, new, old) -> whether a handler acts on that change.
+Predicate = Callable[[str, Key, Any, Any], bool]
+
+
+def changed(event: str, key: Key, new: Any, old: Any) -> bool:
+    """The cached form differs (a resync or a change to fields the transform drops is no change)."""
+    return new != old
+
+
+def present(event: str, key: Key, new: Any, old: Any) -> bool:
+    """The object exists after the change (not a deletion)."""
+    return new is not None
+
+
+def enqueue(queue, *, key: Callable[[Key], Any] = lambda key: key, delay: float = 0, when: Predicate | None = None):
+    """A handler adding `key(k)` of each change `when` admits to a work queue (controller-runtime's
+    EnqueueRequestForObject, or with `key` its map function)."""
+
+    def handler(event: str, k: Key, new: Any, old: Any) -> None:
+        if when is None or when(event, k, new, old):
+            queue.add(key(k), delay)
+
+    return handler
+
+
+def call(
+    callback: Callable[..., Any], *, key: Callable[[Key], Any] | None = None, when: Predicate | None = None
+) -> Handler:
+    """A handler calling `callback()` (with `key`, `callback(key(k))`) on each change `when` admits: requeue
+    everything, wake a loop, tell another controller."""
+
+    def handler(event: str, k: Key, new: Any, old: Any) -> None:
+        if when is None or when(event, k, new, old):
+            callback() if key is None else callback(key(k))
+
+    return handler
+
 
 # A watch that delivered nothing, not even a bookmark, for this long is taken for dead and replaced.
 # The API server sends a bookmark about every 60 s, so a healthy quiet watch never reaches it.
@@ -144,6 +181,7 @@ class _Cached:
         # `packed`: the transformed objects (plain JSON data) are stored as bytes, see PackedCache.
         self.packed = packed
         self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
+        self._by_namespace: dict[str | None, set[Key]] = {}  # the cache's keys per namespace
         self._handlers: list[Handler] = []
 
     def on_change(self, handler: Handler) -> None:
@@ -152,6 +190,30 @@ class _Cached:
 
     def get(self, namespace: str | None, name: str):
         return self.cache.get((namespace, name))
+
+    def keys_in(self, namespace: str | None) -> list[Key]:
+        """The cached objects' keys in one namespace, without a walk over the whole cache."""
+        return list(self._by_namespace.get(namespace, ()))
+
+    def _store(self, key: Key, value: Any) -> None:
+        self.cache[key] = value
+        self._by_namespace.setdefault(key[0], set()).add(key)
+
+    def _drop(self, key: Key) -> None:
+        self.cache.pop(key, None)
+        keys = self._by_namespace.get(key[0])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_namespace[key[0]]
+
+    def _reset(self, fresh) -> Any:
+        """Replace the whole cache (after a relist); the previous one is returned."""
+        old, self.cache = self.cache, fresh
+        self._by_namespace = {}
+        for key in fresh:
+            self._by_namespace.setdefault(key[0], set()).add(key)
+        return old
 
     def _empty_cache(self) -> dict[Key, Any] | PackedCache:
         return PackedCache() if self.packed else {}
@@ -323,8 +385,8 @@ class Informer(_Cached):
             for view, view_fresh in zip(self._views, fresh_views, strict=True):
                 if view.include(obj):
                     view_fresh[key] = view.transform(obj)
-        old_cache, old_versions = self.cache, self._versions
-        self.cache, self._versions = fresh, versions
+        old_versions, self._versions = self._versions, versions
+        old_cache = self._reset(fresh)
         _announce(self._notify, old_cache, fresh, old_versions, versions)
         for view, view_fresh in zip(self._views, fresh_views, strict=True):
             view._replace(view_fresh, old_versions, versions)
@@ -338,12 +400,12 @@ class Informer(_Cached):
         metrics.WATCH_EVENTS.labels(self.name, event).inc()
         old = self.cache.get(key)
         if event == "DELETED":
-            self.cache.pop(key, None)
+            self._drop(key)
             self._versions.pop(key, None)
             self._notify("DELETED", key, None, old)
         else:
             stored = self.transform(obj)
-            self.cache[key] = stored
+            self._store(key, stored)
             self._versions[key] = obj.metadata.resourceVersion
             self._notify(event, key, stored, old)
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
@@ -369,15 +431,15 @@ class InformerView(_Cached):
         old = self.cache.get(key)
         if obj is not None and self.include(obj):
             stored = self.transform(obj)
-            self.cache[key] = stored
+            self._store(key, stored)
             self._notify("ADDED" if old is None else "MODIFIED", key, stored, old)
         elif old is not None:
-            self.cache.pop(key, None)
+            self._drop(key)
             self._notify("DELETED", key, None, old)
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
 
     def _replace(self, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
-        old_cache, self.cache = self.cache, fresh
+        old_cache = self._reset(fresh)
         _announce(self._notify, old_cache, fresh, old_versions, versions)
         metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lightkube import AsyncClient
 
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer
+from ..kube.informer import Informer, call, changed
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
 from .credentials import CredentialController
 from .offers import ResourceOfferController
@@ -48,5 +48,5 @@ def provider_tasks(
         renew_fraction=credential_renew_fraction,
         wait_for=(offers.offers,),
     )
-    offers.offers.on_change(lambda event, key, new, old: new != old and credentials.terms_changed(key[0]))
+    offers.offers.on_change(call(credentials.terms_changed, key=lambda key: key[0], when=changed))
     return [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks()]

@@ -46,7 +46,7 @@ from ..constants import (
     VERSION,
     tenant_namespace,
 )
-from ..kube.informer import Informer
+from ..kube.informer import Informer, enqueue
 from ..kube.ops import tolerating
 from ..kube.resources import ResourceOffer
 from ..kube.workqueue import WorkQueue
@@ -248,7 +248,7 @@ class ResourceOfferController:
         self._published: dict[str, dict] = {}
         self.nodes.on_change(self._node_changed)
         self.pods.on_change(self._pod_changed)
-        self.tenants.on_change(lambda event, key, new, old: self.queue.add(key[1], RECOMPUTE_DELAY_S))
+        self.tenants.on_change(enqueue(self.queue, key=lambda key: key[1], delay=RECOMPUTE_DELAY_S))
         self.offers.on_change(self._offer_changed)
 
     def on_admission_may_change(self, listener: Callable[[str | None], None]) -> None:

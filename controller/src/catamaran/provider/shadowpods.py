@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Pod
 from .. import quantities
 from ..constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_CATAMARAN, tenant_namespace
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer
+from ..kube.informer import Informer, enqueue
 from ..kube.ops import patch_status
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
@@ -159,8 +159,8 @@ class ShadowPodController:
         pods_source = own_source or offers.pods
         self.pods = pods_source.view("shadowpod-pods", include=_managed, transform=compact_pod, packed=True)
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
-        self.shadows.on_change(lambda event, key, new, old: self.queue.add(key))
-        self.pods.on_change(lambda event, key, new, old: self.queue.add(key))
+        self.shadows.on_change(enqueue(self.queue))
+        self.pods.on_change(enqueue(self.queue))
 
     def tasks(self):
         own = [self._own_pods_source.run()] if self._own_pods_source is not None else []

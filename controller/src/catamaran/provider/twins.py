@@ -31,7 +31,7 @@ from ..constants import (
     TWIN_FINALIZER,
 )
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer
+from ..kube.informer import Informer, enqueue
 from ..kube.ops import patch_status
 from ..kube.resources import TwinNamespace
 from ..kube.workqueue import WorkQueue
@@ -95,7 +95,7 @@ class TwinNamespaceController:
             transform=as_dict,
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
-        self.twins.on_change(lambda event, key, new, old: self.queue.add(key))
+        self.twins.on_change(enqueue(self.queue))
         self.namespaces.on_change(self._namespace_changed)
         if terms is not None:
             terms.on_change(self._terms_changed)
@@ -103,9 +103,8 @@ class TwinNamespaceController:
     def _terms_changed(self, event, key, new, old) -> None:
         if new is not None and old is not None and new == old:
             return
-        for twin_key in list(self.twins.cache):
-            if twin_key[0] == key[0]:
-                self.queue.add(twin_key)
+        for twin_key in self.twins.keys_in(key[0]):
+            self.queue.add(twin_key)
 
     def tenant_terms(self, tenant_ns: str) -> TenantTerms:
         terms = self.terms.get(tenant_ns, RESOURCE_OFFER_NAME) if self.terms is not None else None

@@ -19,7 +19,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.networking_v1 import ServiceCIDR
 
-from ..kube.informer import Informer, error_text
+from ..kube.informer import Informer, call, changed, error_text
 from ..logs import fields
 from ..objects import as_dict
 from .trust import (
@@ -60,7 +60,7 @@ class LocalRanges:
         self.services, self.endpoint_slices = services, endpoint_slices
         for informer in (services, endpoint_slices):
             informer.on_change(
-                lambda event, key, new, old: key == KUBERNETES_SERVICE and new != old and self._changed()
+                call(self._changed, when=lambda event, key, new, old: key == KUBERNETES_SERVICE and new != old)
             )
 
     def tasks(self):
@@ -84,7 +84,7 @@ class LocalRanges:
                     log.info("consumer ranges left unread", extra=fields(kind=resource.__name__, why=why_not))
                     continue
                 informer = Informer(self.local, resource, name=name, transform=lambda obj, e=entries: e(as_dict(obj)))
-                informer.on_change(lambda event, key, new, old: new != old and self._changed())
+                informer.on_change(call(self._changed, when=changed))
                 self.optional.append(informer)
                 group.create_task(informer.run())
             for informer in [*self.optional, *filter(None, (self.services, self.endpoint_slices))]:

@@ -24,7 +24,7 @@ from ..constants import (
     VERSION,
     default_twin_namespace,
 )
-from ..kube.informer import Informer
+from ..kube.informer import Informer, call, changed, enqueue
 from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading, TwinNamespace
 from ..kube.workqueue import WorkQueue
@@ -72,9 +72,9 @@ class TwinManager:
         # Each gets (origin, twin) when a twin is leaving, starts removing its copies there and says how many are left.
         self.drainers: list[Callable[[str, str], int]] = []
         self.requests.on_change(self._request_changed)
-        self.offloadings.on_change(lambda event, key, new, old: self.queue.add(key[0]))
+        self.offloadings.on_change(enqueue(self.queue, key=lambda key: key[0]))
         # Only its labels matter here (clusterSelectors); status heartbeats change nothing.
-        self.node.on_change(lambda event, key, new, old: self._requeue_all() if new != old else None)
+        self.node.on_change(call(self._requeue_all, when=changed))
 
     def tasks(self):
         return [self.requests.run(), self.offloadings.run(), self.node.run(), self._run()]

@@ -26,7 +26,7 @@ from lightkube.types import PatchType
 
 from ..constants import TENANT_CREDENTIAL_SECRET, tenant_namespace
 from ..kube.clients import BearerToken, CredentialError, kubeconfig_from_text
-from ..kube.informer import Informer
+from ..kube.informer import Informer, call
 from ..kube.resources import ForeignCluster
 from ..logs import fields
 from ..objects import as_dict
@@ -99,7 +99,7 @@ class PeeringWatch:
             fields={"metadata.name": name},
             transform=as_dict,
         )
-        self.secrets.on_change(lambda event, key, new, old: self.changed.set())
+        self.secrets.on_change(call(self.changed.set))
         self._secret_task = asyncio.get_running_loop().create_task(self.secrets.run())
         return self.secrets
 

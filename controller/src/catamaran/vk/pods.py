@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import CascadeType, PatchType
 
 from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
-from ..kube.informer import Informer, NamespacedInformers
+from ..kube.informer import Informer, NamespacedInformers, call
 from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ForeignCluster, ShadowPod
 from ..kube.workqueue import WorkQueue
@@ -166,7 +166,9 @@ class PodController:
             peering,
             # DaemonSet pods are never offloaded, so a leaving twin has none of them to drain.
             pods_on_node=lambda namespace: [
-                p for (ns, _), p in list(self.local_pods.cache.items()) if ns == namespace and not is_daemonset_pod(p)
+                p
+                for key in self.local_pods.keys_in(namespace)
+                if (p := self.local_pods.cache.get(key)) is not None and not is_daemonset_pod(p)
             ],
             shadows_left=lambda twin: len(informer.cache) if (informer := self.shadow_informers.get(twin)) else 0,
         )
@@ -180,9 +182,13 @@ class PodController:
         # which every virtual node of the namespace writes, does not: requeuing every pod on each of those
         # writes made 35 reconciles per pod with 5 providers.
         self.twins.offloadings.on_change(
-            lambda event, key, new, old: self._requeue_namespace(key[0]) if _placement(new) != _placement(old) else None
+            call(
+                self._requeue_namespace,
+                key=lambda key: key[0],
+                when=lambda event, key, new, old: _placement(new) != _placement(old),
+            )
         )
-        self.twins.node.on_change(lambda event, key, new, old: self._translation_changed.set())
+        self.twins.node.on_change(call(self._translation_changed.set))
         node.health_listeners.append(lambda healthy: self._requeue_all())
         # Reflection works in the same twins, and issues the tokens of the same local pods.
         self.reflection = Reflection(peering, self.twins, self.local_pods, reflection_settings)
@@ -195,7 +201,7 @@ class PodController:
         )
         # Pods wait for their token Secret before their ShadowPod.
         self.reflection.tokens.written_listeners.append(self.queue.add)
-        self.local_pods.on_change(lambda event, key, new, old: self.reflection.tokens.pod_changed(key))
+        self.local_pods.on_change(call(self.reflection.tokens.pod_changed, key=lambda key: key))
 
     def _local_changed(self, event, key, new, old) -> None:
         self.queue.add(key)
@@ -247,15 +253,12 @@ class PodController:
             self.queue.add(key)
 
     def _requeue_namespace(self, namespace: str) -> None:
-        for key in list(self.local_pods.cache):
-            if key[0] == namespace:
-                self.queue.add(key)
+        for key in self.local_pods.keys_in(namespace):
+            self.queue.add(key)
 
     def _twin_ready(self, origin: str, twin: str) -> None:
         self.shadow_informers.watch(twin)
-        for namespace, pod_name in list(self.local_pods.cache):
-            if namespace == origin:
-                self.queue.add((namespace, pod_name))
+        self._requeue_namespace(origin)
 
     def _shadow_informer(self, twin: str) -> Informer:
         informer = Informer(

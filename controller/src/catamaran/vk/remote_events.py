@@ -20,7 +20,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event
 
 from .. import metrics
-from ..kube.informer import Informer, NamespacedInformers
+from ..kube.informer import Informer, NamespacedInformers, changed, enqueue, present
 from ..kube.ratelimit import TokenBucket
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -110,7 +110,7 @@ class RemoteEventMirror:
             namespace=twin,
             transform=compact_event,
         )
-        informer.on_change(lambda event, key, new, old: new is not None and new != old and self.queue.add(key))
+        informer.on_change(enqueue(self.queue, when=lambda *change: present(*change) and changed(*change)))
         return informer
 
     def twin_ready(self, origin: str, twin: str) -> None:

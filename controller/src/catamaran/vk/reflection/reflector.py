@@ -93,7 +93,7 @@ class ClusterWideObjects:
         return self.informer.get(namespace, name)
 
     def keys_in(self, namespace: str) -> list:
-        return [key for key in list(self.informer.cache) if key[0] == namespace]
+        return self.informer.keys_in(namespace)
 
 
 class PerNamespaceObjects:

@@ -92,9 +92,8 @@ class TokenReflector:
         self.queue.add(key)
 
     def requeue_namespace(self, origin: str) -> None:
-        for namespace, name in list(self.local_pods.cache):
-            if namespace == origin:
-                self.queue.add((namespace, name))
+        for key in self.local_pods.keys_in(origin):
+            self.queue.add(key)
 
     def update(self, policy: KindPolicy) -> None:
         self.policy = policy

@@ -13,7 +13,7 @@ import logging
 from lightkube.resources.core_v1 import PersistentVolume
 
 from ...constants import LABEL_VIRTUAL_VOLUME_NODE, VIRTUAL_STORAGE_CLASS, VIRTUAL_STORAGE_PROVISIONER
-from ...kube.informer import Informer
+from ...kube.informer import Informer, enqueue
 from ...kube.ops import tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
@@ -87,8 +87,8 @@ class VirtualVolumes:
             transform=as_dict,
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
-        claims.local_objects.informer.on_change(lambda event, key, new, old: self.queue.add(("claim", *key)))
-        self.volumes.on_change(lambda event, key, new, old: self.queue.add(("volume", key[1])))
+        claims.local_objects.informer.on_change(enqueue(self.queue, key=lambda key: ("claim", *key)))
+        self.volumes.on_change(enqueue(self.queue, key=lambda key: ("volume", key[1])))
 
     def tasks(self):
         return [self.volumes.run(), self._run()]
