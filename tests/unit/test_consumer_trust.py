@@ -12,7 +12,7 @@ from lightkube.resources.networking_v1 import ServiceCIDR
 
 from catamaran.vk import forge, trust
 from catamaran.vk.local_ranges import LocalRanges
-from catamaran.vk.pods import NO_PROVIDER_RANGES, REFUSED_CONDITION, UNTRANSLATED_CONDITION, translation_conditions
+from catamaran.vk.pod_ips import NO_PROVIDER_RANGES, REFUSED_CONDITION, UNTRANSLATED_CONDITION, translation_conditions
 from catamaran.vk.remote_events import compact_event
 
 API_SERVER = "172.31.40.165"

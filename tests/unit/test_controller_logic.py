@@ -14,7 +14,7 @@ from catamaran.provider.offers import NodeSummary, Placement, PodSummary, offer_
 from catamaran.provider.shadowpods import classify_create_error, pod_from_shadow
 from catamaran.vk import forge
 from catamaran.vk.node import ROUNDED_TO_ZERO, NodeSettings, node_status
-from catamaran.vk.pods import comparable_status
+from catamaran.vk.pod_status import comparable_status
 
 
 @pytest.mark.parametrize(

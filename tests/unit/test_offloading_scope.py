@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from catamaran.vk import forge
-from catamaran.vk.pods import comparable_status, create_refusal
+from catamaran.vk.pod_status import comparable_status
+from catamaran.vk.pods import create_refusal
 from catamaran.vk.validation import foreign_spec_problems
 
 NODE = "catamaran-cluster-2"

@@ -61,8 +61,8 @@ def test_the_pod_controller_wires_its_reflection_in():
     assert pods.twins.drainers == [reflection.drain]
     assert pods.remote_events.reflected == reflection.local_object
     assert pods.queue.add in reflection.tokens.written_listeners
-    assert pods.local_ranges.services is reflection.reflectors["services"].local_objects.informer
-    assert pods.local_ranges.endpoint_slices is reflection.reflectors["endpointSlices"].local_objects.informer
+    assert pods.ips.local_ranges.services is reflection.reflectors["services"].local_objects.informer
+    assert pods.ips.local_ranges.endpoint_slices is reflection.reflectors["endpointSlices"].local_objects.informer
 
 
 class RefusingClient:

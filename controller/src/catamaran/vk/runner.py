@@ -191,7 +191,7 @@ class VirtualKubelet:
             status = (new or {}).get("status") if new else None
             node.update_offer(status)
             if status:
-                pods.update_pod_cidrs(status.get("podCIDRs") or [])
+                pods.ips.update_pod_cidrs(status.get("podCIDRs") or [])
             if new:
                 reflection.update_terms(*reflection_terms(new))
 

@@ -1,0 +1,190 @@
+"""The provider's pod IPs as the consumer shows them: checked against the ranges the provider announces and the
+consumer's own, translated into the remap range, and what is refused said on the virtual node and the
+ForeignCluster (conditions and Events). The pure rules are vk/forge.py's IPTranslator and vk/trust.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from ..kube.informer import Informer, call
+from ..kube.resources import ForeignCluster
+from ..logs import fields
+from ..objects import as_dict, now_iso, reference, set_condition
+from .context import PeeringContext
+from .forge import IPTranslator
+from .local_ranges import LocalRanges
+
+log = logging.getLogger(__name__)
+
+# On the virtual node and the ForeignCluster: True while some provider pod IPs cannot be remapped.
+UNTRANSLATED_CONDITION = "catamaran.io/PodIPsUntranslated"
+# On the virtual node and the ForeignCluster: True while every pod IP of the provider is refused, for an overlap
+# with the consumer's own ranges (reasons in forge.py) or because it announces no pod range.
+REFUSED_CONDITION = "catamaran.io/PodIPsRefused"
+NO_PROVIDER_RANGES = "NoProviderRanges"
+PROVIDER_RANGES_ACCEPTED = "ProviderRangesAccepted"
+
+
+class PodIPs:
+    """The translator every local pod's status goes through, kept current with both sides' ranges."""
+
+    def __init__(
+        self,
+        peering: PeeringContext,
+        node_ip: str,
+        remap_cidr: str | None,
+        nodes: Informer,
+        requeue_all: Callable[[], None],
+    ):
+        self.peering = peering
+        self.remap_cidr = remap_cidr
+        self.nodes = nodes  # the virtual node, whose (re)creation wakes the report loop
+        self._requeue_all = requeue_all  # every local pod is looked at again when the translator changes
+        # None until both the provider's announced pod ranges and the consumer's own are known: until then the
+        # local pods keep the IPs they show, so a restart neither drops them nor shows unchecked ones.
+        self.translate: IPTranslator | None = None
+        self.provider_cidrs: list[str] | None = None  # as the ResourceOffer announces them; None: not seen yet
+        self.local_ranges = LocalRanges(peering.local, node_ip)
+        self.local_ranges.listeners.append(self._retranslate)
+        self._changed = asyncio.Event()
+        nodes.on_change(call(self._changed.set))
+
+    def tasks(self):
+        return [*self.local_ranges.tasks(), self._report_loop()]
+
+    def update_pod_cidrs(self, provider_cidrs: list[str]) -> None:
+        self.provider_cidrs = list(provider_cidrs)
+        self._retranslate()
+
+    def _retranslate(self) -> None:
+        """A new translator when the provider's ranges or the consumer's change; every pod is looked at again."""
+        if self.provider_cidrs is None or not self.local_ranges.synced.is_set():
+            return
+        translator = IPTranslator(self.provider_cidrs, self.remap_cidr, self.local_ranges.ranges())
+        if self.translate is not None and translator.same_as(self.translate):
+            return
+        if translator.ignored:
+            log.warning("provider pod ranges ignored", extra=fields(ignored=", ".join(translator.ignored)))
+        if translator.conflict:
+            log.warning("provider pod IPs refused", extra=fields(problem=translator.conflict[1]))
+        elif translator.problem:
+            log.warning("pod IPs cannot all be translated", extra=fields(problem=translator.problem))
+        self.translate = translator
+        self._changed.set()
+        self._requeue_all()
+
+    async def _report_loop(self) -> None:
+        """What the translator refuses, as conditions on the virtual node and the ForeignCluster (and Events).
+
+        The node's own status loop keeps conditions it does not know, but may overwrite one written
+        meanwhile; the node watch wakes this loop again, so the condition is put back.
+        """
+        reported: dict[str, dict] = {}  # on the ForeignCluster, by type
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            if self.translate is None:
+                continue
+            wanted = translation_conditions(self.translate, self.local_ranges.unread)
+            try:
+                await self._node_conditions(wanted)
+                changed = [c for c in wanted if reported.get(c["type"]) != c]
+                if changed:
+                    await self._foreign_conditions(changed)
+                    reported.update((c["type"], c) for c in changed)
+            except ApiError as error:
+                log.warning("cannot report pod IP translation", extra=fields(error=str(error)[:300]))
+                await asyncio.sleep(2)
+                self._changed.set()
+
+    async def _node_conditions(self, wanted: list[dict]) -> None:
+        node = self.nodes.get(None, self.peering.node_name)
+        if node is None:
+            return  # not created yet: its creation wakes this loop
+        current = await self.peering.local.get(Node, self.peering.node_name)
+        conditions = [c.to_dict() for c in (current.status.conditions or [])] if current.status else []
+        existing = {c["type"]: c for c in conditions}
+        now = now_iso()
+        stale = []
+        for wanted_condition in wanted:
+            previous = existing.get(wanted_condition["type"]) or {}
+            if all(previous.get(k) == wanted_condition[k] for k in ("status", "reason", "message")):
+                continue
+            same_status = previous.get("status") == wanted_condition["status"]
+            since = previous.get("lastTransitionTime") if same_status else None
+            stale.append({**wanted_condition, "lastTransitionTime": since or now, "lastHeartbeatTime": now})
+        if stale:
+            # Strategic merge: conditions merge by type, so the node's other conditions stay as they are.
+            await self.peering.local.patch(
+                Node.Status, self.peering.node_name, {"status": {"conditions": stale}}, patch_type=PatchType.STRATEGIC
+            )
+
+    async def _foreign_conditions(self, changed: list[dict]) -> None:
+        namespace, name = self.peering.foreign_cluster
+        foreign = as_dict(await self.peering.local.get(ForeignCluster, name, namespace=namespace))
+        status = foreign.get("status") or {}
+        conditions = status.get("conditions") or []
+        for wanted in changed:
+            conditions = set_condition(
+                conditions, wanted["type"], wanted["status"], wanted["reason"], wanted["message"]
+            )
+        if conditions != status.get("conditions"):
+            await self.peering.local.patch(
+                ForeignCluster.Status,
+                name,
+                {"status": {"conditions": conditions}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+        for wanted in changed:
+            if wanted["status"] == "True":
+                await self.peering.events.record(reference(foreign), "Warning", wanted["reason"], wanted["message"])
+
+
+def translation_conditions(translate: IPTranslator, unread: list[str]) -> list[dict]:
+    """The conditions saying what of the provider's pod IPs the consumer refuses or cannot translate.
+
+    `unread`: the consumer's own ranges this virtual kubelet may not read, so the overlap check went without."""
+    conditions = []
+    if translate.target is not None and translate.sources:
+        conditions.append(_untranslated_condition(translate.problem))
+    if translate.conflict is not None:
+        reason, message = translate.conflict
+        conditions.append({"type": REFUSED_CONDITION, "status": "True", "reason": reason, "message": message})
+    elif not translate.sources:
+        message = (
+            "the provider announces no pod range (its ResourceOffer's status.podCIDRs), so no pod IP it reports is"
+            " shown on the consumer's pods"
+        )
+        conditions.append(
+            {"type": REFUSED_CONDITION, "status": "True", "reason": NO_PROVIDER_RANGES, "message": message}
+        )
+    else:
+        shown = f" as {translate.target}" if translate.target is not None else ""
+        message = f"pod IPs inside the provider's pod ranges {', '.join(map(str, translate.sources))} are shown{shown}"
+        if unread:
+            message += f"; checked without the consumer's {', '.join(unread)}"
+        conditions.append(
+            {"type": REFUSED_CONDITION, "status": "False", "reason": PROVIDER_RANGES_ACCEPTED, "message": message}
+        )
+    if translate.ignored:
+        ignored = f"; ignored announced ranges: {', '.join(translate.ignored)}"
+        conditions[-1]["message"] += ignored
+    return conditions
+
+
+def _untranslated_condition(problem: str) -> dict:
+    if problem:
+        return {"type": UNTRANSLATED_CONDITION, "status": "True", "reason": "RemapRangeTooSmall", "message": problem}
+    return {
+        "type": UNTRANSLATED_CONDITION,
+        "status": "False",
+        "reason": "RemapRangeFits",
+        "message": "every provider pod IP is translated into the remap range",
+    }
