@@ -1,4 +1,4 @@
-"""Names shared by every part of Catamaran (DESIGN.md section 2). Change them here only."""
+"""Names shared by every part of Catamaran (docs/design.md §2). Change them here only."""
 
 SYSTEM_NAMESPACE = "catamaran-system"
 TENANT_NAMESPACE_PREFIX = "catamaran-tenant-"

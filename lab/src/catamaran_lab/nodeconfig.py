@@ -86,7 +86,7 @@ def containerd_config(layout: NodeLayout, pause_image: str) -> str:
             "io.containerd.internal.v1.opt": {"path": str(layout.path("containerd", "opt"))},
             "io.containerd.grpc.v1.cri": {
                 "sandbox_image": pause_image,
-                # The shell lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj (REAL-NODES.md).
+                # The shell lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj (docs/real-nodes.md).
                 "restrict_oom_score_adj": True,
                 # Pod network namespaces under the node's state, so the lab can find and remove them.
                 "netns_mounts_under_state_dir": True,
@@ -133,7 +133,7 @@ def cni_config(layout: NodeLayout, node: RealNodeSpec) -> str:
 
 
 def kubelet_config(layout: NodeLayout, node: RealNodeSpec, ca_file: Path) -> str:
-    """The settings this machine kind needs (REAL-NODES.md) plus isolation from the other nodes."""
+    """The settings this machine kind needs (docs/real-nodes.md) plus isolation from the other nodes."""
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
