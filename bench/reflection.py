@@ -75,7 +75,7 @@ CHURN_PER_SECOND = 20
 NODE_SAMPLE_SECONDS = 3
 COUNT_POLL_SECONDS = 5
 PROGRESS_SECONDS = 30
-# The design's per-kind defaults (docs/design.md §4, resource reflection); the controller's own table wins if importable.
+# The design's per-kind defaults (docs/design.md §4); the controller's own table wins if importable.
 DESIGN_DEFAULT_WORKERS = {"configMaps": 4}
 
 Key = tuple[str, str]  # (namespace, name)
