@@ -130,7 +130,7 @@ test-integration: lab-build ## tests against the lab's real kube-apiservers (the
 
 # pytest exits 5 when it collects no test; make treats that as the failure it is.
 test: lint sanity lab-build ## everything CI runs: lint, sanity, unit and integration tests
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=20
 
 clean: lab-down ## remove the virtualenv and lab state (the binary cache is kept)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity .docs dist
