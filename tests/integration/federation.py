@@ -330,6 +330,18 @@ def twin_ready(lab: Lab, consumer: str, provider: str, namespace: str) -> bool:
 
 
 @contextlib.contextmanager
+def one_peering(lab: Lab, consumer: str, provider: str, namespace: str, **foreign_spec):
+    """CRDs on both, `consumer` peered with `provider`, its manager and virtual kubelet serving with `namespace`
+    offloaded (see serving()); the processes by role."""
+    for cluster in (consumer, provider):
+        install_crds(lab, cluster)
+    peer(lab, consumer, provider, **foreign_spec)
+    processes = {"manager": manager(lab, provider), "vk": virtual_kubelet(lab, consumer, provider)}
+    with serving(lab, consumer, provider, namespace, list(processes.values())):
+        yield processes
+
+
+@contextlib.contextmanager
 def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: list[ControllerProcess]):
     """Run the peering's processes until the virtual node is Ready and `namespace` is offloaded to the provider
     (a NamespaceOffloading selecting every cluster, its twin Ready); undo all of it after.

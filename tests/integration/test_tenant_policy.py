@@ -45,11 +45,7 @@ TO_VIRTUAL_NODE = {
 
 @pytest.fixture(scope="module")
 def fed(lab):
-    for cluster in (CONSUMER, PROVIDER):
-        federation.install_crds(lab, cluster)
-    federation.peer(lab, CONSUMER, PROVIDER, healthCheck=HEALTH)
-    processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
-    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
+    with federation.one_peering(lab, CONSUMER, PROVIDER, NAMESPACE, healthCheck=HEALTH):
         yield
 
 

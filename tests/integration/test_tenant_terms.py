@@ -44,12 +44,9 @@ PROVIDER_CRITICAL = "provider-critical"
 
 @pytest.fixture(scope="module")
 def fed(lab):
-    for cluster in (CONSUMER, PROVIDER):
-        federation.install_crds(lab, cluster)
-    federation.peer(lab, CONSUMER, PROVIDER, healthCheck=HEALTH)
-    processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
-    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
-        yield {"manager": processes[0]}
+    with federation.one_peering(lab, CONSUMER, PROVIDER, NAMESPACE, healthCheck=HEALTH) as processes:
+        yield processes
+    lab.kubectl(PROVIDER, "delete", "priorityclass", PROVIDER_CRITICAL, check=False)
     lab.kubectl(PROVIDER, "delete", "priorityclass", PROVIDER_CRITICAL, check=False)
 
 
