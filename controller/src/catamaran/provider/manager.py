@@ -31,6 +31,10 @@ def provider_tasks(
         provider_pod_cidrs=offers.pod_cidrs,
         wait_for=(offers.nodes,),
     )
+    # A node with a new pod range may overlap a consumer's: the twins' endpoint ranges follow it, as the offers' do.
+    offers.nodes.on_change(
+        call(twins.pod_ranges_changed, when=lambda event, key, new, old: _pod_cidrs(new) != _pod_cidrs(old))
+    )
 
     shadowpods = ShadowPodController(
         client,
@@ -50,3 +54,8 @@ def provider_tasks(
     )
     offers.offers.on_change(call(credentials.terms_changed, key=lambda key: key[0], when=changed))
     return [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks()]
+
+
+def _pod_cidrs(node) -> tuple:
+    """A node's pod ranges as the offers cache them (NodeSummary; None when the node is gone)."""
+    return node.pod_cidrs if node is not None else ()

@@ -106,6 +106,11 @@ class TwinNamespaceController:
         for twin_key in self.twins.keys_in(key[0]):
             self.queue.add(twin_key)
 
+    def pod_ranges_changed(self) -> None:
+        """The provider's own pod ranges changed: every twin's allowed endpoint ranges are computed again."""
+        for twin_key in list(self.twins.cache):
+            self.queue.add(twin_key)
+
     def tenant_terms(self, tenant_ns: str) -> TenantTerms:
         terms = self.terms.get(tenant_ns, RESOURCE_OFFER_NAME) if self.terms is not None else None
         return terms or TenantTerms()
