@@ -215,7 +215,7 @@ class LightkubeListWatch:
                 "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
             },
         )
-        http = generic._client
+        http = http_client(self.client)
         timeout = httpx2.Timeout(15.0, read=self.read_timeout)
         response = await http.send(
             http.build_request(request.method, request.url, params=request.params, timeout=timeout), stream=True

@@ -19,6 +19,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.networking_v1 import ServiceCIDR
 
+from ..kube import backoff
 from ..kube.informer import Informer, call, changed, error_text
 from ..logs import fields
 from ..objects import as_dict
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 KUBERNETES_SERVICE = ("default", "kubernetes")  # the Service and its EndpointSlice share the name
 UNREADABLE = {403: "forbidden to this credential", 404: "not served by this API server"}
+# Asking whether a source is readable, while the API server does not answer: jittered, as every retry.
+RETRY_INITIAL_SECONDS = 0.5
+RETRY_CAP_SECONDS = 30.0
 # Read where the credential allows it: the resource, the informer's name, and its objects' entries.
 OPTIONAL_SOURCES = (
     (Node, "consumer-nodes", node_entries),
@@ -94,8 +98,9 @@ class LocalRanges:
 
     async def _unreadable(self, resource) -> str | None:
         """None when this process may list `resource`, else why not; asked until the API server answers."""
-        backoff = 0.5
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 async for _ in self.local.list(resource, chunk_size=1):
                     break
@@ -107,8 +112,7 @@ class LocalRanges:
             except Exception as error:  # unreachable server: as for any informer, try again
                 problem = error_text(error)
             log.warning("cannot tell whether consumer ranges are readable", extra=fields(error=problem))
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30)
+            await asyncio.sleep(backoff.exponential(attempt, initial=RETRY_INITIAL_SECONDS, cap=RETRY_CAP_SECONDS))
 
     def _changed(self) -> None:
         if not self.synced.is_set():
