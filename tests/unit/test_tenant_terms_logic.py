@@ -90,3 +90,29 @@ def test_terms_from_the_offer_spec_keep_cluster_ip_and_refuse_unknown_values():
     assert parsed.twin_names == "Suffixed"
     guards = terms.twin_guards("web-c1", parsed)
     assert [g["kind"] for g in guards] == ["LimitRange", "ResourceQuota"]
+
+
+def test_a_provider_pod_range_change_recomputes_every_twins_endpoint_ranges():
+    from catamaran.provider.twins import TwinNamespaceController
+
+    twins = TwinNamespaceController(None, "p", tenants=None, events=None)
+    for key in (("catamaran-tenant-a", "web-a"), ("catamaran-tenant-b", "db-b")):
+        twins.twins._store(key, {"metadata": {"name": key[1]}})
+    twins.pod_ranges_changed()
+    assert len(twins.queue) == 2
+
+
+def test_both_sides_read_the_lent_service_types_alike():
+    from catamaran.tenancy import lent_service_types
+    from catamaran.vk.runner import reflection_terms
+
+    spec = {"services": {"allowedTypes": ["NodePort", "Bogus"]}}
+    assert lent_service_types(None) == ("ClusterIP",)
+    assert (
+        TenantTerms.from_offer_spec(spec).service_types
+        == reflection_terms({"spec": spec})[0]
+        == (
+            "ClusterIP",
+            "NodePort",
+        )
+    )

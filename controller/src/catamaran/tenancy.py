@@ -17,11 +17,13 @@ from .constants import (
     ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES,
     ANNOTATION_ALLOWED_SERVICE_TYPES,
     ANNOTATION_ENDPOINT_RANGES,
+    DEFAULT_ALLOWED_SERVICE_TYPES,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TENANT,
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
+    SERVICE_TYPES,
     TENANT_CLUSTER_ROLE,
     TENANT_CREDENTIAL_SECRET,
     TENANT_NAMESPACE_PREFIX,
@@ -98,6 +100,14 @@ def provider_cluster_objects() -> list[dict]:
     """Everything cluster-wide a provider holds for all its tenants: their roles, the low priority class their pods
     run at, and the admission policy holding what they write to their terms."""
     return [*provider_cluster_roles(), tenant_priority_class(), *tenant_admission_policy()]
+
+
+def lent_service_types(allowed) -> tuple:
+    """The Service types a tenant may have, from the terms' list (unset: the default): ClusterIP (headless
+    included) always, and of the others only Kubernetes' own; sorted. The provider enforces them (its admission
+    policy), the consumer reflects to them."""
+    listed = allowed or DEFAULT_ALLOWED_SERVICE_TYPES
+    return tuple(sorted({"ClusterIP", *(kind for kind in listed if kind in SERVICE_TYPES)}))
 
 
 def tenant_priority_class() -> dict:

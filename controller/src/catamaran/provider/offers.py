@@ -38,7 +38,6 @@ from ..constants import (
     OFFLOADING_GROUP,
     POD_SECURITY_LEVELS,
     RESOURCE_OFFER_NAME,
-    SERVICE_TYPES,
     TENANT_NAMESPACE_PREFIX,
     TENANT_PRIORITY_CLASS,
     TWIN_NAME_POLICIES,
@@ -52,6 +51,7 @@ from ..kube.resources import ResourceOffer
 from ..kube.workqueue import WorkQueue
 from ..networks import covering_networks
 from ..objects import now_iso
+from ..tenancy import lent_service_types
 from . import quota
 from . import terms as tenant_terms
 
@@ -134,14 +134,13 @@ class TenantTerms:
         services = spec.get("services") or {}
         defaults = spec.get("containerDefaults") or {}
         # The CRD's schema rejects anything else; should it ever get through, the strictest choice applies.
-        types = [t for t in services.get("allowedTypes") or DEFAULT_ALLOWED_SERVICE_TYPES if t in SERVICE_TYPES]
         names = spec.get("twinNamespaceNames") or DEFAULT_TWIN_NAME_POLICY
         return cls(
             placement=Placement.from_offer_spec(spec),
             pod_security=level if level in POD_SECURITY_LEVELS else POD_SECURITY_LEVELS[0],
             sharing_percentage=int(spec.get("sharingPercentage") or DEFAULT_SHARING_PERCENTAGE),
             credential_lifetime_seconds=int(lifetime),
-            service_types=tuple(sorted({"ClusterIP", *types})),
+            service_types=lent_service_types(services.get("allowedTypes")),
             load_balancer_classes=tuple(sorted(services.get("allowedLoadBalancerClasses") or ())),
             twin_names=names if names in TWIN_NAME_POLICIES else TWIN_NAME_POLICIES[0],
             priority_class=spec.get("priorityClassName") or TENANT_PRIORITY_CLASS,

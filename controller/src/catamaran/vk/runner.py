@@ -12,7 +12,6 @@ from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
 from ..constants import (
-    DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_SHARING_PERCENTAGE,
     RESOURCE_OFFER_NAME,
     virtual_node_name,
@@ -23,6 +22,7 @@ from ..kube.informer import Informer
 from ..kube.resources import ForeignCluster, ResourceOffer
 from ..logs import fields
 from ..objects import as_dict, reference, set_condition
+from ..tenancy import lent_service_types
 from .context import PeeringContext
 from .kubelet.certificate import ServingCertificate
 from .kubelet.channel import ProviderChannel
@@ -43,9 +43,9 @@ RECHECK_SECONDS = 10.0
 def reflection_terms(offer: dict) -> tuple[tuple, tuple | None]:
     """From the provider's ResourceOffer: the Service types it lets its tenant write, and the ranges EndpointSlice
     addresses may lie in (None while it publishes none)."""
-    allowed = ((offer.get("spec") or {}).get("services") or {}).get("allowedTypes") or DEFAULT_ALLOWED_SERVICE_TYPES
+    allowed = ((offer.get("spec") or {}).get("services") or {}).get("allowedTypes")
     ranges = (offer.get("status") or {}).get("endpointRanges")
-    return tuple(sorted({"ClusterIP", *allowed})), (tuple(ranges) if ranges is not None else None)
+    return lent_service_types(allowed), (tuple(ranges) if ranges is not None else None)
 
 
 @dataclass
