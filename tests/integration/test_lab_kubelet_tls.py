@@ -27,7 +27,7 @@ from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 from catamaran_lab.kwok import USAGE_CPU_ANNOTATION, container_log_content
 from catamaran_lab.pki import KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT
 
-from .conftest import get_json, wait_for
+from .conftest import get_json, require_real_node, wait_for
 from .manifests import deployment, real_pod
 
 pytestmark = pytest.mark.integration
@@ -216,13 +216,37 @@ def _top(lab, cluster: str, *args: str) -> dict[str, list[str]]:
     return {row.split()[0]: row.split() for row in result.stdout.splitlines()} if result.returncode == 0 else {}
 
 
-def test_metrics_api_covers_kwok_and_real_nodes_and_their_pods(lab, cluster, real_node, namespace):
-    nodes = [node.name for node in cluster.nodes] + [real_node.name]
+def test_metrics_api_covers_kwok_and_real_nodes_and_their_pods(lab, lab_config_in_use):
+    # Every cluster at once: most of the time is metrics-server's scrape interval, which the clusters wait out together.
+    clusters = lab_config_in_use.clusters
+    namespaces = {}
+    try:
+        for cluster in clusters:
+            require_real_node(cluster)
+            namespaces[cluster.name] = f"metrics-{uuid.uuid4().hex[:8]}"
+            lab.kubectl(cluster.name, "create", "namespace", namespaces[cluster.name])
+        for cluster in clusters:
+            get_default_sa = ("-n", namespaces[cluster.name], "get", "sa", "default")
+            wait_for(lambda c=cluster.name, a=get_default_sa: lab.kubectl(c, *a, check=False).returncode == 0)
+            fake = deployment("busy", 1)
+            fake["spec"]["template"]["metadata"]["annotations"] = {USAGE_CPU_ANNOTATION: "250m"}
+            real = real_pod("sleeper", ["sleep", "3600"])
+            items = {"apiVersion": "v1", "kind": "List", "items": [fake, real]}
+            lab.kubectl(cluster.name, "-n", namespaces[cluster.name], "apply", "-f", "-", input=json.dumps(items))
+        for cluster in clusters:
+            _assert_node_and_pod_metrics(lab, cluster, namespaces[cluster.name])
+    finally:
+        for cluster_name, name in namespaces.items():
+            lab.kubectl(cluster_name, "delete", "namespace", name, "--wait=false", check=False)
+
+
+def _assert_node_and_pod_metrics(lab, cluster, namespace: str) -> None:
+    nodes = [node.name for node in cluster.nodes] + [cluster.real_node.name]
     rows = wait_for(
         lambda: (rows := _top(lab, cluster.name, "node")) and set(nodes) <= set(rows) and rows,
         timeout=90,
         interval=3,
-        what="kubectl top node to list every kwok node and the real node",
+        what=f"kubectl top node to list every kwok node and the real node of {cluster.name}",
     )
     for name in nodes:
         cpu, memory = rows[name][1], rows[name][3]
@@ -230,12 +254,6 @@ def test_metrics_api_covers_kwok_and_real_nodes_and_their_pods(lab, cluster, rea
         assert int(cpu[:-1]) > 0, rows[name]
         assert memory.endswith("Mi"), rows[name]
         assert int(memory[:-2]) > 0, rows[name]
-
-    fake = deployment("busy", 1)
-    fake["spec"]["template"]["metadata"]["annotations"] = {USAGE_CPU_ANNOTATION: "250m"}
-    real = real_pod("sleeper", ["sleep", "3600"])
-    items = {"apiVersion": "v1", "kind": "List", "items": [fake, real]}
-    lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=json.dumps(items))
     pods = wait_for(
         lambda: (
             (rows := _top(lab, cluster.name, "pod", "-n", namespace))
@@ -245,7 +263,7 @@ def test_metrics_api_covers_kwok_and_real_nodes_and_their_pods(lab, cluster, rea
         ),
         timeout=120,
         interval=3,
-        what="kubectl top pod to list the kwok pod and the real pod",
+        what=f"kubectl top pod to list the kwok pod and the real pod of {cluster.name}",
     )
     busy = next(row for name, row in pods.items() if name.startswith("busy-"))
     # kwok's emulation: the annotation's CPU, the lab's default memory per container.

@@ -56,14 +56,19 @@ def fed(lab):
         federation.webhook_registered(lab, CONSUMER)
         yield {"processes": processes, "namespaces": created}
     finally:
+        # Every offloading's teardown started at once, then awaited: each waits on its twins' pods.
+        for namespace in created:
+            lab.kubectl(
+                CONSUMER, "-n", namespace, "delete", "namespaceoffloading", "offloading", "--wait=false", check=False
+            )
         for namespace in created:
             lab.kubectl(
                 CONSUMER,
                 "-n",
                 namespace,
-                "delete",
-                "namespaceoffloading",
-                "offloading",
+                "wait",
+                "--for=delete",
+                "namespaceoffloading/offloading",
                 "--timeout=90s",
                 check=False,
                 timeout=120,
