@@ -10,8 +10,9 @@ import stat
 from pathlib import Path
 
 import pytest
+import yaml
 
-from catamaran_lab import binaries, config, kwok, pki, preflight
+from catamaran_lab import binaries, config, dns, kwok, nodeconfig, pki, preflight
 from catamaran_lab.errors import LabError
 
 
@@ -240,6 +241,16 @@ def test_pins_come_from_the_wrapper_module():
     assert pins.kwok in pins.cache_key
     assert pins.metrics_server.startswith("v0.")
     assert pins.metrics_server in pins.cache_key
+    assert pins.coredns.startswith("v1.")
+    assert pins.coredns in pins.coredns_cache_key
+
+
+def test_coredns_is_cached_apart_so_its_pin_moves_alone(tmp_path):
+    cache = _fake_complete_cache(tmp_path)
+    assert cache.path("coredns").parent.parent == cache.coredns_dir != cache.dir
+    cache.path("coredns").unlink()
+    assert "coredns is missing" in cache.problem()
+    assert cache._problem(cache.dir, binaries.KUBE_BINARIES) is None
 
 
 def test_pins_without_kubernetes_are_an_error(tmp_path):
@@ -257,14 +268,16 @@ def test_version_stamp_matches_upstream_release_builds():
 
 def _fake_complete_cache(root: Path) -> binaries.BinaryCache:
     cache = binaries.BinaryCache(root=root)
-    cache.bin_dir.mkdir(parents=True)
-    entries = {}
+    entries: dict[Path, dict] = {}
     for name in binaries.ALL_BINARIES:
         path = cache.path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(name.encode() * 10)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
-        entries[name] = {"size": path.stat().st_size, "sha256": binaries._sha256(path)}
-    (cache.dir / binaries.MANIFEST).write_text(json.dumps({"binaries": entries}))
+        entry = {"size": path.stat().st_size, "sha256": binaries._sha256(path)}
+        entries.setdefault(path.parent.parent, {})[name] = entry
+    for directory, binaries_there in entries.items():
+        (directory / binaries.MANIFEST).write_text(json.dumps({"binaries": binaries_there}))
     return cache
 
 
@@ -398,3 +411,35 @@ def test_a_real_node_that_stays_not_ready_names_its_components_last_errors(tmp_p
         'time="2026-11-23T10:00:02Z" level=error msg="failed to load cni"',
     ]
     assert last_error_lines(tmp_path / "missing.log") == []
+
+
+def test_every_cluster_with_a_real_node_gets_coredns_and_its_service_and_kubelets_use_it(tmp_path):
+    lab = config.load()
+    cluster = lab.clusters[0]
+    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
+    (coredns,) = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")[0]["components"]
+    assert coredns["binary"] == str(paths["coredns"])
+    assert coredns["args"] == ["-conf", str(tmp_path / "dns" / "Corefile")]
+    manifests = {m["kind"]: m for m in dns.manifests(cluster)}
+    assert manifests["Service"]["spec"]["clusterIP"] == config.CLUSTER_DNS_IP
+    assert manifests["EndpointSlice"]["endpoints"][0]["addresses"] == [cluster.real_node.host_ip]
+    assert manifests["ClusterRole"]["rules"][0]["verbs"] == ["list", "watch"]  # reads, never writes
+    corefile = dns.corefile(cluster, tmp_path / "kubeconfig")
+    assert f"bind {cluster.real_node.host_ip}" in corefile
+    assert "forward" not in corefile  # no upstream in the lab: other names fail fast
+    layout = nodeconfig.NodeLayout(root=tmp_path, lab_id="abc123", cluster=cluster.name)
+    kubelet = yaml.safe_load(nodeconfig.kubelet_config(layout, cluster.real_node, tmp_path / "ca.crt"))
+    assert kubelet["clusterDNS"] == [config.CLUSTER_DNS_IP]
+    without = config.load(real_nodes=False).clusters[0]
+    assert kwok.kwokctl_documents(without, paths, tmp_path, tmp_path / "pki")[0]["components"] == []
+
+
+def test_real_nodes_share_an_underlay_per_lab_that_never_collides():
+    first = [c.real_node.underlay_ip for c in config.load().clusters]
+    moved = [c.real_node.underlay_ip for c in config.load(base_port=28000).clusters]
+    assert first == ["172.30.4.1", "172.30.4.2", "172.30.4.3"]
+    assert not set(first) & set(moved)
+    layout = nodeconfig.NodeLayout(root=Path("/x"), lab_id="abc123", cluster="cluster-1")
+    names = [layout.underlay_host_link(9), layout.underlay_node_link(9), nodeconfig.underlay_bridge("abc123")]
+    assert all(name.startswith("cmabc123") and len(name) <= 15 for name in names)
+    assert len(layout.gateway_interface_prefix(9)) <= 11  # room for the gateway's 4+ characters per tunnel

@@ -1,9 +1,10 @@
 """Build and cache the lab's upstream binaries from pinned Go modules.
 
 The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module), metrics-server's
-in `lab/gomod-metrics-server/go.mod` (a wrapper module of its own); kwok's pin lives here. The
-cache directory name is derived from all pins plus a digest of the module files, so changing a
-pin builds into a fresh directory and never mixes versions.
+in `lab/gomod-metrics-server/go.mod` and CoreDNS's in `lab/gomod-coredns/go.mod` (wrapper modules of
+their own); kwok's pin lives here. The cache directory name is derived from the pins plus a digest
+of the module files, so changing a pin builds into a fresh directory and never mixes versions.
+CoreDNS is cached in a directory of its own: its pin moves without rebuilding Kubernetes.
 A build is staged in a sibling `.partial` directory and renamed into place only when every
 binary is present; a manifest with sizes and digests lets a later run detect a half-built
 or damaged cache and rebuild it.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LabError
-from .paths import GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR, cache_root
+from .paths import COREDNS_MODULE_DIR, GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR, cache_root
 from .preflight import check_disk, check_go
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -36,6 +37,7 @@ MANIFEST = "manifest.json"
 
 
 METRICS_SERVER_MODULE = "sigs.k8s.io/metrics-server"
+COREDNS_MODULE = "github.com/coredns/coredns"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,10 @@ KWOK_TARGETS = (
     Target("kwok", f"{KWOK_MODULE}/cmd/kwok"),
     Target("kwokctl", f"{KWOK_MODULE}/cmd/kwokctl"),
 )
-ALL_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
+# The wrapper module's own main package: CoreDNS with only the plugins the lab's Corefile uses.
+COREDNS_TARGET = Target("coredns", ".", module_dir=COREDNS_MODULE_DIR)
+KUBE_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
+ALL_BINARIES = (*KUBE_BINARIES, COREDNS_TARGET.name)
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,14 @@ class Pins:
     kwok: str
     go_minimum: str
     metrics_server: str = ""
+    coredns: str = ""
+
+    @property
+    def coredns_cache_key(self) -> str:
+        digest = hashlib.sha256()
+        for name in ("go.mod", "go.sum", "main.go"):
+            digest.update((COREDNS_MODULE_DIR / name).read_bytes())
+        return f"coredns-{self.coredns}_{digest.hexdigest()[:10]}"
 
     @property
     def cache_key(self) -> str:
@@ -91,18 +104,22 @@ class Pins:
 
 
 def read_pins(
-    go_mod: Path = GO_MODULE_DIR / "go.mod", metrics_server_go_mod: Path = METRICS_SERVER_MODULE_DIR / "go.mod"
+    go_mod: Path = GO_MODULE_DIR / "go.mod",
+    metrics_server_go_mod: Path = METRICS_SERVER_MODULE_DIR / "go.mod",
+    coredns_go_mod: Path = COREDNS_MODULE_DIR / "go.mod",
 ) -> Pins:
-    """Parse the pinned versions out of the wrapper modules' go.mod files; Go must satisfy both."""
+    """Parse the pinned versions out of the wrapper modules' go.mod files; Go must satisfy all of them."""
     main = _go_mod(go_mod)
     metrics_server = _go_mod(metrics_server_go_mod)
-    go_minimum = max(main.go, metrics_server.go, key=_version_key)
+    coredns = _go_mod(coredns_go_mod)
+    go_minimum = max(main.go, metrics_server.go, coredns.go, key=_version_key)
     return Pins(
         kubernetes=main.required("k8s.io/kubernetes"),
         etcd=main.required("go.etcd.io/etcd/server/v3"),
         kwok=KWOK_VERSION,
         go_minimum=go_minimum,
         metrics_server=metrics_server.required(METRICS_SERVER_MODULE),
+        coredns=coredns.required(COREDNS_MODULE),
     )
 
 
@@ -154,75 +171,101 @@ def kubernetes_ldflags(version: str) -> str:
 
 
 class BinaryCache:
-    """A directory of verified binaries for one set of pins."""
+    """Directories of verified binaries for one set of pins: Kubernetes' and its companions', and CoreDNS's."""
 
     def __init__(self, pins: Pins | None = None, root: Path | None = None):
         self.pins = pins or read_pins()
         self.root = root or cache_root()
         self.dir = self.root / self.pins.cache_key
         self.bin_dir = self.dir / "bin"
+        self.coredns_dir = self.root / self.pins.coredns_cache_key
 
     def path(self, name: str) -> Path:
-        return self.bin_dir / name
+        return (self.coredns_dir if name == COREDNS_TARGET.name else self.dir) / "bin" / name
 
     def problem(self) -> str | None:
         """Why the cache cannot be used as is, or None when it is complete and intact."""
-        manifest_path = self.dir / MANIFEST
-        if not self.dir.exists():
-            return "not built yet"
+        return self._problem(self.dir, KUBE_BINARIES) or self._problem(self.coredns_dir, (COREDNS_TARGET.name,))
+
+    def _problem(self, directory: Path, names: tuple[str, ...]) -> str | None:
+        manifest_path = directory / MANIFEST
+        if not directory.exists():
+            return "not built yet" if directory == self.dir else f"{', '.join(names)} not built yet"
         if not manifest_path.exists():
-            return f"half-built cache at {self.dir} (no {MANIFEST}; an earlier build was interrupted)"
+            return f"half-built cache at {directory} (no {MANIFEST}; an earlier build was interrupted)"
         try:
             manifest = json.loads(manifest_path.read_text())
         except json.JSONDecodeError:
-            return f"half-built cache at {self.dir} ({MANIFEST} is unreadable)"
-        for name in ALL_BINARIES:
+            return f"half-built cache at {directory} ({MANIFEST} is unreadable)"
+        for name in names:
             entry = manifest.get("binaries", {}).get(name)
-            path = self.path(name)
+            path = directory / "bin" / name
             if entry is None or not path.exists():
-                return f"half-built cache at {self.dir} ({name} is missing)"
+                return f"half-built cache at {directory} ({name} is missing)"
             if path.stat().st_size != entry["size"] or _sha256(path) != entry["sha256"]:
-                return f"damaged cache at {self.dir} ({name} does not match its recorded digest)"
+                return f"damaged cache at {directory} ({name} does not match its recorded digest)"
             if not os.access(path, os.X_OK):
-                return f"damaged cache at {self.dir} ({name} is not executable)"
+                return f"damaged cache at {directory} ({name} is not executable)"
         return None
 
     def ensure(self, log=print) -> None:
         """Build whatever is missing; a complete cache returns at once."""
-        problem = self.problem()
-        if problem is None:
+        wanted = [
+            (directory, names, build)
+            for directory, names, build in (
+                (self.dir, KUBE_BINARIES, self._build_kubernetes),
+                (self.coredns_dir, (COREDNS_TARGET.name,), self._build_coredns),
+            )
+            if self._problem(directory, names)
+        ]
+        if not wanted:
             return
-        log(f"lab binaries: {problem}; building into {self.dir}")
         check_go(self.pins.go_minimum)
         self.root.mkdir(parents=True, exist_ok=True)
         check_disk(self.root, COLD_BUILD_DISK_BYTES, "a cold build of the lab binaries")
-        self.build(log)
+        for directory, names, build in wanted:
+            log(f"lab binaries: {self._problem(directory, names)}; building into {directory}")
+            _staged(directory, names, build, log)
 
     def build(self, log=print) -> None:
-        staging = self.dir.with_name(self.dir.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
-        (staging / "bin").mkdir(parents=True)
-        started = time.monotonic()
+        """Rebuild everything, cached or not."""
+        _staged(self.dir, KUBE_BINARIES, self._build_kubernetes, log)
+        _staged(self.coredns_dir, (COREDNS_TARGET.name,), self._build_coredns, log)
+
+    def _build_kubernetes(self, bin_dir: Path, log, started: float) -> None:
         env = _go_env()
         for target in KUBE_TARGETS:
             flags = ["-ldflags", kubernetes_ldflags(self.pins.kubernetes)] if target.kubernetes_version_stamp else []
-            _go_build(target, staging / "bin" / target.name, target.module_dir, flags, env, log, started)
+            _go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
         target = METRICS_SERVER_TARGET
         flags = ["-ldflags", metrics_server_ldflags(self.pins.metrics_server)]
-        _go_build(target, staging / "bin" / target.name, target.module_dir, flags, env, log, started)
+        _go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
         for target in KWOK_TARGETS:
-            _go_install(target, self.pins.kwok, staging / "bin", env, log, started)
-        manifest = {
-            "pins": self.pins.__dict__,
-            "binaries": {
-                name: {"size": (staging / "bin" / name).stat().st_size, "sha256": _sha256(staging / "bin" / name)}
-                for name in ALL_BINARIES
-            },
-        }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        staging.rename(self.dir)
-        log(f"lab binaries: built {len(ALL_BINARIES)} binaries in {_elapsed(started)} into {self.bin_dir}")
+            _go_install(target, self.pins.kwok, bin_dir, env, log, started)
+
+    def _build_coredns(self, bin_dir: Path, log, started: float) -> None:
+        # CoreDNS reads its version from the module it was built from: nothing to stamp.
+        target = COREDNS_TARGET
+        _go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", "-s -w"], _go_env(), log, started)
+
+
+def _staged(directory: Path, names: tuple[str, ...], build, log) -> None:
+    """Build into a sibling `.partial` directory, renamed into place only once every binary is in its manifest."""
+    staging = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
+    (staging / "bin").mkdir(parents=True)
+    started = time.monotonic()
+    build(staging / "bin", log, started)
+    manifest = {
+        "binaries": {
+            name: {"size": (staging / "bin" / name).stat().st_size, "sha256": _sha256(staging / "bin" / name)}
+            for name in names
+        },
+    }
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    staging.rename(directory)
+    log(f"lab binaries: built {len(names)} binaries in {_elapsed(started)} into {directory / 'bin'}")
 
 
 def _go_env() -> dict[str, str]:

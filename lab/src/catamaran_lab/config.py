@@ -40,6 +40,14 @@ PORT_OFFSETS = {
 RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
 # Each real node lives in a network namespace of its own, joined to the host by a /30 out of this range.
 NODE_LINK_RANGE = ipaddress.IPv4Network("172.31.0.0/16")
+# The underlay: real nodes also share one bridge, a /24 per lab out of this range, as sites on a WAN share
+# the internet. It carries the nodes' own addresses, never a pod range: only a fabric joins pods across.
+UNDERLAY_RANGE = ipaddress.IPv4Network("172.30.0.0/16")
+UNDERLAY_PREFIX = 24
+# The cluster DNS Service's address, in kube-apiserver's default Service range (kwokctl sets none), and the
+# domain every kubelet is given with it.
+CLUSTER_DNS_IP = "10.0.0.10"
+CLUSTER_DOMAIN = "cluster.local"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -86,6 +94,7 @@ class RealNodeSpec:
     host_ip: str  # the host's end of the link: kube-apiserver is reached here from the node
     node_ip: str  # the node's end: the kubelet's InternalIP
     link_prefix: int
+    underlay_ip: str = ""  # the node's address on the lab's underlay (where a gateway on it is reached)
 
     def manifest(self) -> dict:
         """The Node, registered before the kubelet starts so its pod range, labels and taint are fixed."""
@@ -211,6 +220,13 @@ def node_link(apiserver_port: int) -> tuple[str, str]:
     slots = NODE_LINK_RANGE.num_addresses // 4
     base = NODE_LINK_RANGE.network_address + 4 * ((apiserver_port // 10) % slots)
     return str(base + 1), str(base + 2)
+
+
+def underlay_address(base_port: int, number: int) -> str:
+    """Cluster `number`'s real node on the underlay: one /24 per lab (by base port), so labs never collide."""
+    slots = UNDERLAY_RANGE.num_addresses >> (32 - UNDERLAY_PREFIX)
+    subnet = UNDERLAY_RANGE.network_address + ((base_port // 100) % slots << (32 - UNDERLAY_PREFIX))
+    return str(subnet + number)
 
 
 def lab_id(state_dir: Path) -> str:
@@ -346,12 +362,14 @@ def _cluster(
         pod_cidr=str(cidr),
         ports=ports,
         nodes=tuple(nodes),
-        real_node=_real_node(name, region, provider, cidr, ports["kube-apiserver"]) if real_node else None,
+        real_node=_real_node(name, region, provider, cidr, ports["kube-apiserver"], underlay_address(base_port, number))
+        if real_node
+        else None,
     )
 
 
 def _real_node(
-    cluster: str, region: str, provider: str, cidr: ipaddress.IPv4Network, apiserver_port: int
+    cluster: str, region: str, provider: str, cidr: ipaddress.IPv4Network, apiserver_port: int, underlay_ip: str
 ) -> RealNodeSpec:
     node_name = f"{cluster}-real"
     host_ip, node_ip = node_link(apiserver_port)
@@ -371,4 +389,5 @@ def _real_node(
         host_ip=host_ip,
         node_ip=node_ip,
         link_prefix=30,
+        underlay_ip=underlay_ip,
     )

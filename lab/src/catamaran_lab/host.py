@@ -66,6 +66,60 @@ def create_node_network(
     return None
 
 
+UNDERLAY_INTERFACE = "underlay0"
+
+
+def create_bridge(name: str) -> None:
+    """A host bridge with no address of its own: it switches frames between namespaces, it routes nothing."""
+    if not Path(f"/sys/class/net/{name}").exists():
+        run("ip", "link", "add", name, "type", "bridge")
+    run("ip", "link", "set", name, "up")
+
+
+def join_underlay(netns: str, bridge: str, host_link: str, node_link: str, address: str, prefix: int) -> None:
+    """A second link of the node's namespace, on the shared bridge, as `underlay0`."""
+    run("ip", "link", "add", host_link, "type", "veth", "peer", "name", node_link)
+    run("ip", "link", "set", node_link, "netns", netns)
+    run("ip", "link", "set", host_link, "master", bridge)
+    run("ip", "link", "set", host_link, "up")
+    inside = ("ip", "netns", "exec", netns)
+    run(*inside, "ip", "link", "set", node_link, "name", UNDERLAY_INTERFACE)
+    run(*inside, "ip", "addr", "add", f"{address}/{prefix}", "dev", UNDERLAY_INTERFACE)
+    run(*inside, "ip", "link", "set", UNDERLAY_INTERFACE, "up")
+
+
+# Userspace WireGuard (wireguard-go) keeps a control socket per interface here, whatever the network namespace,
+# and outlives the namespace its interface lived in.
+WIREGUARD_SOCKET_DIR = Path("/var/run/wireguard")
+
+
+def wireguard_leftovers(interface_prefix: str) -> tuple[list[int], list[Path]]:
+    """wireguard-go processes serving interfaces of this prefix, and their control sockets."""
+    pids = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            argv
+            and Path(argv[0].decode(errors="replace")).name == "wireguard-go"
+            and any(arg.decode(errors="replace").startswith(interface_prefix) for arg in argv[1:])
+        ):
+            pids.append(int(entry))
+    sockets = sorted(WIREGUARD_SOCKET_DIR.glob(f"{interface_prefix}*.sock")) if WIREGUARD_SOCKET_DIR.exists() else []
+    return pids, sockets
+
+
+def remove_wireguard(interface_prefix: str) -> None:
+    pids, sockets = wireguard_leftovers(interface_prefix)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for path in sockets:
+        path.unlink(missing_ok=True)
+
+
 def interface_addresses() -> list[str]:
     """The host's own addresses (kwokctl put them all in the API server's certificate; so does the lab)."""
     result = run("ip", "-j", "address", "show", check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from . import dns
 from .config import MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
 from .pki import FRONT_PROXY_CLIENT, KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT, ClusterPKI
 
@@ -139,6 +140,10 @@ def kwokctl_documents(
                 # period above would silently become 150 s and the lease 200 s.
                 "heartbeatFactor": 1,
             },
+            # Components of the lab's own, started and stopped with kwokctl's.
+            "components": (
+                [dns.component(cluster, binaries["coredns"], cluster_dir, pki_dir.parent)] if cluster.real_node else []
+            ),
             "componentsPatches": [
                 {
                     # kwokctl's binary runtime hard-codes --manage-all-nodes=true; that would also

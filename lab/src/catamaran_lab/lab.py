@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from . import host, realnode
+from . import dns, host, nodeconfig, realnode
 from .binaries import ALL_BINARIES, BinaryCache
 from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id
 from .errors import LabError
@@ -29,14 +29,15 @@ from .kwok import (
     lab_rbac,
     metrics_server_manifests,
 )
-from .nodeconfig import NodeLayout
+from .nodeconfig import NodeLayout, underlay_bridge
 from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
-from .pki import ClusterPKI
+from .pki import COREDNS_USER, ClusterPKI
 from .preflight import check_disk, check_ports_free, check_real_node_host
 from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
 
 STATE_FILE = "lab.json"
+GATEWAY_FACTS = "gateway.json"
 KWOK_WORKDIR = "kwok"
 START_TIMEOUT_S = 240
 METRICS_API_TIMEOUT_S = 90
@@ -127,6 +128,8 @@ class Lab:
         check_disk(self.root, RUNTIME_DISK_BYTES, "the lab's etcd data and logs")
         check_ports_free(wanted.all_ports())
         self._link_binaries()
+        if wanted.real_nodes:
+            host.create_bridge(underlay_bridge(self.lab_id))
         started = time.monotonic()
         try:
             with ThreadPoolExecutor(max_workers=len(wanted.clusters)) as pool:
@@ -282,6 +285,8 @@ class Lab:
             yaml.safe_dump_all(metrics_server_manifests(pki.ca_cert.read_bytes()))
         )
         (manifest_dir / "kustomization.yaml").write_text(yaml.safe_dump({"resources": ["metrics-server.yaml"]}))
+        if cluster.real_node:
+            self._write_dns_files(cluster, pki)
         config_path = cluster_dir / "kwokctl.yaml"
         documents = kwokctl_documents(cluster, binaries, cluster_dir, self.pki_dir(cluster.name), lab.control_plane)
         config_path.write_text(yaml.safe_dump_all(documents))
@@ -311,13 +316,10 @@ class Lab:
                 + "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
             )
         self._write_kubeconfig(cluster)
-        # Before any kubelet is dialled: the API server's and metrics-server's rights on kubelets.
+        # Before any kubelet is dialled: the API server's and metrics-server's rights on kubelets; and cluster DNS.
+        items = lab_rbac() + (dns.manifests(cluster) if cluster.real_node else [])
         self.kubectl(
-            cluster.name,
-            "apply",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": lab_rbac()}),
+            cluster.name, "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
         )
         manifests = {"apiVersion": "v1", "kind": "List", "items": [node.manifest() for node in cluster.nodes]}
         self.kubectl(cluster.name, "apply", "-f", "-", input=json.dumps(manifests))
@@ -333,8 +335,39 @@ class Lab:
         )
         if node:
             node.start(images, self.log)
+            self._write_gateway_facts(cluster, node)
         self._wait_for_metrics_api(cluster)
         return time.monotonic() - started
+
+    def gateway_facts_file(self, name: str) -> Path:
+        return self.cluster_dir(name) / GATEWAY_FACTS
+
+    def _write_gateway_facts(self, cluster: ClusterSpec, node: realnode.RealNode) -> None:
+        """Where a network gateway on the real node runs (the Ansible inventory and the tests read it): its network
+        namespace, its tunnels' names, its address on the underlay, and a kubeconfig that works from there."""
+        assert cluster.real_node is not None
+        kubeconfig = yaml.safe_load(self.kubeconfig(cluster.name).read_text())
+        kubeconfig["clusters"][0]["cluster"]["server"] = cluster.node_facing_server
+        path = self.cluster_dir(cluster.name) / "node-network.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig))
+        path.chmod(0o600)
+        facts = {
+            "network_namespace": node.layout.netns,
+            "interface_prefix": node.layout.gateway_interface_prefix(cluster.number),
+            "gateway_address": cluster.real_node.underlay_ip,
+            "kubeconfig": str(path),
+        }
+        self.gateway_facts_file(cluster.name).write_text(json.dumps(facts, indent=2))
+
+    def _write_dns_files(self, cluster: ClusterSpec, pki: ClusterPKI) -> None:
+        dns_dir = self.cluster_dir(cluster.name) / dns.DIR
+        dns_dir.mkdir(exist_ok=True)
+        kubeconfig_path = dns_dir / "kubeconfig"
+        kubeconfig_path.write_text(
+            nodeconfig.kubeconfig(cluster.server, pki.ca_cert, pki.cert("coredns"), pki.key("coredns"), COREDNS_USER)
+        )
+        kubeconfig_path.chmod(0o600)
+        (dns_dir / "Corefile").write_text(dns.corefile(cluster, kubeconfig_path))
 
     def _wait_for_metrics_api(self, cluster: ClusterSpec) -> None:
         result = self.kubectl(

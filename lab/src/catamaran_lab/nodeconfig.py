@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import ClusterSpec, RealNodeSpec
+from .config import CLUSTER_DNS_IP, CLUSTER_DOMAIN, ClusterSpec, RealNodeSpec
 
 CNI_BIN_DIR = "/usr/lib/cni"
 RUNC = "/usr/sbin/runc"
@@ -58,12 +58,27 @@ class NodeLayout:
     def node_link(self, number: int) -> str:
         return f"cm{self.lab_id}n{number}"
 
+    def underlay_host_link(self, number: int) -> str:
+        return f"cm{self.lab_id}u{number}"
+
+    def underlay_node_link(self, number: int) -> str:
+        return f"cm{self.lab_id}v{number}"
+
+    def gateway_interface_prefix(self, number: int) -> str:
+        """The tunnel interfaces of a gateway on this node: unique per host, and found by the lab's teardown."""
+        return f"cm{self.lab_id}g{number}"
+
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
 
     @property
     def containerd_socket(self) -> Path:
         return self.path("containerd.sock")
+
+
+def underlay_bridge(lab_id: str) -> str:
+    """The lab's one underlay bridge (its links share the `cm<lab id>` prefix, so teardown finds them)."""
+    return f"cm{lab_id}ul"
 
 
 def containerd_config(layout: NodeLayout, pause_image: str) -> str:
@@ -159,7 +174,8 @@ def kubelet_config(layout: NodeLayout, node: RealNodeSpec, ca_file: Path) -> str
         "failSwapOn": False,
         "oomScoreAdj": 0,
         "podLogsDir": str(layout.path("pod-logs")),
-        "clusterDomain": "cluster.local",
+        "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [CLUSTER_DNS_IP],
         "resolvConf": "/etc/resolv.conf",
         # Lab images cannot be pulled again: never collect them, and never evict for a nearly full disk.
         "imageGCHighThresholdPercent": 100,

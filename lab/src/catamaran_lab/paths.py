@@ -11,6 +11,8 @@ REPO_ROOT = LAB_DIR.parent
 GO_MODULE_DIR = LAB_DIR / "gomod"
 # metrics-server has a wrapper module of its own (its tools.go says why).
 METRICS_SERVER_MODULE_DIR = LAB_DIR / "gomod-metrics-server"
+# So has CoreDNS: its main.go picks the plugins the lab's Corefile needs.
+COREDNS_MODULE_DIR = LAB_DIR / "gomod-coredns"
 
 
 def state_dir() -> Path:

@@ -32,6 +32,7 @@ KUBE_APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # bound to syst
 FRONT_PROXY_CLIENT = "front-proxy-client"  # the aggregator's identity towards metrics-server
 METRICS_SERVER_KUBELET_CLIENT = "system:metrics-server"  # metrics-server scraping kubelets
 KWOK_KUBELET_SERVING = "kwok-kubelet-serving"
+COREDNS_USER = "system:coredns"  # CoreDNS watching Services and EndpointSlices (lab.dns binds its role)
 
 # The `kubernetes` Service's address: the first of kube-apiserver's default range (kwokctl sets none).
 KUBERNETES_SERVICE_IP = "10.0.0.1"
@@ -114,6 +115,7 @@ class ClusterPKI:
             self.dir / "metrics-server-kubelet-client",
             common_name=METRICS_SERVER_KUBELET_CLIENT,
         )
+        issue(self.ca_cert, self.ca_key, self.dir / "coredns", common_name=COREDNS_USER)
 
 
 def issue(

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import host, nodeconfig, pki
-from .config import ClusterSpec, RealNodeSpec
+from .config import UNDERLAY_PREFIX, ClusterSpec, RealNodeSpec
 from .errors import LabError
 from .images import Image
-from .nodeconfig import NodeLayout
+from .nodeconfig import NodeLayout, underlay_bridge
 
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
 ERROR_LINE = re.compile(r"^[EF]\d{4} ")  # klog's error and fatal lines
@@ -67,6 +67,15 @@ class RealNode:
         )
         if unrouted:
             log(f"lab: {self.cluster.name}: pods of {spec.name} are not reachable from this host: {unrouted}")
+        if spec.underlay_ip:
+            host.join_underlay(
+                layout.netns,
+                underlay_bridge(layout.lab_id),
+                layout.underlay_host_link(self.cluster.number),
+                layout.underlay_node_link(self.cluster.number),
+                spec.underlay_ip,
+                UNDERLAY_PREFIX,
+            )
 
     def start(self, images: list[Image], log) -> None:
         for directory in ("pki", "logs", "pids", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "runc"):
@@ -290,6 +299,7 @@ def remove_leftovers(root: Path, lab_id: str) -> list[str]:
         for path in host.task_host_files(node_dir / "containerd.sock", ids):
             path.unlink(missing_ok=True)
     host.unmount_under(root)
+    host.remove_wireguard(f"cm{lab_id}")
     host.delete_network(prefix, f"cm{lab_id}")
     for path in host.cni_cache_entries(prefix) + host.container_log_links(root):
         path.unlink(missing_ok=True)
@@ -305,6 +315,9 @@ def leftovers(root: Path, lab_id: str) -> list[str]:
     found += [f"mount {path}" for path in host.mounts_under(root)]
     found += [f"network namespace {name}" for name in host.netns_names(prefix)]
     found += [f"network interface {name}" for name in host.link_names(f"cm{lab_id}")]
+    wireguard_pids, wireguard_sockets = host.wireguard_leftovers(f"cm{lab_id}")
+    found += [f"wireguard-go process {pid}" for pid in wireguard_pids]
+    found += [f"WireGuard socket {path}" for path in wireguard_sockets]
     found += [f"cgroup {path}" for path in cgroups]
     found += [f"CNI cache {path}" for path in host.cni_cache_entries(prefix)]
     found += [f"log link {path}" for path in host.container_log_links(root)]

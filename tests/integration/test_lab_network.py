@@ -1,0 +1,125 @@
+"""The lab's network, as a real cluster's: cluster DNS in every cluster, and an underlay that routes no pod range.
+
+Each cluster serves a page from a real pod behind a Service; a second real pod fetches it by the
+Service's short and fully qualified names through the cluster's CoreDNS. The real nodes reach each
+other's underlay address, but a pod of one cluster never reaches a pod of another: without a
+fabric, nothing routes pod ranges between clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+
+import pytest
+
+from catamaran_lab.config import CLUSTER_DNS_IP
+
+from .conftest import get_json, require_real_node, wait_for
+from .manifests import real_pod
+
+pytestmark = pytest.mark.integration
+
+PAGE = 'mkdir -p /tmp/www && echo "served by $CLUSTER" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'
+
+
+def _web_and_client(cluster: str, namespace: str) -> list[dict]:
+    server = real_pod("web", ["sh", "-c", PAGE], container={"env": [{"name": "CLUSTER", "value": cluster}]})
+    client = real_pod("client", ["sleep", "3600"])
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    return [server, client, service]
+
+
+def _fetch(lab, cluster: str, namespace: str, url: str) -> subprocess.CompletedProcess:
+    command = ["exec", "client", "--", "timeout", "5", "wget", "-qO-", url]
+    return lab.kubectl(cluster, "-n", namespace, *command, check=False, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def web(lab, lab_config_in_use):
+    """A page and a client in every cluster, all started at once."""
+    namespaces = {}
+    try:
+        for cluster in lab_config_in_use.clusters:
+            require_real_node(cluster)
+            namespace = namespaces[cluster.name] = f"net-{uuid.uuid4().hex[:8]}"
+            lab.kubectl(cluster.name, "create", "namespace", namespace)
+        for cluster_name, namespace in namespaces.items():
+            wait_for(
+                lambda c=cluster_name, n=namespace: (
+                    lab.kubectl(c, "-n", n, "get", "sa", "default", check=False).returncode == 0
+                )
+            )
+            items = {"apiVersion": "v1", "kind": "List", "items": _web_and_client(cluster_name, namespace)}
+            lab.kubectl(cluster_name, "-n", namespace, "apply", "-f", "-", input=json.dumps(items))
+        for cluster_name, namespace in namespaces.items():
+            lab.kubectl(
+                cluster_name,
+                "-n",
+                namespace,
+                "wait",
+                "--for=condition=Ready",
+                "pod",
+                "--all",
+                "--timeout=90s",
+                timeout=120,
+            )
+        yield namespaces
+    finally:
+        for cluster_name, namespace in namespaces.items():
+            lab.kubectl(cluster_name, "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_every_cluster_resolves_its_services_by_name(lab, lab_config_in_use, web):
+    for cluster in lab_config_in_use.clusters:
+        namespace = web[cluster.name]
+        service = get_json(lab, cluster.name, "service", "-n", "kube-system", "kube-dns")
+        assert service["spec"]["clusterIP"] == CLUSTER_DNS_IP
+        resolv = lab.kubectl(cluster.name, "-n", namespace, "exec", "client", "--", "cat", "/etc/resolv.conf").stdout
+        assert f"nameserver {CLUSTER_DNS_IP}" in resolv, resolv
+        assert f"search {namespace}.svc.cluster.local svc.cluster.local cluster.local" in resolv, resolv
+        for url in ("http://web/", f"http://web.{namespace}/", f"http://web.{namespace}.svc.cluster.local/"):
+            fetched = wait_for(
+                lambda u=url, c=cluster.name, n=namespace: (r := _fetch(lab, c, n, u)).returncode == 0 and r,
+                timeout=30,
+                interval=1,
+                what=f"{url} from a pod of {cluster.name}",
+            )
+            assert fetched.stdout.strip() == f"served by {cluster.name}"
+        # A name that does not exist fails at once (no upstream resolver to wait for).
+        missing = _fetch(lab, cluster.name, namespace, "http://no-such-service/")
+        assert missing.returncode != 0
+        assert "bad address" in missing.stderr, missing.stderr
+
+
+def test_the_underlay_joins_nodes_but_routes_no_pod_range(lab, lab_config_in_use, web):
+    clusters = lab_config_in_use.clusters
+    if lab_config_in_use.overlapping_pod_cidrs:
+        pytest.fail("this test needs distinct pod ranges (the lab runs with CATAMARAN_LAB_OVERLAP=1)", pytrace=False)
+    first, second = clusters[0], clusters[1]
+    netns = lab.real_node(first).layout.netns
+    reached = subprocess.run(
+        ["ip", "netns", "exec", netns, "busybox", "ping", "-c", "1", "-W", "2", second.real_node.underlay_ip],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert reached.returncode == 0, f"{first.name}'s node cannot reach {second.name}'s on the underlay: {reached}"
+    other_pod = get_json(lab, second.name, "pod", "-n", web[second.name], "web")["status"]["podIP"]
+    crossed = _fetch(lab, first.name, web[first.name], f"http://{other_pod}:8080/")
+    assert crossed.returncode != 0, (
+        f"a pod of {first.name} reached {other_pod}, a pod of {second.name}, without a fabric"
+    )
+    routes = subprocess.run(
+        ["ip", "netns", "exec", netns, "ip", "-j", "route", "get", other_pod],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(routes.stdout)[0].get("dev") != "underlay0", routes.stdout
