@@ -341,6 +341,24 @@ def test_unreachable_provider_marks_pods_not_ready():
     assert status["containerStatuses"][0]["ready"] is False
 
 
+def test_a_fabric_tunnel_down_marks_pods_not_ready_and_its_return_ready_again():
+    shadow_status = {
+        "pod": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": True}],
+        }
+    }
+    common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t")
+    down = forge.local_pod_status({}, shadow_status, network_down="the tunnel is down (TunnelSilent: quiet)", **common)
+    ready = next(c for c in down["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NetworkUnreachable")
+    assert "TunnelSilent" in ready["message"]
+    assert down["containerStatuses"][0]["ready"] is False
+    back = forge.local_pod_status(down, shadow_status, **common)
+    assert next(c for c in back["conditions"] if c["type"] == "Ready")["status"] == "True"
+
+
 def test_remote_refusal_shows_on_the_local_pod():
     shadow_status = {
         "conditions": [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catamaran.consumer.offloading import reflection_binding
+from catamaran.networks import remapper
 from catamaran.vk.reflection.claims import PersistentVolumeClaims
 from catamaran.vk.reflection.configmaps import ConfigMaps
 from catamaran.vk.reflection.endpointslices import EndpointSlices
@@ -225,3 +226,22 @@ def test_endpoint_addresses_outside_the_providers_ranges_are_left_out():
     endpoints = EndpointSlices().content(local, ranged, local=True)["endpoints"]
     assert [e["addresses"] for e in endpoints] == [["10.101.0.9"]]
     assert len(EndpointSlices().content(local, CONTEXT, local=True)["endpoints"]) == 2  # no ranges published
+
+
+def test_reflected_endpoints_follow_the_tunnel_and_the_remapped_addresses():
+    local = {
+        "metadata": meta("web-abc", labels={"kubernetes.io/service-name": "web"}),
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.100.255.9"], "conditions": {"ready": True, "serving": True}}],
+    }
+    remapped = Context(
+        settings=ReflectionSettings(),
+        node_name="catamaran-p",
+        translate=remapper([("10.100.0.0/16", "100.64.0.0/16")]),
+        endpoint_ranges=("100.64.0.0/16",),
+    )
+    (endpoint,) = EndpointSlices().content(local, remapped, local=True)["endpoints"]
+    assert endpoint == {"addresses": ["100.64.255.9"], "conditions": {"ready": True, "serving": True}}
+    down = Context(settings=ReflectionSettings(), node_name="catamaran-p", network_down=True)
+    (endpoint,) = EndpointSlices().content(local, down, local=True)["endpoints"]
+    assert endpoint["conditions"] == {"ready": False, "serving": False}

@@ -1,4 +1,4 @@
-"""Process entry points: `python -m catamaran manager|virtual-kubelet`."""
+"""Process entry points: `python -m catamaran manager|virtual-kubelet|gateway`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from . import health, logs
 from .constants import SYSTEM_NAMESPACE
 from .consumer.manager import WebhookOptions, consumer_tasks
+from .fabric.gateway import gateway_tasks
+from .fabric.plan import DEFAULT_INTERFACE_PREFIX
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
 from .provider.manager import provider_tasks
 from .vk.runner import KubeletOptions, PeeringRemoved, VirtualKubelet
@@ -108,6 +110,15 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="CA for client certificates (default: kube-system's extension-apiserver-authentication)",
     )
+    gateway = commands.add_parser(
+        "gateway", help="run this cluster's network gateway: one WireGuard tunnel per peering in mode Fabric"
+    )
+    gateway.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of ForeignClusters and keys")
+    gateway.add_argument(
+        "--interface-prefix",
+        default=DEFAULT_INTERFACE_PREFIX,
+        help="names of this gateway's tunnel interfaces (unique per host: two gateways on one host need two)",
+    )
     return parser
 
 
@@ -119,6 +130,9 @@ async def _main(args) -> None:
             client, args.cluster_id, workers=args.workers, credential_renew_fraction=args.credential_renew_fraction
         )
         tasks += consumer_tasks(client, args.cluster_id, args.controller_namespace, _webhook(args))
+    elif args.command == "gateway":
+        client = async_client(config, args.context, "catamaran-gateway")
+        tasks = gateway_tasks(client, args.interface_prefix, args.namespace)
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")
         vk = VirtualKubelet(

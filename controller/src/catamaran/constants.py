@@ -113,3 +113,15 @@ def virtual_node_name(provider_cluster_id: str) -> str:
 def default_twin_namespace(local_namespace: str, consumer_cluster_id: str) -> str:
     """The DefaultName mapping strategy: unique per consumer on a shared provider."""
     return f"{local_namespace}-{consumer_cluster_id}"
+
+
+# The network fabric (docs/network-fabric.md). A peering's mode: Fabric (a WireGuard tunnel between the two
+# clusters' gateways) or Flat (the clusters already route each other's pod ranges: no gateway, no remap).
+NETWORK_MODES = ("Fabric", "Flat")
+# Each side's WireGuard private key for one peering: a Secret in its own SYSTEM_NAMESPACE (key `privateKey`),
+# labelled FABRIC_KEY_LABEL, named by direction and the other cluster's id (a cluster may be both sides).
+FABRIC_KEY_LABEL = "catamaran.io/fabric-key"
+FABRIC_KEY_TO_PROVIDER_PREFIX = "catamaran-fabric-to-"
+FABRIC_KEY_FROM_CONSUMER_PREFIX = "catamaran-fabric-from-"
+FABRIC_PRIVATE_KEY = "privateKey"
+NETWORK_READY_CONDITION = "NetworkReady"

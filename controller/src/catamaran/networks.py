@@ -18,3 +18,72 @@ def covering_networks(ranges):
             supernet = supernet.supernet()
         covering.append(str(supernet))
     return sorted(covering)
+
+
+# Where the fabric takes the ranges one cluster sees another's overlapping pods at (RFC 6598, shared address space:
+# no cluster's pods or Services are expected there).
+DEFAULT_REMAP_POOL = "100.64.0.0/10"
+
+
+def overlaps_any(cidr, others):
+    network = ipaddress.ip_network(cidr, strict=False)
+    return any(network.overlaps(ipaddress.ip_network(other, strict=False)) for other in others)
+
+
+def free_range(like, taken, pool=DEFAULT_REMAP_POOL):
+    """The first range of the pool as large as `like` that overlaps nothing `taken`; None when none is left."""
+    size = ipaddress.ip_network(like, strict=False)
+    space = ipaddress.ip_network(pool, strict=False)
+    if size.version != space.version or size.prefixlen < space.prefixlen:
+        return None
+    for candidate in space.subnets(new_prefix=size.prefixlen):
+        if not overlaps_any(candidate, taken):
+            return str(candidate)
+    return None
+
+
+def remapper(pairs):
+    """ip -> the address it is seen at (host bits kept) for [(range, seen range)]; other addresses unchanged."""
+    remapped = [
+        (ipaddress.ip_network(real, strict=False), ipaddress.ip_network(seen, strict=False))
+        for real, seen in pairs
+        if real != seen
+    ]
+
+    def translate(ip):
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            return ip
+        for real, seen in remapped:
+            if address.version == real.version and address in real:
+                return str(seen.network_address + (int(address) - int(real.network_address)))
+        return ip
+
+    return translate
+
+
+def remap_pairs(entries):
+    """[{podCIDR, seenAs}] (a localPodCIDRRemap field) as ((range, seen range), ...)."""
+    return tuple((entry["podCIDR"], entry["seenAs"]) for entry in entries or () if entry.get("podCIDR"))
+
+
+def seen_as(ranges, taken, kept=(), pool=DEFAULT_REMAP_POOL):
+    """[(range, range another cluster sees it at)]: itself unless it overlaps `taken`, else a free range of the pool.
+
+    `kept` (earlier pairs) are reused while still free, so a peering's mapping does not move when nothing
+    forces it to. Raises ValueError naming the range when the pool has no room left.
+    """
+    earlier = dict((real, seen) for real, seen in kept)
+    pairs = []
+    for real in ranges:
+        if not overlaps_any(real, taken):
+            pairs.append((real, real))
+            continue
+        seen = earlier.get(real)
+        if seen is None or overlaps_any(seen, taken) or overlaps_any(seen, [s for _, s in pairs]):
+            seen = free_range(real, list(taken) + [s for _, s in pairs], pool)
+        if seen is None:
+            raise ValueError(f"no range of {pool} left to remap {real} onto (every one overlaps another cluster's)")
+        pairs.append((real, seen))
+    return pairs

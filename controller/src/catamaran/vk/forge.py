@@ -300,6 +300,14 @@ class IPTranslator:
             return None
         return str(self.target.network_address + offset)
 
+    def seen_ranges(self) -> list[str]:
+        """The provider's pod ranges as the consumer sees them: where its accepted pod IPs are shown."""
+        if self.conflict is not None:
+            return []
+        if self.target is None:
+            return [str(source) for source in self.sources]
+        return [str(self.target)] if any(s.version == self.target.version for s in self.sources) else []
+
     def refusal(self, ip: str) -> tuple[str, str]:
         """(reason, message) for the local pod when `ip` is refused."""
         if self.conflict is not None:
@@ -388,13 +396,15 @@ def local_pod_status(
     provider_reachable: bool,
     now: str,
     containers: Sequence[tuple[str, str]] = (),
+    network_down: str | None = None,
 ) -> dict:
     """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet).
 
     What the provider reports is checked on the way: pod IPs by `translate` (a refused one leaves the pod
     without IP and with a POD_IP_CONDITION saying why; None: not decided yet, the pod keeps what it shows),
     reasons and messages bounded (vk/trust.py), and its conditions of the types the virtual kubelet sets itself
-    are not copied.
+    are not copied. A pod is not ready while its provider cannot be reached, nor while the network fabric's
+    tunnel to it is down (`network_down` says why): Services then send nothing to it.
     """
     shadow_status = shadow_status or {}
     remote = shadow_status.get("pod") or {}
@@ -434,13 +444,17 @@ def local_pod_status(
             previous = local_conditions.get(POD_IP_CONDITION) or {}
             since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
             conditions.append(_condition(POD_IP_CONDITION, "False", reason, sanitised_message(message), since or now))
+    unreachable_reason = None
     if not provider_reachable:
+        unreachable_reason, message = "ProviderUnreachable", "the provider cluster's API server is unreachable"
+    elif network_down:
+        unreachable_reason, message = "NetworkUnreachable", network_down
+    if unreachable_reason:
         unreachable = [c for c in conditions if c["type"] not in ("Ready", "ContainersReady")]
-        message = "the provider cluster's API server is unreachable"
         for kind in ("ContainersReady", "Ready"):
             previous = local_conditions.get(kind) or {}
             since = previous.get("lastTransitionTime") if previous.get("status") == "False" else now
-            unreachable.append(_condition(kind, "False", "ProviderUnreachable", message, since or now))
+            unreachable.append(_condition(kind, "False", unreachable_reason, message, since or now))
         conditions = unreachable
     status["conditions"] = conditions
     if remote.get("startTime"):
@@ -450,7 +464,7 @@ def local_pod_status(
         entries = copy.deepcopy(remote.get(kind) or [])
         for entry in entries:
             entry["restartCount"] = int(entry.get("restartCount") or 0) + recreations
-            if not provider_reachable:
+            if unreachable_reason:
                 entry["ready"] = False
             for state in ("state", "lastState"):
                 if entry.get(state):

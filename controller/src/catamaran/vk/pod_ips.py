@@ -13,6 +13,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from ..kube.informer import Informer, call
+from ..kube.ops import patch_status
 from ..kube.resources import ForeignCluster
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference, set_condition
@@ -50,6 +51,7 @@ class PodIPs:
         # local pods keep the IPs they show, so a restart neither drops them nor shows unchecked ones.
         self.translate: IPTranslator | None = None
         self.provider_cidrs: list[str] | None = None  # as the ResourceOffer announces them; None: not seen yet
+        self.network_down: str | None = None  # why the network fabric's tunnel is down, as its gateway reports it
         self.local_ranges = LocalRanges(peering.local, node_ip)
         self.local_ranges.listeners.append(self._retranslate)
         self._changed = asyncio.Event()
@@ -57,6 +59,12 @@ class PodIPs:
 
     def tasks(self):
         return [*self.local_ranges.tasks(), self._report_loop()]
+
+    def update_network(self, problem: str | None) -> None:
+        """The tunnel went down or came back: every pod's readiness follows it."""
+        if problem != self.network_down:
+            self.network_down = problem
+            self._requeue_all()
 
     def update_pod_cidrs(self, provider_cidrs: list[str]) -> None:
         self.provider_cidrs = list(provider_cidrs)
@@ -86,18 +94,26 @@ class PodIPs:
         meanwhile; the node watch wakes this loop again, so the condition is put back.
         """
         reported: dict[str, dict] = {}  # on the ForeignCluster, by type
+        reported_network: dict | None = None
         while True:
             await self._changed.wait()
             self._changed.clear()
             if self.translate is None:
                 continue
             wanted = translation_conditions(self.translate, self.local_ranges.unread)
+            network = {"remotePodCIDRs": self.translate.seen_ranges()}
             try:
                 await self._node_conditions(wanted)
                 changed = [c for c in wanted if reported.get(c["type"]) != c]
                 if changed:
                     await self._foreign_conditions(changed)
                     reported.update((c["type"], c) for c in changed)
+                if network != reported_network:
+                    # What the gateway routes into this peering's tunnel (fabric/gateway.py).
+                    namespace, name = self.peering.foreign_cluster
+                    meta = {"name": name, "namespace": namespace}
+                    await patch_status(self.peering.local, ForeignCluster, meta, {"network": network})
+                    reported_network = network
             except ApiError as error:
                 log.warning("cannot report pod IP translation", extra=fields(error=str(error)[:300]))
                 await asyncio.sleep(2)

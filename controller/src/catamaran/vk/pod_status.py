@@ -102,6 +102,7 @@ class PodStatus:
             node_ip=self.node.settings.node_ip,
             translate=self.ips.translate,
             provider_reachable=self.node.healthy,
+            network_down=self.ips.network_down,
             now=now_iso(),
             containers=[(c["name"], c.get("image", "")) for c in pod["spec"].get("containers") or []],
         )

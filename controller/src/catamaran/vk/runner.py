@@ -13,6 +13,7 @@ from lightkube.types import PatchType
 
 from ..constants import (
     DEFAULT_SHARING_PERCENTAGE,
+    NETWORK_READY_CONDITION,
     RESOURCE_OFFER_NAME,
     virtual_node_name,
 )
@@ -21,6 +22,7 @@ from ..kube.events import EventRecorder
 from ..kube.informer import Informer
 from ..kube.resources import ForeignCluster, ResourceOffer
 from ..logs import fields
+from ..networks import remap_pairs
 from ..objects import as_dict, reference, set_condition
 from ..tenancy import lent_service_types
 from .context import PeeringContext
@@ -46,6 +48,24 @@ def reflection_terms(offer: dict) -> tuple[tuple, tuple | None]:
     allowed = ((offer.get("spec") or {}).get("services") or {}).get("allowedTypes")
     ranges = (offer.get("status") or {}).get("endpointRanges")
     return lent_service_types(allowed), (tuple(ranges) if ranges is not None else None)
+
+
+def network_problem(foreign: dict) -> str | None:
+    """Why the network fabric's tunnel to the provider is down (its gateway's NetworkReady=False), else None."""
+    if ((foreign["spec"].get("networking") or {}).get("mode")) != "Fabric":
+        return None
+    ready = next(
+        (c for c in (foreign.get("status") or {}).get("conditions") or [] if c["type"] == NETWORK_READY_CONDITION),
+        None,
+    )
+    if ready is None or ready.get("status") != "False":
+        return None
+    return f"the network fabric's tunnel to the provider is down ({ready.get('reason')}: {ready.get('message', '')})"
+
+
+def local_remap(foreign: dict) -> tuple:
+    """The consumer's pod ranges as the provider sees them (the fabric's remapping), from the ForeignCluster."""
+    return remap_pairs((foreign["spec"].get("networking") or {}).get("localPodCIDRRemap"))
 
 
 @dataclass
@@ -158,6 +178,9 @@ class VirtualKubelet:
             workers=self.workers,
         )
         reflection = pods.reflection
+        reflection.update_local_remap(local_remap(foreign))
+        reflection.update_network(network_problem(foreign) is not None)
+        pods.ips.network_down = network_problem(foreign)
         certificate = ServingCertificate(
             self.local,
             peering.node_name,
@@ -215,6 +238,10 @@ class VirtualKubelet:
             settings, _ = settings_from(new, self.node_ip, self.kubelet_port)
             node.update_settings(settings)
             reflection.update(settings_from_spec(new["spec"].get("reflection")))
+            reflection.update_local_remap(local_remap(new))
+            problem = network_problem(new)
+            reflection.update_network(problem is not None)
+            pods.ips.update_network(problem)
 
         foreigns.on_change(foreign_changed)
 

@@ -1,7 +1,8 @@
 """EndpointSlices of the consumer's Services. Endpoints of pods already running in this provider are left
 out (the provider's own slices, made from the reflected Service's selector, hold them); the others are
-reflected with their addresses as the provider reaches them, ready flags as they are, and only addresses in the
-ranges the provider's terms allow (the consumer's announced pod ranges): the provider refuses any other."""
+reflected with their addresses as the provider reaches them, ready flags as they are (not ready while the
+network fabric's tunnel is down), and only addresses in the ranges the provider's terms allow (the consumer's
+announced pod ranges): the provider refuses any other."""
 
 from __future__ import annotations
 
@@ -51,12 +52,11 @@ class EndpointSlices(ReflectedKind):
                 addresses = [a for a in map(context.translate, addresses) if within(a, context.endpoint_ranges)]
                 if not addresses:
                     continue
+            conditions = dict(endpoint.get("conditions") or {})
+            if local and context.network_down:
+                conditions.update(ready=False, serving=False)
             endpoints.append(
-                present(
-                    addresses=addresses,
-                    conditions=present(**(endpoint.get("conditions") or {})),
-                    hostname=endpoint.get("hostname"),
-                )
+                present(addresses=addresses, conditions=present(**conditions), hostname=endpoint.get("hostname"))
             )
         return present(
             metadata=metadata,

@@ -20,6 +20,7 @@ class Context:
     # EndpointSlice addresses may lie in (None: not published, so not filtered here; its admission still decides).
     service_types: tuple = DEFAULT_ALLOWED_SERVICE_TYPES
     endpoint_ranges: tuple | None = None
+    network_down: bool = False  # the fabric's tunnel is down: reflected endpoints are not ready
 
 
 class ReflectedKind:

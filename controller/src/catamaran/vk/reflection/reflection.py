@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...kube.informer import Informer
+from ...networks import remapper
 from ..context import PeeringContext
 from ..namespaces import TwinManager
 from .claims import PersistentVolumeClaims
@@ -25,6 +26,8 @@ class Reflection:
         self.peering = peering
         self.settings = settings
         self.terms: dict = {}  # the provider's terms for what reflection writes (Context fields)
+        self.local_remap: tuple = ()  # the consumer's pod ranges the provider sees elsewhere (fabric remapping)
+        self.network_down = False
         context = self._context()
         self.reflectors = {
             kind.setting: Reflector(kind(), peering, twins, policy=settings.kind(kind.setting), context=context)
@@ -58,23 +61,41 @@ class Reflection:
         return left + self.tokens.left_in(twin)
 
     def _context(self) -> Context:
-        return Context(settings=self.settings, node_name=self.peering.node_name, **self.terms)
+        return Context(
+            settings=self.settings,
+            node_name=self.peering.node_name,
+            translate=remapper(self.local_remap),
+            network_down=self.network_down,
+            **self.terms,
+        )
+
+    def update_network(self, down: bool) -> None:
+        """The fabric's tunnel went down or came back: reflected endpoints are rewritten as (not) ready."""
+        if down != self.network_down:
+            self.network_down = down
+            self._rewrite()
+
+    def update_local_remap(self, pairs: tuple) -> None:
+        """The consumer's pod ranges as the provider sees them changed: reflected endpoints are rewritten to them."""
+        if pairs != self.local_remap:
+            self.local_remap = pairs
+            self._rewrite()
 
     def update(self, settings: ReflectionSettings) -> None:
-        if settings == self.settings:
-            return
-        self.settings = settings
-        context = self._context()
-        for name, reflector in self.reflectors.items():
-            reflector.update(settings.kind(name), context)
-        self.tokens.update(settings.kind("serviceAccountTokens"))
+        if settings != self.settings:
+            self.settings = settings
+            self._rewrite()
+            self.tokens.update(settings.kind("serviceAccountTokens"))
 
     def update_terms(self, service_types: tuple, endpoint_ranges: tuple | None) -> None:
         """The provider's terms changed (its ResourceOffer): copies are rewritten to them."""
         terms = {"service_types": service_types, "endpoint_ranges": endpoint_ranges}
-        if terms == self.terms:
-            return
-        self.terms = terms
+        if terms != self.terms:
+            self.terms = terms
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        """Every reflector with the current settings and context: copies that now differ are rewritten."""
         context = self._context()
         for name, reflector in self.reflectors.items():
             reflector.update(self.settings.kind(name), context)

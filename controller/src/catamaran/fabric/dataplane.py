@@ -1,0 +1,167 @@
+"""The gateway's host side: WireGuard interfaces, routes and iptables rules, converged to a plan.
+
+Runs where the gateway runs (a node's network namespace: host network, NET_ADMIN). A kernel with
+WireGuard gets kernel interfaces; otherwise each interface is served by a `wireguard-go` child that
+dies with the gateway (PR_SET_PDEATHSIG), so a killed gateway leaves no tunnel behind and its
+restart builds them again. Everything is found again by the interface prefix, so a restart also
+removes tunnels of peerings deleted while it was down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..logs import fields
+from .plan import JUMPS, MTU, Tunnel, iptables_restore, routes, wg_set_arguments
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+INTERFACE_APPEARS_SECONDS = 15.0
+
+
+class DataplaneError(Exception):
+    """A host command failed; the message names it and what it said."""
+
+
+@dataclass(frozen=True)
+class PeerTraffic:
+    """What `wg show` says of a tunnel's one peer."""
+
+    latest_handshake: int  # seconds since the epoch, 0: never
+    received_bytes: int
+
+
+async def run(*command: str, stdin: str | None = None, check: bool = True) -> str:
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate(stdin.encode() if stdin is not None else None)
+    if check and process.returncode != 0:
+        # The command line only: a private key travels on standard input, never in argv.
+        raise DataplaneError(f"{' '.join(command)}: {err.decode(errors='replace').strip() or process.returncode}")
+    return out.decode()
+
+
+async def succeeds(*command: str) -> bool:
+    process = await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await process.wait() == 0
+
+
+def _link_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists()  # sysfs: answered from memory, never blocks
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Dataplane:
+    def __init__(self, interface_prefix: str, wireguard_go: str = "wireguard-go"):
+        self.prefix = interface_prefix
+        self.wireguard_go = wireguard_go
+        self.userspace: dict[str, asyncio.subprocess.Process] = {}
+        self.kernel_wireguard: bool | None = None  # learnt on the first interface
+
+    async def apply(self, tunnels: list[Tunnel]) -> None:
+        wanted = {tunnel.interface: tunnel for tunnel in tunnels}
+        existing = await self.interfaces()
+        for name in sorted(existing - set(wanted)):
+            await self._delete(name)
+        for tunnel in tunnels:
+            if tunnel.interface not in existing or not self._alive(tunnel.interface):
+                await self._create(tunnel.interface)
+            await self._configure(tunnel)
+        await self._routes(routes(tunnels), set(wanted))
+        await self._rules(tunnels)
+
+    async def remove_all(self) -> None:
+        for name in sorted(await self.interfaces()):
+            await self._delete(name)
+        await self._rules([])
+
+    async def interfaces(self) -> set[str]:
+        links = json.loads(await run("ip", "-j", "link", "show") or "[]")
+        return {link["ifname"] for link in links if link["ifname"].startswith(self.prefix)}
+
+    async def traffic(self, interface: str) -> dict[str, PeerTraffic]:
+        """Peer public key -> its latest handshake and bytes received (`wg show … dump`)."""
+        lines = (await run("wg", "show", interface, "dump")).splitlines()[1:]  # the first line is the interface's
+        found = {}
+        for line in lines:
+            parts = line.split("\t")
+            if len(parts) >= 7:
+                found[parts[0]] = PeerTraffic(latest_handshake=int(parts[4]), received_bytes=int(parts[5]))
+        return found
+
+    def _alive(self, name: str) -> bool:
+        process = self.userspace.get(name)
+        return process is None or process.returncode is None
+
+    async def _create(self, name: str) -> None:
+        await self._delete(name)
+        if self.kernel_wireguard is not False:
+            self.kernel_wireguard = await succeeds("ip", "link", "add", name, "type", "wireguard")
+        if not self.kernel_wireguard:
+            process = await asyncio.create_subprocess_exec(
+                self.wireguard_go,
+                "-f",
+                name,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
+            self.userspace[name] = process
+            deadline = time.monotonic() + INTERFACE_APPEARS_SECONDS
+            while not _link_exists(name):
+                if process.returncode is not None or time.monotonic() > deadline:
+                    raise DataplaneError(f"{self.wireguard_go} {name} did not make its interface")
+                await asyncio.sleep(0.05)
+        log.info("tunnel interface created", extra=fields(interface=name, kernel=bool(self.kernel_wireguard)))
+
+    async def _configure(self, tunnel: Tunnel) -> None:
+        # Every time, not only at creation: an interface made late (a slow start) must still come up.
+        await run("ip", "link", "set", tunnel.interface, "mtu", str(MTU), "up")
+        await run("wg", "set", *wg_set_arguments(tunnel), stdin=tunnel.private_key)
+        peers = (await run("wg", "show", tunnel.interface, "peers")).split()
+        for stale in peers:
+            if stale != tunnel.peer_public_key:
+                await run("wg", "set", tunnel.interface, "peer", stale, "remove")
+
+    async def _delete(self, name: str) -> None:
+        process = self.userspace.pop(name, None)
+        if process is not None and process.returncode is None:
+            process.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 5)
+        if _link_exists(name):
+            await run("ip", "link", "delete", name, check=False)
+
+    async def _routes(self, wanted: dict[str, str], interfaces: set[str]) -> None:
+        current = json.loads(await run("ip", "-j", "route", "show") or "[]")
+        for route in current:
+            if route.get("dev", "").startswith(self.prefix) and wanted.get(route["dst"]) != route["dev"]:
+                await run("ip", "route", "delete", route["dst"], "dev", route["dev"], check=False)
+        for destination, interface in wanted.items():
+            if interface in interfaces:
+                await run("ip", "route", "replace", destination, "dev", interface)
+
+    async def _rules(self, tunnels: list[Tunnel]) -> None:
+        await run("iptables-restore", "--noflush", stdin=iptables_restore(tunnels))
+        for table, builtin, chain in JUMPS:
+            if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
+                await run("iptables", "-t", table, "-I", builtin, "1", "-j", chain)

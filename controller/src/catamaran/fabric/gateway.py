@@ -1,0 +1,257 @@
+"""The gateway: one process per cluster, on the node whose network carries the cluster's tunnels.
+
+It reads what the peering wrote on this cluster and keeps the host's tunnels equal to it:
+- as a consumer, one tunnel per ForeignCluster in mode Fabric: this side's key (Secret
+  `catamaran-fabric-to-<provider>`), the provider's gateway and public key (`spec.networking.gateway`),
+  the provider's pod ranges as this cluster sees them (`status.network.remotePodCIDRs`, written by the
+  virtual kubelet from the provider's announced ranges);
+- as a provider, one tunnel per tenant whose ResourceOffer is in mode Fabric: this side's key (Secret
+  `catamaran-fabric-from-<consumer>`), the port to listen on and the consumer's public key
+  (`spec.network.gateway`), the consumer's announced pod ranges (`spec.consumerPodCIDRs`), and the
+  tenant's pods here, the only ones its tunnel may open connections to.
+
+Every change lands on one work-queue key, so the host is converged by one worker from the caches. The
+health of each consumer-side tunnel (the provider's keepalives arriving) is the ForeignCluster's
+NetworkReady condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod, Secret
+
+from ..constants import (
+    FABRIC_KEY_FROM_CONSUMER_PREFIX,
+    FABRIC_KEY_LABEL,
+    FABRIC_KEY_TO_PROVIDER_PREFIX,
+    FABRIC_PRIVATE_KEY,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    MANAGED_BY_CATAMARAN,
+    NETWORK_READY_CONDITION,
+    SYSTEM_NAMESPACE,
+    TENANT_NAMESPACE_PREFIX,
+)
+from ..kube.informer import Informer, changed, enqueue
+from ..kube.ops import patch_status
+from ..kube.resources import ForeignCluster, ResourceOffer
+from ..kube.workqueue import WorkQueue
+from ..logs import fields
+from ..networks import remap_pairs
+from ..objects import as_dict, condition, set_condition
+from . import keys
+from .dataplane import Dataplane, DataplaneError
+from .plan import KEEPALIVE_SECONDS, Tunnel, check_remap, interface_name
+
+log = logging.getLogger(__name__)
+
+DATAPLANE = "dataplane"
+# A tunnel is up while the peer's keepalives (every KEEPALIVE_SECONDS when idle) keep arriving.
+HEALTH_WINDOW_SECONDS = 3 * KEEPALIVE_SECONDS
+
+
+def _pod_address(pod) -> tuple[str | None, str | None]:
+    labels = pod.metadata.labels or {}
+    return labels.get(LABEL_ORIGIN_CLUSTER_ID), (pod.status.podIP if pod.status else None)
+
+
+def _remapped(network: dict) -> tuple[tuple[str, str], ...]:
+    """This cluster's pod ranges the peer sees elsewhere (`localPodCIDRRemap`, written at peering)."""
+    pairs = remap_pairs(network.get("localPodCIDRRemap"))
+    for real, seen in pairs:
+        check_remap(real, seen)
+    return pairs
+
+
+def _private_key(secret) -> str | None:
+    encoded = (secret.data or {}).get(FABRIC_PRIVATE_KEY)
+    return base64.b64decode(encoded).decode().strip() if encoded else None
+
+
+class Gateway:
+    def __init__(self, client: AsyncClient, dataplane: Dataplane, namespace: str = SYSTEM_NAMESPACE):
+        self.client = client
+        self.dataplane = dataplane
+        self.namespace = namespace
+        self.foreigns = Informer(
+            client, ForeignCluster, name="foreign-clusters", namespace=namespace, transform=as_dict
+        )
+        self.offers = Informer(client, ResourceOffer, name="resource-offers", transform=as_dict)
+        key_secrets = {FABRIC_KEY_LABEL: "true"}
+        self.keys = Informer(
+            client, Secret, name="fabric-keys", namespace=namespace, labels=key_secrets, transform=_private_key
+        )
+        self.pods = Informer(
+            client, Pod, name="tenant-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=_pod_address
+        )
+        self.queue = WorkQueue("fabric", self._reconcile, workers=1)
+        for informer in (self.foreigns, self.offers, self.keys, self.pods):
+            informer.on_change(enqueue(self.queue, key=lambda _: DATAPLANE, when=changed))
+        self.problems: dict[str, str] = {}  # consumer-side peering -> why its tunnel is not configured
+        self._last_rx: dict[str, tuple[int, float]] = {}  # interface -> (bytes received, when they last grew)
+
+    def tasks(self):
+        informers = (self.foreigns, self.offers, self.keys, self.pods)
+        return [*(informer.run() for informer in informers), self.queue.run(), self._health_loop()]
+
+    # -- what the peerings ask for ---------------------------------------------------------------
+
+    def _key(self, name: str) -> str | None:
+        return self.keys.cache.get((self.namespace, name))
+
+    def consumer_tunnels(self) -> list[Tunnel]:
+        tunnels = []
+        self.problems = {}
+        for foreign in self.foreigns.cache.values():
+            networking = foreign["spec"].get("networking") or {}
+            if networking.get("mode") != "Fabric":
+                continue
+            provider = foreign["spec"]["clusterID"]
+            gateway = networking.get("gateway") or {}
+            secret = FABRIC_KEY_TO_PROVIDER_PREFIX + provider
+            private_key = self._key(secret)
+            remote = ((foreign.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
+            if not private_key:
+                self.problems[provider] = f"Secret {self.namespace}/{secret} (this side's key) is missing"
+                continue
+            if not gateway.get("endpoint") or not gateway.get("publicKey"):
+                self.problems[provider] = "spec.networking.gateway names no endpoint or public key of the provider"
+                continue
+            try:
+                tunnels.append(
+                    Tunnel(
+                        peering=provider,
+                        interface=interface_name(self.dataplane.prefix, f"to-{provider}"),
+                        private_key=keys.checked_private_key(private_key),
+                        peer_public_key=keys.check_public_key(gateway["publicKey"]),
+                        remote_cidrs=tuple(remote),
+                        peer_endpoint=gateway["endpoint"],
+                        remapped=_remapped(networking),
+                    )
+                )
+            except ValueError as error:  # one peering's bad input leaves the others' tunnels alone
+                self.problems[provider] = str(error)
+        return tunnels
+
+    def provider_tunnels(self) -> list[Tunnel]:
+        pods_by_tenant: dict[str, list[str]] = {}
+        for origin, address in self.pods.cache.values():
+            if origin and address:
+                pods_by_tenant.setdefault(origin, []).append(address)
+        tunnels = []
+        for offer in self.offers.cache.values():
+            namespace = offer["metadata"]["namespace"]
+            network = offer["spec"].get("network") or {}
+            if network.get("mode") != "Fabric" or not namespace.startswith(TENANT_NAMESPACE_PREFIX):
+                continue
+            consumer = namespace.removeprefix(TENANT_NAMESPACE_PREFIX)
+            gateway = network.get("gateway") or {}
+            secret = FABRIC_KEY_FROM_CONSUMER_PREFIX + consumer
+            private_key = self._key(secret)
+            if not private_key or not gateway.get("publicKey") or not gateway.get("listenPort"):
+                log.warning(
+                    "tenant tunnel not configured",
+                    extra=fields(consumer=consumer, key_secret=secret, has_key=bool(private_key)),
+                )
+                continue
+            try:
+                tunnels.append(
+                    Tunnel(
+                        peering=consumer,
+                        interface=interface_name(self.dataplane.prefix, f"from-{consumer}"),
+                        private_key=keys.checked_private_key(private_key),
+                        peer_public_key=keys.check_public_key(gateway["publicKey"]),
+                        remote_cidrs=tuple(offer["spec"].get("consumerPodCIDRs") or []),
+                        listen_port=int(gateway["listenPort"]),
+                        allowed_destinations=tuple(sorted(pods_by_tenant.get(consumer, []))),
+                        remapped=_remapped(network),
+                    )
+                )
+            except ValueError as error:
+                log.warning("tenant tunnel not configured", extra=fields(consumer=consumer, problem=str(error)))
+        return tunnels
+
+    async def _reconcile(self, key: str) -> None:
+        for informer in (self.foreigns, self.offers, self.keys, self.pods):
+            await informer.synced.wait()
+        tunnels = self.consumer_tunnels() + self.provider_tunnels()
+        try:
+            await self.dataplane.apply(tunnels)
+        except (DataplaneError, ValueError) as error:
+            log.error("cannot converge the tunnels", extra=fields(error=str(error)[:500]))
+            raise
+
+    # -- health --------------------------------------------------------------------------------
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_SECONDS)
+            if not self.foreigns.synced.is_set():
+                continue
+            try:
+                await self._report_health()
+            except (ApiError, DataplaneError) as error:
+                log.warning("cannot report tunnel health", extra=fields(error=str(error)[:300]))
+
+    async def _report_health(self) -> None:
+        present = await self.dataplane.interfaces()
+        tunnels = {tunnel.peering: tunnel for tunnel in self.consumer_tunnels()}
+        if any(tunnel.interface not in present for tunnel in tunnels.values()):
+            self.queue.add(DATAPLANE)  # a userspace tunnel died with its process: build it again
+        for foreign in list(self.foreigns.cache.values()):
+            networking = foreign["spec"].get("networking") or {}
+            if networking.get("mode") != "Fabric":
+                continue
+            provider = foreign["spec"]["clusterID"]
+            tunnel = tunnels.get(provider)
+            if tunnel is None:
+                wanted = ("False", "TunnelNotConfigured", self.problems.get(provider, "no tunnel configured"))
+            elif tunnel.interface not in present:
+                wanted = ("False", "TunnelDown", f"interface {tunnel.interface} is not up")
+            else:
+                wanted = await self._tunnel_state(tunnel)
+            await self._set_condition(foreign, *wanted)
+
+    async def _tunnel_state(self, tunnel: Tunnel) -> tuple[str, str, str]:
+        traffic = (await self.dataplane.traffic(tunnel.interface)).get(tunnel.peer_public_key)
+        now = time.monotonic()
+        received = traffic.received_bytes if traffic else 0
+        last, since = self._last_rx.get(tunnel.interface, (-1, now))
+        if received != last:
+            since = now if received > 0 else since
+            self._last_rx[tunnel.interface] = (received, since)
+        if traffic is None or traffic.latest_handshake == 0:
+            return "False", "NoHandshake", f"no handshake with the provider's gateway {tunnel.peer_endpoint} yet"
+        if received == 0 or now - since > HEALTH_WINDOW_SECONDS:
+            return (
+                "False",
+                "TunnelSilent",
+                f"nothing received from the provider's gateway {tunnel.peer_endpoint} for"
+                f" {HEALTH_WINDOW_SECONDS} s (its keepalives come every {KEEPALIVE_SECONDS} s)",
+            )
+        return "True", "TunnelUp", f"tunnel {tunnel.interface} to {tunnel.peer_endpoint} carries traffic"
+
+    async def _set_condition(self, foreign: dict, status: str, reason: str, message: str) -> None:
+        current = foreign.get("status") or {}
+        previous = condition(current, NETWORK_READY_CONDITION)
+        if previous and (previous["status"], previous.get("reason"), previous.get("message")) == (
+            status,
+            reason,
+            message,
+        ):
+            return
+        conditions = set_condition(current.get("conditions") or [], NETWORK_READY_CONDITION, status, reason, message)
+        await patch_status(self.client, ForeignCluster, foreign["metadata"], {"conditions": conditions})
+        name = foreign["metadata"]["name"]
+        log.info("tunnel health", extra=fields(foreign_cluster=name, status=status, reason=reason))
+
+
+def gateway_tasks(client: AsyncClient, interface_prefix: str, namespace: str = SYSTEM_NAMESPACE):
+    gateway = Gateway(client, Dataplane(interface_prefix), namespace)
+    return gateway.tasks()

@@ -1,0 +1,126 @@
+"""What a gateway's host should hold for its tunnels: interfaces, routes and iptables rules. Pure.
+
+Each peering is one WireGuard interface with one peer, so keys, health and teardown are per peering
+and stopping one tunnel touches nothing else. The provider's gateway listens (its address and port
+are given to the consumer at peering); the consumer's dials it and keeps the path open with
+keepalives, so a consumer behind NAT works too.
+
+Overlapping pod ranges are remapped 1:1 (NETMAP keeps the host bits). Each side's gateway
+translates its own pods' addresses into what the other side sees them as, and back: the source of
+what leaves through the tunnel, the destination of what arrives. So each side routes and accepts
+the other's pods only at the addresses it sees them at, which never collide with its own.
+
+Rules live in Catamaran's own chains, jumped to from the first position of the built-in ones, and
+are rewritten whole (`iptables-restore --noflush`): a rule is never left behind by a change.
+- nat POSTROUTING: what leaves through a tunnel keeps its pod address, or has it remapped (the CNI
+  would masquerade it to the node's address, and the other side could not tell pods apart).
+- nat PREROUTING: what arrives for a remapped address of this side's pods goes to the real one.
+- mangle FORWARD: TCP's MSS clamped to the tunnel's MTU in both directions (pods keep MTU 1500).
+- filter FORWARD and INPUT, provider side: through a tenant's tunnel only connections to the pods of
+  that tenant's twin namespaces are opened; replies to connections opened from this side pass, and
+  nothing of the node itself is reachable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass, field
+
+# Userspace and kernel WireGuard alike; 80 bytes of IPv4/UDP/WireGuard framing under a 1500-byte underlay.
+MTU = 1420
+KEEPALIVE_SECONDS = 5
+INTERFACE_NAME_MAX = 15
+DEFAULT_INTERFACE_PREFIX = "cmgw"
+CHAIN = "CATAMARAN-FABRIC"
+JUMPS = (
+    ("filter", "FORWARD", CHAIN),
+    ("filter", "INPUT", f"{CHAIN}-INPUT"),
+    ("nat", "POSTROUTING", f"{CHAIN}-POSTROUTING"),
+    ("nat", "PREROUTING", f"{CHAIN}-PREROUTING"),
+    ("mangle", "FORWARD", f"{CHAIN}-MSS"),
+)
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """One peering's tunnel as this cluster's gateway runs it."""
+
+    peering: str  # the other cluster's id
+    interface: str
+    private_key: str = field(repr=False)
+    peer_public_key: str
+    remote_cidrs: tuple[str, ...]  # the peer's pods as this cluster sees them: routed in, accepted from
+    listen_port: int | None = None  # provider side: where the consumer's gateway connects
+    peer_endpoint: str | None = None  # consumer side: the provider's gateway, host:port
+    # Provider side: the only addresses the peer may open connections to (its pods here); None: no limit.
+    allowed_destinations: tuple[str, ...] | None = None
+    # This side's pod ranges the peer sees elsewhere: (real range, range the peer sees it as), same size.
+    remapped: tuple[tuple[str, str], ...] = ()
+
+
+def check_remap(real: str, seen: str) -> None:
+    """NETMAP maps address to address: both ranges of one family and size."""
+    a, b = ipaddress.ip_network(real, strict=False), ipaddress.ip_network(seen, strict=False)
+    if a.version != b.version or a.prefixlen != b.prefixlen:
+        raise ValueError(f"pod range {a} cannot be remapped 1:1 onto {b}: the two need the same family and prefix")
+
+
+def interface_name(prefix: str, peering: str) -> str:
+    """Unique per host (userspace WireGuard's control socket is named after it), stable per peering."""
+    room = INTERFACE_NAME_MAX - len(prefix)
+    if room < 4:
+        raise ValueError(f"interface prefix {prefix!r} leaves fewer than 4 characters of the {INTERFACE_NAME_MAX}")
+    return prefix + hashlib.sha256(peering.encode()).hexdigest()[:room]
+
+
+def routes(tunnels: list[Tunnel]) -> dict[str, str]:
+    """Destination range -> interface."""
+    wanted: dict[str, str] = {}
+    for tunnel in tunnels:
+        for cidr in tunnel.remote_cidrs:
+            wanted[str(ipaddress.ip_network(cidr, strict=False))] = tunnel.interface
+    return wanted
+
+
+def iptables_restore(tunnels: list[Tunnel]) -> str:
+    """Input for `iptables-restore --noflush`: Catamaran's chains, each flushed and written whole."""
+    rules: dict[tuple[str, str], list[str]] = {(table, chain): [] for table, _, chain in JUMPS}
+    for tunnel in sorted(tunnels, key=lambda t: t.interface):
+        interface = tunnel.interface
+        for real, seen in tunnel.remapped:
+            rules["nat", f"{CHAIN}-POSTROUTING"].append(f"-o {interface} -s {real} -j NETMAP --to {seen}")
+            rules["nat", f"{CHAIN}-PREROUTING"].append(f"-i {interface} -d {seen} -j NETMAP --to {real}")
+        rules["nat", f"{CHAIN}-POSTROUTING"].append(f"-o {interface} -j ACCEPT")
+        for direction in ("-o", "-i"):
+            rules["mangle", f"{CHAIN}-MSS"].append(
+                f"{direction} {interface} -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu"
+            )
+        if tunnel.allowed_destinations is None:
+            continue
+        replies = f"-i {interface} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
+        forward = rules["filter", CHAIN]
+        forward.append(replies)
+        forward += [f"-i {interface} -d {address}/32 -j ACCEPT" for address in sorted(set(tunnel.allowed_destinations))]
+        forward.append(f"-i {interface} -j DROP")
+        rules["filter", f"{CHAIN}-INPUT"] += [replies, f"-i {interface} -j DROP"]
+    lines: list[str] = []
+    for table in ("filter", "nat", "mangle"):
+        chains = [(chain, body) for (t, chain), body in rules.items() if t == table]
+        lines.append(f"*{table}")
+        lines += [f":{chain} - [0:0]" for chain, _ in chains]
+        lines += [f"-A {chain} {rule}" for chain, body in chains for rule in body]
+        lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def wg_set_arguments(tunnel: Tunnel) -> list[str]:
+    """`wg set <interface> …` for the tunnel; the private key is read from standard input, never a file or argv."""
+    arguments = [tunnel.interface, "private-key", "/dev/stdin"]
+    if tunnel.listen_port:
+        arguments += ["listen-port", str(tunnel.listen_port)]
+    arguments += ["peer", tunnel.peer_public_key, "allowed-ips", ",".join(tunnel.remote_cidrs)]
+    arguments += ["persistent-keepalive", str(KEEPALIVE_SECONDS)]
+    if tunnel.peer_endpoint:
+        arguments += ["endpoint", tunnel.peer_endpoint]
+    return arguments
