@@ -13,8 +13,12 @@ version_added: 0.1.0
 description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
     C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
-    C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_peerings),
+    C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_network), C(catamaran_peerings),
     C(catamaran_offloaded_namespaces)) and returns the validated federation.
+  - C(catamaran_network) says how the cluster's pods reach its peers' (keys C(mode), V(flat) by default or
+    V(fabric); C(gateway_address), where its peers' gateways reach its gateway, required for a provider in
+    V(fabric); C(gateway_port), by default V(51820)). A peering goes through the fabric when both its clusters are
+    in V(fabric), and fails when only one of them is.
   - A peering's C(pod_security) (V(restricted) by default, V(baseline) or V(privileged)) must be one of its
     provider's C(catamaran_allowed_pod_security) (by default V([restricted, baseline])), so only the provider's
     own inventory entry can lend V(privileged).
@@ -77,7 +81,7 @@ _value:
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.catamaran.federation.plugins.module_utils import reflection, validation
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
@@ -208,6 +212,45 @@ def _within_allowances(entry, provider, where):
             )
 
 
+NETWORK_KEYS = ("mode", "gateway_address", "gateway_port")
+
+
+def _network(host, variables):
+    where = "host %s: catamaran_network" % host
+    given = variables.get("catamaran_network") or {}
+    if not isinstance(given, dict):
+        raise AnsibleFilterError("%s must be a mapping, got %r" % (where, given))
+    unknown = sorted(str(key) for key in given if key not in NETWORK_KEYS)
+    if unknown:
+        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, unknown, ", ".join(NETWORK_KEYS)))
+    mode = given.get("mode", fabric.DEFAULT_MODE)
+    if mode not in fabric.MODES:
+        raise AnsibleFilterError("%s.mode: %r is not one of %s" % (where, mode, ", ".join(sorted(fabric.MODES))))
+    port = given.get("gateway_port", fabric.DEFAULT_GATEWAY_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise AnsibleFilterError("%s.gateway_port: %r is not a UDP port (1-65535)" % (where, port))
+    return dict(mode=mode, gateway_address=given.get("gateway_address"), gateway_port=port)
+
+
+def _peering_network(consumer, provider, where):
+    """A peering's network option: through the fabric when both clusters are in it."""
+    modes = (consumer["network"]["mode"], provider["network"]["mode"])
+    if modes == ("flat", "flat"):
+        return dict(mode="flat")
+    if "flat" in modes:
+        raise AnsibleFilterError(
+            "%s: host %s has catamaran_network.mode %s but host %s has %s; a peering's two clusters need the same"
+            % (where, consumer["host"], modes[0], provider["host"], modes[1])
+        )
+    if not provider["network"]["gateway_address"]:
+        raise AnsibleFilterError(
+            "%s: host %s (provider %s) is in the fabric but sets no catamaran_network.gateway_address"
+            % (where, provider["host"], provider["id"])
+        )
+    gateway = provider["network"]
+    return dict(mode="fabric", gateway_address=gateway["gateway_address"], gateway_port=gateway["gateway_port"])
+
+
 def _cluster(host, variables):
     cluster_id = _label(variables.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)
     kubeconfig = variables.get("catamaran_kubeconfig")
@@ -227,6 +270,7 @@ def _cluster(host, variables):
         labels=labels,
         allowed_pod_security=_allowed_pod_security(host, variables),
         allowances=_tenant_allowances(host, variables),
+        network=_network(host, variables),
         reflection=_reflection(
             variables.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
         ),
@@ -295,6 +339,7 @@ def _peering(consumer, entry, clusters, where):
         node_labels=node_labels,
         health_check=health,
         pod_cidr_remap=entry.get("pod_cidr_remap"),
+        network=_peering_network(consumer, provider, where),
         provider_node_selector=dict((str(k), str(v)) for k, v in selector.items()),
         provider_tolerations=tolerations,
         reflection=reflection.merge(provider["reflection"], settings),

@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import base64
 
-from ansible_collections.catamaran.federation.plugins.module_utils import networks, reflection, validation
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric, networks, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import (
     InvalidInput,
@@ -146,6 +146,7 @@ class Peering:
         self.node_name = virtual_node_name(provider_id)
         self.secret_name = credentials_secret_name(provider_id)
         self._consumer_pod_cidrs = None
+        self.fabric = fabric.Exchange(consumer, provider, consumer_id, provider_id, self.tenant_namespace)
 
     # -- shared checks -------------------------------------------------------------------------
     @staticmethod
@@ -182,6 +183,8 @@ class Peering:
             raise InvalidInput("force applies only to state=absent (it un-peers when one cluster is gone)")
         if params.get("rotate_credential") and state != "present":
             raise InvalidInput("rotate_credential applies only to state=present")
+        if state == "present":
+            fabric.check(params)
         return consumer_id, provider_id
 
     def check_clusters(self, params):
@@ -267,7 +270,12 @@ class Peering:
             changes.apply(self.provider, obj)
         for obj in tenant_manifests(self.consumer_id):
             changes.apply(self.provider, obj)
-        changes.apply(self.provider, self.resource_offer(params, self.consumer_pod_cidrs()))
+        changes.apply(self.consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        changes.apply(self.provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        offer_network, foreign_networking, announced = self.fabric.converge(
+            changes, params, self.consumer_pod_cidrs(), self._provider_pod_cidrs()
+        )
+        changes.apply(self.provider, self.resource_offer(params, announced, offer_network))
         replaced = None
         if rotate:
             current = self.provider.get("v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace)
@@ -279,7 +287,6 @@ class Peering:
             server, self.provider.ca_data, token or TOKEN_PLACEHOLDER, self.provider_id, self.consumer_id
         )
         labels = {MANAGED_BY_LABEL: MANAGED_BY, LABEL_REMOTE_CLUSTER_ID: self.provider_id}
-        changes.apply(self.consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
         changes.apply(
             self.consumer,
             {
@@ -290,14 +297,17 @@ class Peering:
                 "data": {"kubeconfig": base64.b64encode(yaml.safe_dump(credential).encode()).decode()},
             },
         )
-        changes.apply(self.consumer, self.foreign_cluster(params, labels))
+        changes.apply(self.consumer, self.foreign_cluster(params, labels, foreign_networking))
 
-    def resource_offer(self, params, consumer_pod_cidrs=()):
+    def resource_offer(self, params, consumer_pod_cidrs=(), network=None):
         """The tenant's placement and terms on the provider: the manager reads it, the tenant may only read it.
 
         consumer_pod_cidrs: the consumer's pod ranges, the only addresses its EndpointSlices may hold there.
+        network: how the two clusters' pods reach each other (fabric.Exchange).
         """
         spec = dict(terms(params), clusterID=self.provider_id)
+        if network:
+            spec["network"] = network
         if params.get("provider_node_selector"):
             spec["nodeSelector"] = params["provider_node_selector"]
         if params.get("provider_tolerations"):
@@ -315,7 +325,7 @@ class Peering:
             "spec": spec,
         }
 
-    def foreign_cluster(self, params, labels):
+    def foreign_cluster(self, params, labels, networking=None):
         spec = {"clusterID": self.provider_id, "credentialsSecretRef": {"name": self.secret_name, "key": "kubeconfig"}}
         if params.get("sharing_percentage") is not None:
             spec["sharingPercentage"] = params["sharing_percentage"]
@@ -333,8 +343,11 @@ class Peering:
         }
         if health_spec:
             spec["healthCheck"] = health_spec
+        networking = dict(networking or {})
         if params.get("pod_cidr_remap"):
-            spec["networking"] = {"podCIDRRemap": params["pod_cidr_remap"]}
+            networking["podCIDRRemap"] = params["pod_cidr_remap"]
+        if networking:
+            spec["networking"] = networking
         reflected = reflection.spec(params.get("reflection"))
         if reflected:
             spec["reflection"] = reflected
@@ -419,6 +432,7 @@ class Peering:
                 )
             )
             self._remove_tenant(changes, wait_timeout)
+            self.fabric.remove(changes)
             return changes, forced, not_cleaned
         node = self.consumer.get("v1", "Node", self.node_name)
         if node is not None:
@@ -426,6 +440,7 @@ class Peering:
             forced = self._drain(changes, drain_timeout) if self.provider else self._drop_pods(changes)
         changes.delete(self.consumer, FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
         changes.delete(self.consumer, "v1", "Secret", self.secret_name, SYSTEM_NAMESPACE)
+        self.fabric.remove(changes)
         if self.provider is not None:
             self._remove_tenant(changes, wait_timeout)
         else:

@@ -26,6 +26,11 @@ import time
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
+def netns_path(name):
+    """Where `ip netns` keeps a named network namespace."""
+    return os.path.join("/run/netns", name)
+
+
 def name_problem(name):
     """None for a usable process name, else what is wrong with it."""
     if not NAME_PATTERN.match(name or ""):
@@ -108,10 +113,12 @@ class SupervisedProcess:
             command=(self.spec() or {}).get("command"),
         )
 
-    def supervisor_args(self, command, liveness):
+    def supervisor_args(self, command, liveness, network_namespace=None):
         """The supervisor's command line; the liveness probe's URL file goes to both ends."""
         args = [self.python, "-m", "catamaran.supervisor", "--name", self.name, "--state-dir", self.state_dir]
         child = [self.python, "-m", "catamaran"]
+        if network_namespace:
+            child = ["nsenter", "--net=%s" % netns_path(network_namespace), "--", *child]
         if liveness:
             args += [
                 "--liveness-url-file",
@@ -126,15 +133,18 @@ class SupervisedProcess:
             child += ["--health-url-file", self.health_url_file]  # a global option: before the subcommand
         return [*args, "--", *child, *command]
 
-    def start(self, command, env, liveness=None):
+    def start(self, command, env, liveness=None, network_namespace=None):
         if not os.path.isdir(self.state_dir):
             os.makedirs(self.state_dir)
+        spec = dict(command=command, env=env, liveness=liveness)
+        if network_namespace:
+            spec["network_namespace"] = network_namespace
         with open(self.spec_file, "w") as handle:
-            json.dump(dict(command=command, env=env, liveness=liveness), handle)
+            json.dump(spec, handle)
         child_env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
         with open(os.path.join(self.state_dir, self.name + ".supervisor.log"), "ab") as log:
             supervisor = subprocess.Popen(
-                self.supervisor_args(command, liveness),
+                self.supervisor_args(command, liveness, network_namespace),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -63,6 +63,11 @@ options:
     description: Directory for pid, log, spec and status files.
     type: path
     required: true
+  network_namespace:
+    description:
+      - Run the process in this named network namespace (one under C(/run/netns)), through C(nsenter), as a node's
+        host network runs the network fabric's gateway. The namespace must exist.
+    type: str
   liveness:
     description: The supervisor's liveness probe of C(/livez).
     type: dict
@@ -98,6 +103,17 @@ EXAMPLES = r"""
       - manager
       - --webhook-port=26007
       - --webhook-url=https://127.0.0.1:26007/mutate-pods
+
+- name: Run cluster-1's network gateway on its node's network (namespace node-1)
+  catamaran.federation.controller_process:
+    name: gateway-cluster-1
+    python: /opt/catamaran/venv/bin/python
+    state_dir: /var/lib/catamaran
+    network_namespace: node-1
+    command:
+      - --kubeconfig=/etc/catamaran/cluster-1.kubeconfig
+      - --cluster-id=cluster-1
+      - gateway
 
 - name: Stop it
   catamaran.federation.controller_process:
@@ -156,12 +172,15 @@ process:
       sample: ["--cluster-id=cluster-1", "manager"]
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.catamaran.federation.plugins.module_utils.processes import (
     ProcessError,
     SupervisedProcess,
     liveness_problem,
     name_problem,
+    netns_path,
 )
 
 
@@ -174,6 +193,7 @@ def main():
             env=dict(type="dict", default={}),
             python=dict(type="path", required=True),
             state_dir=dict(type="path", required=True),
+            network_namespace=dict(type="str"),
             liveness=dict(
                 type="dict",
                 default={},
@@ -196,7 +216,12 @@ def main():
         module.fail_json(msg=problem)
     process = SupervisedProcess(params["state_dir"], params["name"], params["python"])
     before = process.describe()
+    namespace = params["network_namespace"]
+    if namespace and params["state"] in ("started", "restarted") and not os.path.exists(netns_path(namespace)):
+        module.fail_json(msg="network_namespace %s: no such namespace (%s)" % (namespace, netns_path(namespace)))
     wanted = dict(command=params["command"], env=params["env"], liveness=liveness)
+    if namespace:
+        wanted["network_namespace"] = namespace
     state = params["state"]
     if state == "started":
         changed = not before["running"] or process.spec() != wanted
@@ -210,7 +235,7 @@ def main():
         if changed and not module.check_mode:
             process.stop()
             if state in ("started", "restarted"):
-                process.start(params["command"], params["env"], liveness)
+                process.start(params["command"], params["env"], liveness, namespace)
             elif state == "absent":
                 process.forget()
     except (ProcessError, OSError) as error:

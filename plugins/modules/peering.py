@@ -52,6 +52,8 @@ author:
 extends_documentation_fragment:
   - catamaran.federation.attributes
   - catamaran.federation.connection
+requirements:
+  - cryptography >= 42 (Python library; for O(network.mode=fabric), which makes WireGuard keys)
 options:
   consumer:
     description:
@@ -293,6 +295,38 @@ options:
       failure_threshold:
         description: Consecutive failures before the virtual node turns NotReady.
         type: int
+  network:
+    description:
+      - How pods of the two clusters reach each other (docs/network-fabric.md).
+      - With O(network.mode=fabric), each side gets a WireGuard key for this peering, kept in a Secret of its own
+        cluster (C(catamaran-system/catamaran-fabric-to-<provider_id>) on the consumer,
+        C(catamaran-system/catamaran-fabric-from-<consumer_id>) on the provider); only public keys cross, and no key
+        is ever printed or shown in a diff. The provider's gateway listens for this tenant on its own UDP port.
+      - Each cluster's gateway (C(catamaran gateway)) builds the tunnel from what this module writes.
+    type: dict
+    default: {}
+    suboptions:
+      mode:
+        description:
+          - V(fabric) carries pod traffic through a WireGuard tunnel between the clusters' gateways.
+          - V(flat) when the clusters already route each other's pod ranges (a VPC, Submariner, Cilium ClusterMesh);
+            no gateway, no tunnel, no key.
+        type: str
+        choices: [fabric, flat]
+        default: flat
+      gateway_address:
+        description: The provider gateway's address as the consumer's gateway reaches it. Required with V(fabric).
+        type: str
+      gateway_port:
+        description:
+          - First UDP port of the provider's gateway for tenants; each tenant keeps the lowest one free when it
+            peered.
+        type: int
+        default: 51820
+      rotate_keys:
+        description: Make new keys for both sides; the gateways pick them up and the tunnel is rebuilt.
+        type: bool
+        default: false
   pod_cidr_remap:
     description:
       - CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
@@ -435,6 +469,16 @@ EXAMPLES = r"""
       ingress_class_name: nginx
       storage_class_name: fast-ssd
     wait: true
+
+- name: Peer through the network fabric, the provider's gateway on its node at 192.0.2.10
+  catamaran.federation.peering:
+    consumer: {kubeconfig: ~/.kube/cluster-1}
+    provider: {kubeconfig: ~/.kube/cluster-2}
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    network:
+      mode: fabric
+      gateway_address: 192.0.2.10
 
 - name: Peer two clusters of one kubeconfig, its path set once for every module of the collection
   module_defaults:
@@ -586,6 +630,7 @@ actions:
   sample: ["create cluster-2: Namespace catamaran-tenant-cluster-1"]
 """
 
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric
 from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     DEFAULT_ALLOWED_SERVICE_TYPES,
@@ -678,6 +723,16 @@ def argument_spec():
             default={},
             options=dict(
                 period_seconds=dict(type="int"), timeout_seconds=dict(type="int"), failure_threshold=dict(type="int")
+            ),
+        ),
+        network=dict(
+            type="dict",
+            default={},
+            options=dict(
+                mode=dict(type="str", choices=sorted(fabric.MODES), default=fabric.DEFAULT_MODE),
+                gateway_address=dict(type="str"),
+                gateway_port=dict(type="int", default=fabric.DEFAULT_GATEWAY_PORT),
+                rotate_keys=dict(type="bool", default=False, no_log=False),
             ),
         ),
         pod_cidr_remap=dict(type="str"),

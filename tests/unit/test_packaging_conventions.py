@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIRS = ("plugins/modules", "plugins/module_utils", "plugins/filter")
 # The distribution that provides each importable top-level name the plugins use.
-DISTRIBUTION_OF = {"kubernetes": "kubernetes", "yaml": "PyYAML", "urllib3": "urllib3"}
+DISTRIBUTION_OF = {"kubernetes": "kubernetes", "yaml": "PyYAML", "urllib3": "urllib3", "cryptography": "cryptography"}
 
 
 def requirements_txt() -> dict[str, Requirement]:
@@ -98,7 +98,7 @@ def test_requirements_txt_floors_are_the_documented_ones():
         assert floors == documented_floors, name
 
 
-@pytest.mark.parametrize("name", ["kubernetes", "pyyaml"])
+@pytest.mark.parametrize("name", ["kubernetes", "pyyaml", "cryptography"])
 def test_the_tested_versions_are_within_requirements_txt(name):
     assert pinned()[name] in requirements_txt()[name].specifier
 

@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# Copyright: Catamaran developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""What a peering exchanges for the network fabric: a WireGuard key per side and where the provider listens.
+
+Each side's private key stays in a Secret of its own cluster (the provider's in catamaran-system,
+out of the tenant's reach); only public keys cross. A key is made once and kept, unless rotation is
+asked for. Each tenant of a provider gets its own UDP port on the provider's gateway, the lowest
+free one from the configured first port, and keeps it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys, networks
+from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    CORE_GROUP,
+    FABRIC_KEY_FROM_CONSUMER_PREFIX,
+    FABRIC_KEY_LABEL,
+    FABRIC_KEY_TO_PROVIDER_PREFIX,
+    FABRIC_PRIVATE_KEY,
+    OFFLOADING_GROUP,
+    RESOURCE_OFFER_NAME,
+    SYSTEM_NAMESPACE,
+    VERSION,
+)
+
+MODES = {"fabric": "Fabric", "flat": "Flat"}
+DEFAULT_MODE = "flat"
+DEFAULT_GATEWAY_PORT = 51820
+OFFLOADING_API = "%s/%s" % (OFFLOADING_GROUP, VERSION)
+FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
+
+
+def check(params):
+    """Bad input names the option, before anything changes."""
+    network = params.get("network") or {}
+    if network.get("mode", DEFAULT_MODE) != "fabric":
+        return
+    if not fabric_keys.HAS_CRYPTOGRAPHY:
+        raise InvalidInput("network.mode=fabric makes WireGuard keys with the Python package cryptography; install it")
+    if not network.get("gateway_address"):
+        raise InvalidInput("network.gateway_address is required with network.mode=fabric (the provider's gateway)")
+    port = network.get("gateway_port", DEFAULT_GATEWAY_PORT)
+    if not 1 <= port <= 65535:
+        raise InvalidInput("network.gateway_port: %s is not a UDP port (1-65535)" % port)
+
+
+def _remapped(pairs):
+    return [{"podCIDR": real, "seenAs": seen} for real, seen in pairs if real != seen]
+
+
+class Exchange:
+    """The fabric's objects of one peering on both clusters, from what they hold now."""
+
+    def __init__(self, consumer, provider, consumer_id, provider_id, tenant_namespace):
+        self.consumer, self.provider = consumer, provider
+        self.consumer_id, self.provider_id = consumer_id, provider_id
+        self.tenant_namespace = tenant_namespace
+
+    @property
+    def consumer_secret(self):
+        return FABRIC_KEY_TO_PROVIDER_PREFIX + self.provider_id
+
+    @property
+    def provider_secret(self):
+        return FABRIC_KEY_FROM_CONSUMER_PREFIX + self.consumer_id
+
+    def converge(self, changes, params, consumer_ranges, provider_ranges):
+        """Apply the keys; returns what to write: the ResourceOffer's spec.network, the ForeignCluster's
+        spec.networking, and the consumer's pod ranges as the provider sees them (its consumerPodCIDRs)."""
+        network = params.get("network") or {}
+        mode = network.get("mode", DEFAULT_MODE)
+        if mode != "fabric":
+            self.remove(changes)
+            return {"mode": MODES[mode]}, {"mode": MODES[mode]}, list(consumer_ranges)
+        rotate = bool(network.get("rotate_keys"))
+        consumer_key = self._key(self.consumer, self.consumer_secret, rotate)
+        provider_key = self._key(self.provider, self.provider_secret, rotate)
+        changes.apply(self.consumer, self._secret(self.consumer_secret, consumer_key))
+        changes.apply(self.provider, self._secret(self.provider_secret, provider_key))
+        port = self._port(network.get("gateway_port", DEFAULT_GATEWAY_PORT))
+        provider_seen, consumer_seen = self._remaps(params, consumer_ranges, provider_ranges)
+        offer_network = {
+            "mode": "Fabric",
+            "gateway": {"listenPort": port, "publicKey": fabric_keys.public_key(consumer_key)},
+        }
+        foreign_networking = {
+            "mode": "Fabric",
+            "gateway": {
+                "endpoint": "%s:%s" % (network["gateway_address"], port),
+                "publicKey": fabric_keys.public_key(provider_key),
+            },
+        }
+        if _remapped(provider_seen):
+            offer_network["localPodCIDRRemap"] = _remapped(provider_seen)
+            if not params.get("pod_cidr_remap"):
+                foreign_networking["podCIDRRemap"] = _remapped(provider_seen)[0]["seenAs"]
+        if _remapped(consumer_seen):
+            foreign_networking["localPodCIDRRemap"] = _remapped(consumer_seen)
+        return offer_network, foreign_networking, [seen for _, seen in consumer_seen]
+
+    def _remaps(self, params, consumer_ranges, provider_ranges):
+        """How each side sees the other's pods: itself, unless it overlaps what that side already uses (its own
+        pods, or what it sees its other peers at); then a free range of the pool, kept from one run to the next."""
+        foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE) or {}
+        networking = (foreign.get("spec") or {}).get("networking") or {}
+        consumer_taken = list(consumer_ranges)
+        for other in self.consumer.list(FOREIGN_CLUSTER_API, "ForeignCluster", namespace=SYSTEM_NAMESPACE):
+            if other["metadata"]["name"] != self.provider_id:
+                other_networking = (other.get("spec") or {}).get("networking") or {}
+                seen = ((other.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
+                consumer_taken += [other_networking["podCIDRRemap"]] if other_networking.get("podCIDRRemap") else seen
+        if params.get("pod_cidr_remap"):
+            provider_seen = [(real, params["pod_cidr_remap"]) for real in provider_ranges[:1]]
+        else:
+            kept = [
+                (real, networking["podCIDRRemap"]) for real in provider_ranges[:1] if networking.get("podCIDRRemap")
+            ]
+            provider_seen = self._seen(provider_ranges, consumer_taken, kept, "the provider's")
+        provider_taken = list(provider_ranges)
+        for offer in self.provider.list(OFFLOADING_API, "ResourceOffer"):
+            if (
+                offer["metadata"]["name"] == RESOURCE_OFFER_NAME
+                and offer["metadata"]["namespace"] != self.tenant_namespace
+            ):
+                provider_taken += (offer.get("spec") or {}).get("consumerPodCIDRs") or []
+        kept = [(e["podCIDR"], e["seenAs"]) for e in networking.get("localPodCIDRRemap") or []]
+        consumer_seen = self._seen(consumer_ranges, provider_taken, kept, "the consumer's")
+        return provider_seen, consumer_seen
+
+    @staticmethod
+    def _seen(ranges, taken, kept, whose):
+        try:
+            return networks.seen_as(ranges, taken, kept)
+        except ValueError as error:
+            raise InvalidInput("%s pod ranges: %s" % (whose, error)) from None
+
+    def remove(self, changes):
+        if self.consumer is not None:
+            changes.delete(self.consumer, "v1", "Secret", self.consumer_secret, SYSTEM_NAMESPACE)
+        if self.provider is not None:
+            changes.delete(self.provider, "v1", "Secret", self.provider_secret, SYSTEM_NAMESPACE)
+
+    def _key(self, cluster, name, rotate):
+        current = None if rotate else cluster.get("v1", "Secret", name, SYSTEM_NAMESPACE)
+        encoded = ((current or {}).get("data") or {}).get(FABRIC_PRIVATE_KEY)
+        if encoded:
+            key = base64.b64decode(encoded).decode().strip()
+            try:
+                fabric_keys.public_key(key)
+                return key
+            except ValueError:
+                pass  # damaged: a new one replaces it, as on rotation
+        return fabric_keys.generate_private_key()
+
+    def _secret(self, name, key):
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE, "labels": {FABRIC_KEY_LABEL: "true"}},
+            "data": {FABRIC_PRIVATE_KEY: base64.b64encode(key.encode()).decode()},
+        }
+
+    def _port(self, first):
+        """This tenant's port if it has one, else the lowest one no other tenant of the provider holds."""
+        taken = {}
+        for offer in self.provider.list(OFFLOADING_API, "ResourceOffer"):
+            if offer["metadata"]["name"] != RESOURCE_OFFER_NAME:
+                continue
+            port = (((offer.get("spec") or {}).get("network") or {}).get("gateway") or {}).get("listenPort")
+            if port:
+                taken[offer["metadata"]["namespace"]] = port
+        if self.tenant_namespace in taken:
+            return taken[self.tenant_namespace]
+        used = set(taken.values())
+        port = first
+        while port in used:
+            port += 1
+        if port > 65535:
+            raise InvalidInput("no UDP port left on the provider's gateway from network.gateway_port=%s" % first)
+        return port

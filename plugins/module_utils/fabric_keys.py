@@ -1,0 +1,1 @@
+../../controller/src/catamaran/fabric/keys.py

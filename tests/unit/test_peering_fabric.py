@@ -1,0 +1,189 @@
+"""What a peering exchanges for the network fabric: keys kept on their own side, public keys and ports across, and
+how the inventory model makes a peering's network from both clusters' catamaran_network."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+
+import pytest
+
+from catamaran_lab.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / ".collections"))
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.catamaran.federation.plugins.filter.federation_model import federation_model
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys
+from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering
+
+from .test_peering_terms import OFFER, FakeModule, clusters, node, params
+
+FOREIGN = "c1: ForeignCluster catamaran-system/p1"
+CONSUMER_KEY = "c1: Secret catamaran-system/catamaran-fabric-to-p1"
+PROVIDER_KEY = "p1: Secret catamaran-system/catamaran-fabric-from-c1"
+FABRIC = {"network": {"mode": "fabric", "gateway_address": "192.0.2.10", "gateway_port": 51820}}
+
+
+def tenant_credential(consumer_id="c1"):
+    """What the provider's manager would have minted: the module waits for it before storing it on the consumer."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "catamaran-tenant-credential", "namespace": f"catamaran-tenant-{consumer_id}", "uid": "u"},
+        "data": {"token": base64.b64encode(b"token").decode()},
+    }
+
+
+def fabric_clusters(**nodes):
+    return clusters(provider_objects=[tenant_credential("c1"), tenant_credential("c2")], **nodes)
+
+
+def present(consumer, provider, check_mode=False, **extra):
+    return Peering(FakeModule(check_mode), consumer, provider, "c1", "p1").present(params(**FABRIC, **extra))
+
+
+def stored_key(cluster, name):
+    secret = cluster.get("v1", "Secret", name, "catamaran-system")
+    return base64.b64decode(secret["data"]["privateKey"]).decode()
+
+
+def test_each_side_keeps_its_key_and_gets_the_others_public_key():
+    consumer, provider = fabric_clusters(consumer_nodes=[node("a", pod_cidr="10.244.0.0/24")])
+    changes = present(consumer, provider)
+    consumer_key = stored_key(consumer, "catamaran-fabric-to-p1")
+    provider_key = stored_key(provider, "catamaran-fabric-from-c1")
+    assert changes.after[FOREIGN]["spec"]["networking"] == {
+        "mode": "Fabric",
+        "gateway": {"endpoint": "192.0.2.10:51820", "publicKey": fabric_keys.public_key(provider_key)},
+    }
+    assert changes.after[OFFER]["spec"]["network"] == {
+        "mode": "Fabric",
+        "gateway": {"listenPort": 51820, "publicKey": fabric_keys.public_key(consumer_key)},
+    }
+    # No private key crosses, and none is shown: the diff holds digests only.
+    assert provider_key not in json.dumps(list(consumer.objects.values()))
+    assert consumer_key not in json.dumps(list(provider.objects.values()))
+    shown = json.dumps([changes.after, changes.before])
+    assert consumer_key not in shown
+    assert provider_key not in shown
+    assert changes.after[CONSUMER_KEY]["data"]["privateKey"].startswith("<redacted sha256:")
+
+
+def test_keys_are_kept_unless_rotated():
+    consumer, provider = fabric_clusters()
+    present(consumer, provider)
+    first = stored_key(consumer, "catamaran-fabric-to-p1"), stored_key(provider, "catamaran-fabric-from-c1")
+    again = present(consumer, provider, check_mode=True)
+    assert not again.changed
+    rotated_params = {**FABRIC["network"], "rotate_keys": True}
+    Peering(FakeModule(False), consumer, provider, "c1", "p1").present(params(network=rotated_params))
+    second = stored_key(consumer, "catamaran-fabric-to-p1"), stored_key(provider, "catamaran-fabric-from-c1")
+    assert first[0] != second[0]
+    assert first[1] != second[1]
+
+
+def test_each_tenant_of_a_provider_gets_its_own_port_and_keeps_it():
+    consumer, provider = fabric_clusters()
+    present(consumer, provider)
+    other = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "ResourceOffer",
+        "metadata": {"name": "resources", "namespace": "catamaran-tenant-c9"},
+        "spec": {"network": {"mode": "Fabric", "gateway": {"listenPort": 51821, "publicKey": "x"}}},
+    }
+    provider._store(other)
+    second_tenant = Peering(FakeModule(False), clusters()[0], provider, "c2", "p1")
+    changes = second_tenant.present(params(consumer_id="c2", **FABRIC))
+    offer = changes.after["p1: ResourceOffer catamaran-tenant-c2/resources"]
+    assert offer["spec"]["network"]["gateway"]["listenPort"] == 51822  # 51820 is c1's, 51821 c9's
+    assert not present(consumer, provider, check_mode=True).changed  # c1 keeps 51820
+
+
+def test_flat_peerings_carry_no_key_and_leaving_the_fabric_removes_them():
+    consumer, provider = fabric_clusters()
+    present(consumer, provider)
+    changes = Peering(FakeModule(False), consumer, provider, "c1", "p1").present(params())
+    assert changes.after[FOREIGN]["spec"]["networking"] == {"mode": "Flat"}
+    assert consumer.get("v1", "Secret", "catamaran-fabric-to-p1", "catamaran-system") is None
+    assert provider.get("v1", "Secret", "catamaran-fabric-from-c1", "catamaran-system") is None
+    assert CONSUMER_KEY in changes.before
+    assert PROVIDER_KEY in changes.before
+
+
+def test_fabric_without_the_providers_gateway_address_fails_before_any_change():
+    with pytest.raises(InvalidInput, match=r"network\.gateway_address is required"):
+        Peering.validate(params(network={"mode": "fabric"}))
+
+
+def inventory(consumer_network=None, provider_network=None):
+    def host(cluster_id, kubeconfig, network, **more):
+        return {
+            "catamaran_cluster_id": cluster_id,
+            "catamaran_kubeconfig": kubeconfig,
+            **({"catamaran_network": network} if network is not None else {}),
+            **more,
+        }
+
+    return {
+        "h1": host("cluster-1", "/k1", consumer_network, catamaran_peerings=[{"provider": "cluster-2"}]),
+        "h2": host("cluster-2", "/k2", provider_network),
+    }
+
+
+def test_the_model_makes_a_peerings_network_from_both_clusters():
+    (flat,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert flat["network"] == {"mode": "flat"}
+    fabric = {"mode": "fabric", "gateway_address": "192.0.2.10"}
+    (through,) = federation_model(inventory({"mode": "fabric"}, fabric), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert through["network"] == {"mode": "fabric", "gateway_address": "192.0.2.10", "gateway_port": 51820}
+
+
+@pytest.mark.parametrize(
+    ("consumer_network", "provider_network", "message"),
+    [
+        ({"mode": "fabric"}, None, "host h1 has catamaran_network.mode fabric but host h2 has flat"),
+        (
+            {"mode": "fabric"},
+            {"mode": "fabric"},
+            r"host h2 \(provider cluster-2\) .* sets no catamaran_network.gateway",
+        ),
+        ({"mode": "mesh"}, None, r"host h1: catamaran_network.mode: 'mesh' is not one of fabric, flat"),
+        (None, {"gateway_port": 70000}, r"host h2: catamaran_network.gateway_port: 70000 is not a UDP port"),
+        (None, {"gateway": "x"}, r"host h2: catamaran_network: unknown keys \['gateway'\]"),
+    ],
+)
+def test_the_model_refuses_a_network_the_two_clusters_cannot_share(consumer_network, provider_network, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        federation_model(inventory(consumer_network, provider_network), ["h1", "h2"])
+
+
+def test_overlapping_pod_ranges_are_remapped_each_way_and_the_mapping_is_kept():
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.100.0.0/24"), node("b", pod_cidr="10.100.255.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.100.255.0/24")],
+    )
+    changes = present(consumer, provider)
+    networking = changes.after[FOREIGN]["spec"]["networking"]
+    offer = changes.after[OFFER]["spec"]
+    # The consumer sees the provider's 10.100.255.0/24 at a free /24 of the pool; the provider sees the consumer's
+    # 10.100.0.0/16 at another range, which is all it is told of the consumer's pods.
+    assert networking["podCIDRRemap"] == "100.64.0.0/24"
+    assert offer["network"]["localPodCIDRRemap"] == [{"podCIDR": "10.100.255.0/24", "seenAs": "100.64.0.0/24"}]
+    assert networking["localPodCIDRRemap"] == [{"podCIDR": "10.100.0.0/16", "seenAs": "100.64.0.0/16"}]
+    assert offer["consumerPodCIDRs"] == ["100.64.0.0/16"]
+    assert not present(consumer, provider, check_mode=True).changed  # the same mapping on the next run
+
+
+def test_distinct_pod_ranges_are_not_remapped():
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.102.0.0/24")],
+    )
+    changes = present(consumer, provider)
+    networking = changes.after[FOREIGN]["spec"]["networking"]
+    assert "podCIDRRemap" not in networking
+    assert "localPodCIDRRemap" not in networking
+    assert changes.after[OFFER]["spec"]["consumerPodCIDRs"] == ["10.101.0.0/24"]
