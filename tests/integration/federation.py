@@ -19,9 +19,13 @@ from pathlib import Path
 
 import yaml
 
-from catamaran import tenancy
+from catamaran import networks, tenancy
 from catamaran.constants import (
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    FABRIC_KEY_FROM_CONSUMER_PREFIX,
+    FABRIC_KEY_LABEL,
+    FABRIC_KEY_TO_PROVIDER_PREFIX,
+    FABRIC_PRIVATE_KEY,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     TENANT_SERVICE_ACCOUNT,
@@ -29,6 +33,7 @@ from catamaran.constants import (
     tenant_namespace,
     virtual_node_name,
 )
+from catamaran.fabric import keys
 from catamaran_lab.errors import LabError
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT
@@ -154,12 +159,13 @@ def store_credential(lab: Lab, consumer: str, provider: str, token: str) -> None
 
 
 class ControllerProcess:
-    """`python -m catamaran ...` as a child process, with its log in .lab/logs/."""
+    """`python -m catamaran ...` as a child process, with its log in .lab/logs/; `wrapper` runs before it (nsenter)."""
 
-    def __init__(self, lab: Lab, name: str, args: list[str]):
+    def __init__(self, lab: Lab, name: str, args: list[str], wrapper: tuple[str, ...] = ()):
         self.lab = lab
         self.name = name
         self.args = args
+        self.wrapper = wrapper
         self.log_path: Path = lab.root / "logs" / f"{name}.log"
         self.process: subprocess.Popen | None = None
 
@@ -167,7 +173,7 @@ class ControllerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "catamaran", *self.args],
+            [*self.wrapper, sys.executable, "-m", "catamaran", *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -254,6 +260,69 @@ def virtual_kubelet(
             *extra,
         ],
     )
+
+
+def gateway_facts(lab: Lab, cluster: str) -> dict:
+    """Where the cluster's gateway runs: its real node's network, as deployment mode runs it on a node's host network
+    (the lab writes them; the lab's inventory reads the same file)."""
+    return json.loads(lab.gateway_facts_file(cluster).read_text())
+
+
+def gateway(lab: Lab, cluster: str) -> ControllerProcess:
+    facts = gateway_facts(lab, cluster)
+    args = ["--kubeconfig", facts["kubeconfig"], "--cluster-id", cluster, "gateway"]
+    args += ["--interface-prefix", facts["interface_prefix"]]
+    netns = f"--net=/run/netns/{facts['network_namespace']}"
+    return ControllerProcess(lab, f"gateway-{cluster}", args, wrapper=("nsenter", netns, "--"))
+
+
+FABRIC_PORT = 51820
+
+
+def connect_fabric(lab: Lab, consumer: str, provider: str, port: int = FABRIC_PORT) -> None:
+    """What the peering exchanges for mode Fabric: a key per side, each in a Secret of its own cluster, the other
+    side's public key, the provider gateway's address and port, and (as the peering module allocates them, with the
+    same function) the ranges each side sees the other's overlapping pods at."""
+    consumer_key, provider_key = keys.generate_private_key(), keys.generate_private_key()
+    for cluster, name, key in (
+        (consumer, FABRIC_KEY_TO_PROVIDER_PREFIX + provider, consumer_key),
+        (provider, FABRIC_KEY_FROM_CONSUMER_PREFIX + consumer, provider_key),
+    ):
+        lab.kubectl(cluster, "create", "namespace", SYSTEM_NAMESPACE, check=False)
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE, "labels": {FABRIC_KEY_LABEL: "true"}},
+            "data": {FABRIC_PRIVATE_KEY: base64.b64encode(key.encode()).decode()},
+        }
+        lab.kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
+    endpoint = f"{gateway_facts(lab, provider)['gateway_address']}:{port}"
+    config = lab.recorded_config()
+    consumer_range, provider_range = config.cluster(consumer).pod_cidr, config.cluster(provider).pod_cidr
+    provider_seen = networks.seen_as([provider_range], taken=[consumer_range])
+    consumer_seen = networks.seen_as([consumer_range], taken=[provider_range])
+    network = {"mode": "Fabric", "gateway": {"listenPort": port, "publicKey": keys.public_key(consumer_key)}}
+    networking = {"mode": "Fabric", "gateway": {"endpoint": endpoint, "publicKey": keys.public_key(provider_key)}}
+    if remapped := [{"podCIDR": real, "seenAs": seen} for real, seen in provider_seen if real != seen]:
+        network["localPodCIDRRemap"] = remapped
+        networking["podCIDRRemap"] = remapped[0]["seenAs"]
+    if remapped := [{"podCIDR": real, "seenAs": seen} for real, seen in consumer_seen if real != seen]:
+        networking["localPodCIDRRemap"] = remapped
+    announced = [seen for _, seen in consumer_seen]
+    grant_terms(lab, consumer, provider, field_manager="fabric", network=network)
+    grant_terms(lab, consumer, provider, field_manager="peering", consumerPodCIDRs=announced)
+    foreign = {
+        "apiVersion": "core.catamaran.io/v1alpha1",
+        "kind": "ForeignCluster",
+        "metadata": {"name": provider, "namespace": SYSTEM_NAMESPACE},
+        "spec": {
+            "clusterID": provider,
+            "credentialsSecretRef": {"name": credentials_secret(provider)},
+            "networking": networking,
+        },
+    }
+    manager = "--field-manager=fabric"
+    lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", manager, "-f", "-", input=json.dumps(foreign))
 
 
 def free_port() -> int:

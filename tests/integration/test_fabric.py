@@ -1,0 +1,245 @@
+"""The network fabric: an application spans clusters through the peering's WireGuard tunnel, and only through it.
+
+Consumer cluster-1 and provider cluster-2 peer in mode Fabric; each runs its gateway in its real
+node's network namespace (userspace WireGuard here), and the lab's underlay routes no pod range, so
+every request below that crosses clusters crossed the tunnel. With overlapping pod ranges
+(CATAMARAN_LAB_OVERLAP=1) each side sees the other's pods in a remap range, translated by the
+gateways. The tests run in file order and share one federation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+
+from catamaran import networks
+from catamaran.constants import FABRIC_KEY_LABEL, NETWORK_READY_CONDITION, virtual_node_name
+
+from . import federation
+from .conftest import get_json, require_real_node, wait_for
+from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
+
+pytestmark = pytest.mark.integration
+
+CONSUMER, PROVIDER = "cluster-1", "cluster-2"
+NODE = virtual_node_name(PROVIDER)
+NAMESPACE = "fabric"  # offloaded: its Services and EndpointSlices are reflected into the twin
+TWIN = f"{NAMESPACE}-{CONSUMER}"
+LOCAL = "fabric-local"  # not offloaded: the consumer's own pods
+TO_VIRTUAL_NODE = {
+    "nodeSelector": {"kubernetes.io/hostname": NODE},
+    "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
+}
+SERVE = 'mkdir -p /tmp/www && echo "$MESSAGE" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'
+
+
+def web_pod(name: str, message: str, labels: dict, remote: bool) -> dict:
+    pod = real_pod(name, ["sh", "-c", SERVE], labels, container={"env": [{"name": "MESSAGE", "value": message}]})
+    if remote:
+        pod["spec"].update(TO_VIRTUAL_NODE)  # the provider's placement picks its real node
+    return pod
+
+
+def service(name: str, selector: dict) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": selector, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+
+
+def apply(lab, cluster: str, namespace: str, *items: dict) -> None:
+    body = {"apiVersion": "v1", "kind": "List", "items": list(items)}
+    lab.kubectl(cluster, "-n", namespace, "apply", "-f", "-", input=json.dumps(body))
+
+
+def fetch(lab, cluster: str, namespace: str, pod: str, url: str):
+    command = ["exec", pod, "--", "timeout", "5", "wget", "-qO-", url]
+    return lab.kubectl(cluster, "-n", namespace, *command, check=False, timeout=30)
+
+
+def foreign(lab) -> dict:
+    return get_json(lab, CONSUMER, "foreigncluster", "-n", "catamaran-system", PROVIDER)
+
+
+def seen_by_consumer(lab, provider_ip: str) -> str:
+    """A provider pod's IP as the consumer sees it: in the remap range when the two clusters' ranges overlap."""
+    remap = (foreign(lab)["spec"]["networking"] or {}).get("podCIDRRemap")
+    pairs = [(lab.recorded_config().cluster(PROVIDER).pod_cidr, remap)] if remap else []
+    return networks.remapper(pairs)(provider_ip)
+
+
+def in_range(ip: str, cidr: str) -> bool:
+    return ipaddress.ip_address(ip) in ipaddress.ip_network(cidr)
+
+
+def backend_ready(lab) -> tuple[str, str | None]:
+    pod = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1")
+    ready = next(c for c in pod["status"].get("conditions") or [] if c["type"] == "Ready")
+    return ready["status"], ready.get("reason")
+
+
+def network_ready(lab) -> dict | None:
+    foreign = get_json(lab, CONSUMER, "foreigncluster", "-n", "catamaran-system", PROVIDER)
+    return next(
+        (c for c in (foreign.get("status") or {}).get("conditions") or [] if c["type"] == NETWORK_READY_CONDITION),
+        None,
+    )
+
+
+@pytest.fixture(scope="module")
+def fed(lab, lab_config_in_use):
+    for name in (CONSUMER, PROVIDER):
+        require_real_node(lab_config_in_use.cluster(name))
+    for cluster in (CONSUMER, PROVIDER):
+        federation.install_crds(lab, cluster)
+    federation.peer(lab, CONSUMER, PROVIDER)
+    federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
+    federation.connect_fabric(lab, CONSUMER, PROVIDER)
+    gateways = {name: federation.gateway(lab, name) for name in (CONSUMER, PROVIDER)}
+    processes = [federation.manager(lab, PROVIDER), federation.virtual_kubelet(lab, CONSUMER, PROVIDER)]
+    lab.kubectl(CONSUMER, "create", "namespace", LOCAL)
+    try:
+        with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, [*gateways.values(), *processes]):
+            wait_for(lambda: lab.kubectl(CONSUMER, "-n", LOCAL, "get", "sa", "default", check=False).returncode == 0)
+            yield gateways
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespace", LOCAL, "--wait=false", check=False)
+        for name in (CONSUMER, PROVIDER):
+            keys = ("-n", "catamaran-system", "delete", "secret", "-l", FABRIC_KEY_LABEL)
+            lab.kubectl(name, *keys, check=False)
+
+
+def test_the_tunnel_comes_up_and_says_so(lab, fed):
+    condition = wait_for(
+        lambda: (c := network_ready(lab)) and c["status"] == "True" and c,
+        timeout=60,
+        what="NetworkReady=True on the ForeignCluster",
+    )
+    assert condition["reason"] == "TunnelUp"
+    peering = foreign(lab)
+    provider_range = lab.recorded_config().cluster(PROVIDER).pod_cidr
+    expected = peering["spec"]["networking"].get("podCIDRRemap") or provider_range
+    assert lab.recorded_config().overlapping_pod_cidrs == (expected != provider_range)
+    assert peering["status"]["network"]["remotePodCIDRs"] == [expected]
+
+
+def test_a_consumer_pod_reaches_offloaded_pods_through_its_service(lab, fed):
+    apply(
+        lab,
+        CONSUMER,
+        NAMESPACE,
+        web_pod("backend-1", f"backend on {PROVIDER}", {"app": "backend"}, remote=True),
+        web_pod("backend-2", f"backend on {PROVIDER}", {"app": "backend"}, remote=True),
+        service("backend", {"app": "backend"}),
+    )
+    apply(lab, CONSUMER, LOCAL, real_pod("client", ["sleep", "3600"]))
+    for name in ("backend-1", "backend-2"):
+        wait_for(
+            lambda n=name: get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, n)["status"].get("podIP"),
+            timeout=90,
+            what=f"{name} running remotely with its IP shown",
+        )
+    lab.kubectl(CONSUMER, "-n", LOCAL, "wait", "--for=condition=Ready", "pod/client", "--timeout=60s", timeout=90)
+    remote_ip = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1")["status"]["podIP"]
+    real_ip = get_json(lab, PROVIDER, "pod", "-n", TWIN, "backend-1")["status"]["podIP"]
+    # As the consumer sees it (remapped when ranges overlap): nothing but the tunnel routes it here.
+    assert remote_ip == seen_by_consumer(lab, real_ip)
+    assert in_range(remote_ip, foreign(lab)["status"]["network"]["remotePodCIDRs"][0])
+    slices = get_json(lab, CONSUMER, "endpointslices", "-n", NAMESPACE, "-l", "kubernetes.io/service-name=backend")
+    addresses = {a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
+    assert remote_ip in addresses
+    for url in (f"http://{remote_ip}:8080/", f"http://backend.{NAMESPACE}/"):
+        answer = wait_for(
+            lambda u=url: (r := fetch(lab, CONSUMER, LOCAL, "client", u)).returncode == 0 and r,
+            timeout=30,
+            interval=1,
+            what=f"{url} from a consumer pod",
+        )
+        assert answer.stdout.strip() == f"backend on {PROVIDER}"
+
+
+def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, fed):
+    local_web = web_pod("home-1", f"home on {CONSUMER}", {"app": "home"}, remote=False)
+    apply(lab, CONSUMER, NAMESPACE, local_web, service("home", {"app": "home"}))
+    offloaded_client = real_pod("caller", ["sleep", "3600"])
+    offloaded_client["spec"].update(TO_VIRTUAL_NODE)
+    apply(lab, CONSUMER, NAMESPACE, offloaded_client)
+    wait_for(
+        lambda: get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "caller")["status"].get("phase") == "Running",
+        timeout=90,
+        what="the offloaded caller Running",
+    )
+    home_ip = wait_for(
+        lambda: get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "home-1")["status"].get("podIP"), timeout=60
+    )
+    # The reflected EndpointSlice holds the consumer's pod as the provider sees it (remapped when ranges overlap).
+    remap = networks.remap_pairs(foreign(lab)["spec"]["networking"].get("localPodCIDRRemap"))
+    seen = networks.remapper(remap)(home_ip)
+    assert (seen != home_ip) == lab.recorded_config().overlapping_pod_cidrs
+
+    def reflected():
+        slices = get_json(lab, PROVIDER, "endpointslices", "-n", TWIN, "-l", "kubernetes.io/service-name=home")
+        return {a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
+
+    assert wait_for(lambda: seen in reflected(), timeout=60, what=f"{seen} in the twin's EndpointSlice for home")
+    # The reflected Service in the twin, its endpoints the consumer's pod: resolved by the provider's DNS.
+    answer = wait_for(
+        lambda: (r := fetch(lab, PROVIDER, TWIN, "caller", "http://home/")).returncode == 0 and r,
+        timeout=60,
+        interval=1,
+        what="http://home/ from the offloaded pod",
+    )
+    assert answer.stdout.strip() == f"home on {CONSUMER}"
+
+
+def test_the_tenant_reaches_no_pod_of_the_provider_but_its_own(lab, fed):
+    native = "fabric-native"
+    lab.kubectl(PROVIDER, "create", "namespace", native)
+    try:
+        wait_for(lambda: lab.kubectl(PROVIDER, "-n", native, "get", "sa", "default", check=False).returncode == 0)
+        apply(lab, PROVIDER, native, web_pod("private", "provider only", {"app": "private"}, remote=False))
+        lab.kubectl(PROVIDER, "-n", native, "wait", "--for=condition=Ready", "pod/private", "--timeout=60s", timeout=90)
+        private_ip = seen_by_consumer(lab, get_json(lab, PROVIDER, "pod", "-n", native, "private")["status"]["podIP"])
+        refused = fetch(lab, CONSUMER, LOCAL, "client", f"http://{private_ip}:8080/")
+        assert refused.returncode != 0, f"the consumer reached {private_ip}, a pod of the provider's own"
+        # The tenant's own pod on the same node still answers: the tunnel is up, the gateway refused.
+        remote_ip = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1")["status"]["podIP"]
+        assert fetch(lab, CONSUMER, LOCAL, "client", f"http://{remote_ip}:8080/").returncode == 0
+    finally:
+        lab.kubectl(PROVIDER, "delete", "namespace", native, "--wait=false", check=False)
+
+
+def test_a_killed_gateway_turns_the_network_not_ready_and_its_restart_brings_traffic_back(lab, fed):
+    fed[PROVIDER].stop()
+    condition = wait_for(
+        lambda: (c := network_ready(lab)) and c["status"] == "False" and c,
+        timeout=60,
+        what="NetworkReady=False once the provider's gateway is gone",
+    )
+    assert condition["reason"] in ("TunnelSilent", "NoHandshake"), condition
+    # The other side's endpoints are not ready, so Services send nothing into the dead tunnel.
+    wait_for(
+        lambda: backend_ready(lab) == ("False", "NetworkUnreachable"),
+        timeout=30,
+        what="backend-1 not Ready (NetworkUnreachable) on the consumer",
+    )
+    remote_ip = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1")["status"]["podIP"]
+    assert fetch(lab, CONSUMER, LOCAL, "client", f"http://{remote_ip}:8080/").returncode != 0
+    fed[PROVIDER].start()
+    wait_for(
+        lambda: (c := network_ready(lab)) and c["status"] == "True",
+        timeout=60,
+        what="NetworkReady=True after the gateway's restart",
+    )
+    wait_for(lambda: backend_ready(lab)[0] == "True", timeout=30, what="backend-1 Ready again")
+    answer = wait_for(
+        lambda: (r := fetch(lab, CONSUMER, LOCAL, "client", f"http://{remote_ip}:8080/")).returncode == 0 and r,
+        timeout=30,
+        interval=1,
+        what="the remote pod answering again",
+    )
+    assert answer.stdout.strip() == f"backend on {PROVIDER}"
