@@ -17,7 +17,6 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..logs import fields
 from .plan import JUMPS, MTU, Tunnel, iptables_restore, routes, wg_set_arguments
@@ -61,8 +60,10 @@ async def succeeds(*command: str) -> bool:
     return await process.wait() == 0
 
 
-def _link_exists(name: str) -> bool:
-    return Path(f"/sys/class/net/{name}").exists()  # sysfs: answered from memory, never blocks
+async def _link_exists(name: str) -> bool:
+    # Asked of `ip`, not /sys: a process that only entered a network namespace (nsenter --net) still sees the
+    # sysfs, and so the interfaces, of the namespace that mounted it.
+    return await succeeds("ip", "link", "show", "dev", name)
 
 
 def _die_with_parent() -> None:
@@ -127,9 +128,10 @@ class Dataplane:
             )
             self.userspace[name] = process
             deadline = time.monotonic() + INTERFACE_APPEARS_SECONDS
-            while not _link_exists(name):
+            while not await _link_exists(name):
                 if process.returncode is not None or time.monotonic() > deadline:
-                    raise DataplaneError(f"{self.wireguard_go} {name} did not make its interface")
+                    ended = f"exited with {process.returncode}" if process.returncode is not None else "still running"
+                    raise DataplaneError(f"{self.wireguard_go} {name} did not make its interface ({ended})")
                 await asyncio.sleep(0.05)
         log.info("tunnel interface created", extra=fields(interface=name, kernel=bool(self.kernel_wireguard)))
 
@@ -148,7 +150,7 @@ class Dataplane:
             process.terminate()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), 5)
-        if _link_exists(name):
+        if await _link_exists(name):
             await run("ip", "link", "delete", name, check=False)
 
     async def _routes(self, wanted: dict[str, str], interfaces: set[str]) -> None:
