@@ -355,6 +355,8 @@ class Lab:
             "network_namespace": node.layout.netns,
             "interface_prefix": node.layout.gateway_interface_prefix(cluster.number),
             "gateway_address": cluster.real_node.underlay_ip,
+            # Its health endpoint listens here, where a supervisor on the host can probe it.
+            "health_address": cluster.real_node.node_ip,
             "kubeconfig": str(path),
         }
         self.gateway_facts_file(cluster.name).write_text(json.dumps(facts, indent=2))
