@@ -11,6 +11,12 @@ twin=demo-cluster-1
 deploy() {
   $kubectl --context cluster-1 apply -f "$here/demo-app/"
   $kubectl --context cluster-1 -n demo rollout status deployment/hello --timeout=180s
+  $kubectl --context cluster-1 -n demo-front rollout status deployment/front --timeout=120s
+}
+
+# From the front end's pod on cluster-1: what its containers see, through the fabric.
+from_front() {
+  $kubectl --context cluster-1 -n demo-front exec deploy/front -- "$@"
 }
 
 show() {
@@ -36,12 +42,21 @@ show() {
       || echo "(no twin namespace here)"
   done
   echo
-  echo "== the page, fetched from each remote pod at its pod IP (routed from this host to the provider's node)"
+  echo "== the network fabric: a WireGuard tunnel per peering, and the providers' pod ranges as cluster-1 sees them"
+  $kubectl --context cluster-1 -n catamaran-system get foreignclusters \
+    -o custom-columns='PROVIDER:.metadata.name,NETWORK:.status.conditions[?(@.type=="NetworkReady")].reason,SEEN AS:.status.network.remotePodCIDRs,REMAP:.spec.networking.podCIDRRemap'
+  echo
+  echo "== the app: 6 requests to the front end on cluster-1, each calling the back end by Service name (hello.demo)"
+  for _ in 1 2 3 4 5 6; do
+    from_front timeout 10 wget -qO- http://127.0.0.1:8080/cgi-bin/path
+  done
+  echo
+  echo "== each remote pod's page, fetched by the front end's pod at the pod's IP as cluster-1 sees it"
   $kubectl --context cluster-1 -n demo get pods -l app=hello \
     -o jsonpath='{range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}' \
     | while read -r pod ip; do
         printf '%-28s %-15s ' "$pod" "$ip"
-        curl -fsS --max-time 5 "http://$ip:8080/" | sed -e 's/<[^>]*>/ /g' | tr -s ' \n' ' '
+        from_front timeout 5 wget -qO- "http://$ip:8080/" </dev/null | sed -e 's/<[^>]*>/ /g' | tr -s ' \n' ' '
         echo
       done
   kubelet_api
