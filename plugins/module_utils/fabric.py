@@ -102,7 +102,7 @@ class Exchange:
                 foreign_networking["podCIDRRemap"] = _remapped(provider_seen)[0]["seenAs"]
         if _remapped(consumer_seen):
             foreign_networking["localPodCIDRRemap"] = _remapped(consumer_seen)
-        return offer_network, foreign_networking, [seen for _, seen in consumer_seen]
+        return offer_network, foreign_networking, [pair[1] for pair in consumer_seen]
 
     def _remaps(self, params, consumer_ranges, provider_ranges):
         """How each side sees the other's pods: itself, unless it overlaps what that side already uses (its own
