@@ -1,0 +1,72 @@
+"""What the gateway builds from the peerings' objects: one peering's bad input leaves the others' tunnels alone,
+and a tenant's tunnel opens only to that tenant's pods. Pure logic over the informer caches (nothing runs)."""
+
+from __future__ import annotations
+
+from catamaran.fabric import keys
+from catamaran.fabric.dataplane import Dataplane
+from catamaran.fabric.gateway import Gateway
+
+NS = "catamaran-system"
+PRIVATE = keys.generate_private_key()
+PEER = keys.public_key(keys.generate_private_key())
+
+
+def foreign(provider: str, public_key: str = PEER, remap: list | None = None) -> dict:
+    networking = {"mode": "Fabric", "gateway": {"endpoint": "192.0.2.1:51820", "publicKey": public_key}}
+    if remap:
+        networking["localPodCIDRRemap"] = remap
+    return {
+        "metadata": {"name": provider, "namespace": NS},
+        "spec": {"clusterID": provider, "networking": networking},
+        "status": {"network": {"remotePodCIDRs": ["100.64.0.0/16"]}},
+    }
+
+
+def offer(consumer: str) -> dict:
+    network = {"mode": "Fabric", "gateway": {"listenPort": 51820, "publicKey": PEER}}
+    return {
+        "metadata": {"name": "resources", "namespace": f"catamaran-tenant-{consumer}"},
+        "spec": {"network": network, "consumerPodCIDRs": ["100.64.0.0/16"]},
+    }
+
+
+def gateway(**caches) -> Gateway:
+    built = Gateway(client=None, dataplane=Dataplane("cmgw"))
+    for name, entries in caches.items():
+        for key, value in entries.items():
+            getattr(built, name)._store(key, value)
+    return built
+
+
+def test_a_bad_peering_is_reported_and_leaves_the_others_alone():
+    built = gateway(
+        foreigns={
+            (NS, "good"): foreign("good"),
+            (NS, "bad-key"): foreign("bad-key", public_key="not-a-key"),
+            (NS, "bad-remap"): foreign("bad-remap", remap=[{"podCIDR": "10.0.0.0/16", "seenAs": "100.64.0.0/24"}]),
+            (NS, "no-key"): foreign("no-key"),
+        },
+        keys={(NS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("good", "bad-key", "bad-remap")},
+    )
+    assert [t.peering for t in built.consumer_tunnels()] == ["good"]
+    assert "not base64" in built.problems["bad-key"]
+    assert "same family and prefix" in built.problems["bad-remap"]
+    assert built.problems["no-key"] == f"Secret {NS}/catamaran-fabric-to-no-key (this side's key) is missing"
+
+
+def test_a_tenants_tunnel_opens_only_to_its_own_pods():
+    built = gateway(
+        offers={("catamaran-tenant-c1", "resources"): offer("c1"), ("catamaran-tenant-c2", "resources"): offer("c2")},
+        keys={(NS, "catamaran-fabric-from-c1"): PRIVATE, (NS, "catamaran-fabric-from-c2"): PRIVATE},
+        pods={
+            ("twin-c1", "a"): ("c1", "10.102.255.3"),
+            ("twin-c2", "b"): ("c2", "10.102.255.4"),
+            ("twin-c1", "pending"): ("c1", None),
+        },
+    )
+    tunnels = {t.peering: t for t in built.provider_tunnels()}
+    assert tunnels["c1"].allowed_destinations == ("10.102.255.3",)
+    assert tunnels["c2"].allowed_destinations == ("10.102.255.4",)
+    assert tunnels["c1"].interface != tunnels["c2"].interface
+    assert tunnels["c1"].listen_port == 51820
