@@ -110,7 +110,7 @@ def container_pid(container_id: str) -> int:
 def probe(pid: int, *args: str) -> object:
     command = ["nsenter", f"--net=/proc/{pid}/ns/net", "--", sys.executable, "-c", PROBE, *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
-    return json.loads(result.stdout)
+    return json.loads(result.stdout) if result.stdout.strip() else None  # "reach": None when never reached
 
 
 def pod_json(lab: Lab, cluster: str, namespace: str, name: str) -> dict:
@@ -242,7 +242,8 @@ def main() -> None:
         reach = []
         for index in range(args.new_pods):
             name = f"new-{index}"
-            pod = real_pod(name, ["sh", "-c", "mkdir -p /w && echo ok > /w/index.html && exec httpd -f -p 8080 -h /w"])
+            serve_page = "mkdir -p /tmp/w && echo ok > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w"
+            pod = real_pod(name, ["sh", "-c", serve_page])
             pod["spec"].update(TO_VIRTUAL_NODE)
             lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(pod))
             ip = wait_ready(lab, CONSUMER, NAMESPACE, name)["status"]["podIP"]
