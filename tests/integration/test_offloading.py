@@ -406,6 +406,7 @@ def test_provider_rejection_is_reported_locally(lab, fed):
                 ),
                 None,
             ),
+            timeout=120,  # a ShadowPod refused while the machine is busy: its retries back off
             what="the refusal on the local pod",
         )
         assert condition["status"] == "False"
