@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from harness import cpu_seconds, memory_mib  # noqa: E402
+from harness import bench_lab_state, cpu_seconds, finish, memory_mib  # noqa: E402
 
 from catamaran.constants import virtual_node_name  # noqa: E402
 from catamaran_lab import config as lab_config  # noqa: E402
@@ -176,8 +175,7 @@ def main() -> None:
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
     args = parser.parse_args()
 
-    os.environ.setdefault("CATAMARAN_LAB_DIR", str(REPO / ".lab-bench"))
-    lab = Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
+    lab = bench_lab_state()
     processes: list[federation.ControllerProcess] = []
     wanted = lab_config.load(LAB_FILE, clusters=2, overlapping_pod_cidrs=False)
     try:
@@ -270,14 +268,7 @@ def main() -> None:
     finally:
         with contextlib.suppress(Exception):
             direct_path(lab, wanted, up=False)
-        for process in reversed(processes):
-            if process.process is not None and process.process.poll() is None:
-                process.process.send_signal(signal.SIGTERM)
-            process.stop()
-        if args.keep_lab:
-            print(f"bench lab kept: {lab.root}; logs in {lab.root / 'logs'}")
-        else:
-            lab.down()
+        finish(lab, processes, args.keep_lab)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,16 @@ def bench_lab_state() -> Lab:
     return Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
 
 
+def finish(lab: Lab, processes: list, keep_lab: bool) -> None:
+    """Stop the bench's processes (last started first), then take the bench lab down unless asked to keep it."""
+    for process in reversed(processes):
+        process.stop()
+    if keep_lab:
+        print(f"bench lab kept: {lab.root}; logs in {lab.root / 'logs'}")
+    else:
+        lab.down()
+
+
 def bench_lab(clusters: int, lab_file: Path = LAB_FILE) -> tuple[Lab, lab_config.LabConfig]:
     """The bench lab (.lab-bench/, ports 28000+) with the first `clusters` clusters of `lab_file`, kwok only."""
     lab = bench_lab_state()

@@ -29,7 +29,6 @@ import asyncio
 import concurrent.futures
 import http.client
 import json
-import os
 import re
 import ssl
 import statistics
@@ -41,8 +40,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import aiohttp  # noqa: E402
+from harness import bench_lab_state, finish  # noqa: E402
 from lightkube.config.client_adapter import user_auth, verify_cluster  # noqa: E402
 from lightkube.config.kubeconfig import KubeConfig  # noqa: E402
 
@@ -181,8 +182,7 @@ def main() -> None:
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
     args = parser.parse_args()
 
-    os.environ.setdefault("CATAMARAN_LAB_DIR", str(REPO / ".lab-bench"))
-    lab = Lab(root=Path(os.environ["CATAMARAN_LAB_DIR"]))
+    lab = bench_lab_state()
     processes: list[federation.ControllerProcess] = []
     try:
         lab.up(lab_config.load(LAB_FILE, clusters=2))
@@ -252,12 +252,7 @@ def main() -> None:
         print(f"{'port-forward 8 conns':<24}{dp:>17.1f} MiB/s{tp:>17.1f} MiB/s{tp / dp:>8.2f}x")
         print("ratio: through / direct (time: higher is slower; throughput: lower is slower)")
     finally:
-        for process in reversed(processes):
-            process.stop()
-        if args.keep_lab:
-            print(f"bench lab kept: {lab.root}; logs in {lab.root / 'logs'}")
-        else:
-            lab.down()
+        finish(lab, processes, args.keep_lab)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import httpx2  # noqa: E402
-from harness import client_for, memory_mib  # noqa: E402
+from harness import client_for, finish, memory_mib  # noqa: E402
 from lightkube import ApiError, AsyncClient  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node  # noqa: E402
@@ -717,12 +717,7 @@ def main() -> None:
     finally:
         if rows:  # also after a failure: what was measured before it
             report(rows, baseline, memory)
-        for process in reversed(processes):
-            process.stop()
-        if args.keep_lab:
-            print(f"bench lab kept: {lab.root}; logs in {lab.root / 'logs'}")
-        else:
-            lab.down()
+        finish(lab, processes, args.keep_lab)
 
 
 if __name__ == "__main__":
