@@ -89,11 +89,6 @@ class Dataplane:
         await self._routes(routes(tunnels), set(wanted))
         await self._rules(tunnels)
 
-    async def remove_all(self) -> None:
-        for name in sorted(await self.interfaces()):
-            await self._delete(name)
-        await self._rules([])
-
     async def interfaces(self) -> set[str]:
         links = json.loads(await run("ip", "-j", "link", "show") or "[]")
         return {link["ifname"] for link in links if link["ifname"].startswith(self.prefix)}
