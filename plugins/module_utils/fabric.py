@@ -72,7 +72,8 @@ class Exchange:
 
     def converge(self, changes, params, consumer_ranges, provider_ranges):
         """Apply the keys; returns what to write: the ResourceOffer's spec.network, the ForeignCluster's
-        spec.networking, and the consumer's pod ranges as the provider sees them (its consumerPodCIDRs)."""
+        spec.networking, and the ranges behind the consumer's gateway as the provider sees them (its
+        consumerPodCIDRs): the consumer's pods, then its other providers' pods, reached through the consumer."""
         network = params.get("network") or {}
         mode = network.get("mode", DEFAULT_MODE)
         if mode != "fabric":
@@ -84,7 +85,7 @@ class Exchange:
         changes.apply(self.consumer, self._secret(self.consumer_secret, consumer_key))
         changes.apply(self.provider, self._secret(self.provider_secret, provider_key))
         port = self._port(network.get("gateway_port", DEFAULT_GATEWAY_PORT))
-        provider_seen, consumer_seen = self._remaps(params, consumer_ranges, provider_ranges)
+        provider_seen, consumer_seen, others_reachable = self._remaps(params, consumer_ranges, provider_ranges)
         offer_network = {
             "mode": "Fabric",
             "gateway": {"listenPort": port, "publicKey": fabric_keys.public_key(consumer_key)},
@@ -102,19 +103,26 @@ class Exchange:
                 foreign_networking["podCIDRRemap"] = _remapped(provider_seen)[0]["seenAs"]
         if _remapped(consumer_seen):
             foreign_networking["localPodCIDRRemap"] = _remapped(consumer_seen)
-        return offer_network, foreign_networking, [pair[1] for pair in consumer_seen]
+        return offer_network, foreign_networking, [pair[1] for pair in consumer_seen] + others_reachable
 
     def _remaps(self, params, consumer_ranges, provider_ranges):
-        """How each side sees the other's pods: itself, unless it overlaps what that side already uses (its own
-        pods, or what it sees its other peers at); then a free range of the pool, kept from one run to the next."""
+        """How each side sees the other's pods: itself, unless it overlaps what that side already uses; then a free
+        range of the pool, kept from one run to the next. The consumer keeps every range it hands out apart: its
+        view of each provider, and each provider's view of it, since a provider also sees the consumer's other
+        providers (at the consumer's view of them) through the consumer's gateway."""
         foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE) or {}
         networking = (foreign.get("spec") or {}).get("networking") or {}
         consumer_taken = list(consumer_ranges)
+        others_seen = []  # the consumer's other fabric providers, as the consumer sees them
         for other in self.consumer.list(FOREIGN_CLUSTER_API, "ForeignCluster", namespace=SYSTEM_NAMESPACE):
-            if other["metadata"]["name"] != self.provider_id:
-                other_networking = (other.get("spec") or {}).get("networking") or {}
-                seen = ((other.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
-                consumer_taken += [other_networking["podCIDRRemap"]] if other_networking.get("podCIDRRemap") else seen
+            if other["metadata"]["name"] == self.provider_id:
+                continue
+            other_networking = (other.get("spec") or {}).get("networking") or {}
+            seen = ((other.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
+            seen = [other_networking["podCIDRRemap"]] if other_networking.get("podCIDRRemap") else seen
+            consumer_taken += seen + [e["seenAs"] for e in other_networking.get("localPodCIDRRemap") or []]
+            if other_networking.get("mode") == "Fabric":
+                others_seen += seen
         if params.get("pod_cidr_remap"):
             provider_seen = [(real, params["pod_cidr_remap"]) for real in provider_ranges[:1]]
         else:
@@ -129,9 +137,10 @@ class Exchange:
                 and offer["metadata"]["namespace"] != self.tenant_namespace
             ):
                 provider_taken += (offer.get("spec") or {}).get("consumerPodCIDRs") or []
+        others_reachable, _ = networks.reachable_through_consumer(others_seen, provider_taken)
         kept = [(e["podCIDR"], e["seenAs"]) for e in networking.get("localPodCIDRRemap") or []]
-        consumer_seen = self._seen(consumer_ranges, provider_taken, kept, "the consumer's")
-        return provider_seen, consumer_seen
+        consumer_seen = self._seen(consumer_ranges, provider_taken + others_reachable, kept, "the consumer's")
+        return provider_seen, consumer_seen, others_reachable
 
     @staticmethod
     def _seen(ranges, taken, kept, whose):

@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import time
 
 from ansible_collections.catamaran.federation.plugins.module_utils import fabric, networks, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
@@ -392,12 +393,24 @@ class Peering:
         self.module.hide(token, secret["data"]["token"])
         return token
 
-    def wait_ready(self, timeout):
+    def wait_ready(self, timeout, fabric=False):
+        """Until the virtual node is Ready and, in the fabric, the provider's pod ranges as the consumer sees them
+        are known (the consumer's other fabric peerings announce them to their providers)."""
+        deadline = time.monotonic() + timeout
+
         def ready(node):
             conditions = ((node or {}).get("status") or {}).get("conditions") or []
             return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
+        def ranges_known(foreign):
+            return bool((((foreign or {}).get("status") or {}).get("network") or {}).get("remotePodCIDRs"))
+
         done, node = self.consumer.watch_until("v1", "Node", self.node_name, None, ready, timeout)
+        if done and fabric:
+            left = max(1, int(deadline - time.monotonic()))
+            done, _ = self.consumer.watch_until(
+                FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE, ranges_known, left
+            )
         if not done:
             foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
             conditions = ((foreign or {}).get("status") or {}).get("conditions") or []

@@ -303,6 +303,11 @@ options:
         C(catamaran-system/catamaran-fabric-from-<consumer_id>) on the provider); only public keys cross, and no key
         is ever printed or shown in a diff. The provider's gateway listens for this tenant on its own UDP port.
       - Each cluster's gateway (C(catamaran gateway)) builds the tunnel from what this module writes.
+      - The consumer's gateway also carries traffic between its providers. So C(spec.consumerPodCIDRs) also
+        announces the consumer's other fabric providers' pod ranges, as the consumer sees them, that overlap nothing
+        of this provider's. Every range the consumer hands out is kept apart from the others. A provider peered
+        before another appears learns the newer one's range when its peering runs again (the C(peering) role
+        runs every fabric peering a second time when a consumer has several).
     type: dict
     default: {}
     suboptions:
@@ -756,7 +761,8 @@ def main():
         if params["state"] == "present":
             changes = peering.present(params)
             if params["wait"] and not module.check_mode:
-                peering.wait_ready(params["wait_timeout"])
+                fabric = (params.get("network") or {}).get("mode") == "fabric"
+                peering.wait_ready(params["wait_timeout"], fabric=fabric)
                 ready = True
         else:
             changes, forced, not_cleaned = peering.absent(params["drain_timeout"], params["wait_timeout"])

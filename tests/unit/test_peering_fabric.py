@@ -187,3 +187,50 @@ def test_distinct_pod_ranges_are_not_remapped():
     assert "podCIDRRemap" not in networking
     assert "localPodCIDRRemap" not in networking
     assert changes.after[OFFER]["spec"]["consumerPodCIDRs"] == ["10.101.0.0/24"]
+
+
+def other_fabric_provider(seen_as, consumer_seen_as):
+    """The consumer's ForeignCluster of another fabric provider, p2, peered earlier, its ranges remapped."""
+    return {
+        "apiVersion": "core.catamaran.io/v1alpha1",
+        "kind": "ForeignCluster",
+        "metadata": {"name": "p2", "namespace": "catamaran-system"},
+        "spec": {
+            "clusterID": "p2",
+            "networking": {
+                "mode": "Fabric",
+                "podCIDRRemap": seen_as,
+                "localPodCIDRRemap": [{"podCIDR": "10.100.0.0/16", "seenAs": consumer_seen_as}],
+            },
+        },
+        "status": {"network": {"remotePodCIDRs": [seen_as]}},
+    }
+
+
+def test_a_provider_reaches_the_consumers_other_providers_through_it_at_ranges_kept_apart():
+    consumer, provider = clusters(
+        consumer_nodes=[
+            node("a", pod_cidr="10.100.0.0/24"),
+            node("b", pod_cidr="10.100.255.0/24"),
+            other_fabric_provider("100.64.0.0/24", "100.64.0.0/16"),
+        ],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.100.255.0/24")],
+    )
+    changes = present(consumer, provider)
+    networking = changes.after[FOREIGN]["spec"]["networking"]
+    offer = changes.after[OFFER]["spec"]
+    # p1's pods as the consumer sees them stay apart from p2's and from p2's view of the consumer (a packet from p2
+    # to p1 must not look like one for the consumer's own pods); p1's view of the consumer stays apart from p2's pods.
+    assert networking["podCIDRRemap"] == "100.65.0.0/24"
+    assert networking["localPodCIDRRemap"] == [{"podCIDR": "10.100.0.0/16", "seenAs": "100.65.0.0/16"}]
+    # Announced to p1: the consumer's pods, then p2's, both behind the consumer's gateway.
+    assert offer["consumerPodCIDRs"] == ["100.65.0.0/16", "100.64.0.0/24"]
+
+
+def test_another_providers_range_that_clashes_with_the_providers_own_is_not_announced():
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24"), other_fabric_provider("10.102.0.0/24", "10.101.0.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.102.0.0/24")],
+    )
+    offer = present(consumer, provider).after[OFFER]["spec"]
+    assert offer["consumerPodCIDRs"] == ["10.101.0.0/24"]
