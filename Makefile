@@ -129,7 +129,10 @@ test-unit: setup ## pure-logic tests, no clusters
 
 # The network fabric again on a lab whose clusters share one pod range (as clusters made with one tool's defaults
 # do): every address each side sees of the other is remapped by the gateways.
-FABRIC_OVERLAP_TESTS := tests/integration/test_fabric.py tests/integration/test_lab_network.py::test_every_cluster_resolves_its_services_by_name
+FABRIC_OVERLAP_TESTS := tests/integration/test_fabric.py \
+	tests/integration/test_lab_network.py::test_every_cluster_resolves_its_services_by_name \
+	tests/integration/test_site_playbook.py::test_converges_from_empty_and_runs_the_app_remotely \
+	tests/integration/test_site_playbook.py::test_an_offloaded_pod_on_one_provider_calls_a_service_on_the_other_by_name
 
 test-integration: lab-build ## tests against the lab's real kube-apiservers (the lab is started if needed)
 	$(BIN)/pytest tests/integration
