@@ -21,6 +21,7 @@ It prints figures and fabric/direct ratios; it asserts nothing.
 
     .venv/bin/python bench/fabric.py                  # 300 requests, 256 MiB, 10 new pods
     .venv/bin/python bench/fabric.py --requests 1000 --keep-lab
+    .venv/bin/python bench/fabric.py --wireguard-go /usr/bin/wireguard-go   # Debian's, for comparison
 """
 
 from __future__ import annotations
@@ -173,6 +174,9 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256, help="size of the file fetched per path (default: 256)")
     parser.add_argument("--new-pods", type=int, default=10, help="new offloaded pods timed to reachable (10)")
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
+    parser.add_argument(
+        "--wireguard-go", help="the userspace WireGuard the gateways run (default: the lab's, lab/gomod-wireguard)"
+    )
     args = parser.parse_args()
 
     lab = bench_lab_state()
@@ -185,7 +189,8 @@ def main() -> None:
         federation.peer(lab, CONSUMER, PROVIDER)
         federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
         federation.connect_fabric(lab, CONSUMER, PROVIDER)
-        gateways = [federation.gateway(lab, CONSUMER), federation.gateway(lab, PROVIDER)]
+        gateways = [federation.gateway(lab, name, args.wireguard_go) for name in (CONSUMER, PROVIDER)]
+        wireguard_go = args.wireguard_go or federation.gateway_facts(lab, CONSUMER)["wireguard_go"]
         vk = federation.virtual_kubelet(lab, CONSUMER, PROVIDER)
         processes = [*gateways, federation.manager(lab, PROVIDER), vk]
         for process in processes:
@@ -216,7 +221,9 @@ def main() -> None:
 
         print(f"machine: {os.cpu_count()} CPUs; lab: {LAB_FILE.name}, 2 clusters, real nodes on, distinct pod ranges")
         print(f"gateways: {' | '.join('python -m catamaran ' + ' '.join(g.args) for g in gateways)}")
-        print("WireGuard: userspace (wireguard-go, Debian), MTU 1420, keepalive 5 s; the direct path: a veth pair")
+        version = subprocess.run([wireguard_go, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        print(f"WireGuard: userspace, {wireguard_go} ({version}), MTU 1420, keepalive 5 s")
+        print("the direct path: a veth pair between the two real nodes' network namespaces")
         print(
             f"requests: {args.requests} per path, a new TCP connection each; file {args.mib} MiB;"
             f" new pods: {args.new_pods}"

@@ -268,10 +268,10 @@ def gateway_facts(lab: Lab, cluster: str) -> dict:
     return json.loads(lab.gateway_facts_file(cluster).read_text())
 
 
-def gateway(lab: Lab, cluster: str) -> ControllerProcess:
+def gateway(lab: Lab, cluster: str, wireguard_go: str | None = None) -> ControllerProcess:
     facts = gateway_facts(lab, cluster)
     args = ["--kubeconfig", facts["kubeconfig"], "--cluster-id", cluster, "gateway"]
-    args += ["--interface-prefix", facts["interface_prefix"]]
+    args += ["--interface-prefix", facts["interface_prefix"], "--wireguard-go", wireguard_go or facts["wireguard_go"]]
     netns = f"--net=/run/netns/{facts['network_namespace']}"
     return ControllerProcess(lab, f"gateway-{cluster}", args, wrapper=("nsenter", netns, "--"))
 

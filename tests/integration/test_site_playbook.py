@@ -23,6 +23,7 @@ from tests.integration.conftest import get_json, require_real_node, wait_for
 from tests.integration.manifests import real_pod
 
 from . import playbooks
+from .federation import gateway_facts
 from .federation import node_ready as node_ready_status
 from .playbooks import hosts, lab_inventory, write_inventory
 from .playbooks import run_playbook as run_from
@@ -124,64 +125,109 @@ def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
         assert f"pod {pod['metadata']['name']} runs in {cluster}, on node {cluster}-real" in show.stdout
 
 
-def test_an_offloaded_pod_on_one_provider_calls_a_service_on_the_other_by_name(lab, federation):
+SERVE = 'mkdir -p /tmp/www && echo "served in $CLUSTER" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'
+
+
+@pytest.fixture(scope="module")
+def across(lab, federation):
+    """A pod offloaded to each provider (pinned to its virtual node), each serving its cluster's name behind a
+    Service of its own: `served-in-2`, `served-in-3`. Yields their IPs as the consumer sees them."""
+    items = []
+    for provider in PROVIDERS:
+        name = f"served-in-{provider.removeprefix('cluster-')}"
+        pin = {"nodeSelector": {"kubernetes.io/hostname": f"catamaran-{provider}"}, "tolerations": []}
+        env = {"env": [{"name": "CLUSTER", "value": provider}]}
+        items.append(real_pod(name, ["sh", "-c", SERVE], container=env, **pin))
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
+            }
+        )
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    lab.kubectl(CONSUMER, "-n", "demo", "apply", "-f", "-", input=body)
+    try:
+        ips = {}
+        for provider in PROVIDERS:
+            name = f"served-in-{provider.removeprefix('cluster-')}"
+            lab.kubectl(
+                CONSUMER, "-n", "demo", "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s", timeout=150
+            )
+            ips[provider] = get_json(lab, CONSUMER, "-n", "demo", "pod", name)["status"]["podIP"]
+        yield ips
+    finally:
+        lab.kubectl(CONSUMER, "-n", "demo", "delete", "-f", "-", "--wait=false", input=body, check=False)
+
+
+def fetch(lab, namespace: str, pod: str, url: str) -> tuple[int, str]:
+    """GET from a pod's containers (an offloaded pod's exec goes through its virtual node)."""
+    command = ["exec", pod, "--", "timeout", "5", "wget", "-qO-", url]
+    fetched = lab.kubectl(CONSUMER, "-n", namespace, *command, check=False, timeout=30)
+    return fetched.returncode, fetched.stdout.strip()
+
+
+def test_an_offloaded_pod_on_one_provider_calls_a_service_on_the_other_by_name(lab, federation, across):
     """Provider to provider: a pod offloaded to cluster-2 calls, by name, a Service whose one endpoint runs in
     cluster-3. No tunnel joins the two providers: the consumer's gateway carries the request from one peering's
     tunnel into the other's, to the address cluster-1 sees the pod at (remapped when the ranges overlap)."""
-    serve = 'mkdir -p /tmp/www && echo "served in $CLUSTER" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'
-    on = {
-        provider: {"nodeSelector": {"kubernetes.io/hostname": f"catamaran-{provider}"}, "tolerations": []}
-        for provider in PROVIDERS
-    }
-    server = real_pod(
-        "served-in-3",
-        ["sh", "-c", serve],
-        container={"env": [{"name": "CLUSTER", "value": "cluster-3"}]},
-        **on["cluster-3"],
-    )
-    client = real_pod("asks-from-2", ["sleep", "3600"], **on["cluster-2"])
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "served-in-3"},
-        "spec": {"selector": {"app": "served-in-3"}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }
-    body = {"apiVersion": "v1", "kind": "List", "items": [server, client, service]}
-    lab.kubectl(CONSUMER, "-n", "demo", "apply", "-f", "-", input=json.dumps(body))
-    try:
-        for pod in ("served-in-3", "asks-from-2"):
-            wait_for(
-                lambda pod=pod: get_json(lab, CONSUMER, "-n", "demo", "pod", pod)["status"].get("phase") == "Running",
-                timeout=120,
-                what=f"pod {pod} Running",
-            )
-        seen_ip = get_json(lab, CONSUMER, "-n", "demo", "pod", "served-in-3")["status"]["podIP"]
 
-        def reflected_into_2():
-            slices = get_json(lab, "cluster-2", "-n", "demo-cluster-1", "endpointslices")["items"]
-            return [
-                address
-                for item in slices
-                if (item["metadata"].get("labels") or {}).get("kubernetes.io/service-name") == "served-in-3"
-                for endpoint in item.get("endpoints") or []
-                for address in endpoint["addresses"]
-            ]
-
-        # cluster-2 holds the endpoint at the address cluster-1 sees it at, which cluster-1 routes to cluster-3.
-        assert wait_for(reflected_into_2, timeout=60, what="served-in-3's endpoint reflected into cluster-2") == [
-            seen_ip
+    def reflected_into_2():
+        slices = get_json(lab, "cluster-2", "-n", "demo-cluster-1", "endpointslices")["items"]
+        return [
+            address
+            for item in slices
+            if (item["metadata"].get("labels") or {}).get("kubernetes.io/service-name") == "served-in-3"
+            for endpoint in item.get("endpoints") or []
+            for address in endpoint["addresses"]
         ]
-        answers = []
-        # The twin is demo-cluster-1 (DefaultName): the short name is what resolves there.
-        for url in ("http://served-in-3/", f"http://{seen_ip}:8080/"):
-            fetched = lab.kubectl(
-                CONSUMER, "-n", "demo", "exec", "asks-from-2", "--", "timeout", "5", "wget", "-qO-", url,
-                check=False, timeout=30,
-            )  # fmt: skip
-            answers.append((url, fetched.returncode, fetched.stdout.strip()))
-        assert answers == [(url, 0, "served in cluster-3") for url, _, _ in answers]
+
+    # cluster-2 holds the endpoint at the address cluster-1 sees it at, which cluster-1 routes to cluster-3.
+    seen_ip = across["cluster-3"]
+    assert wait_for(reflected_into_2, timeout=60, what="served-in-3's endpoint reflected into cluster-2") == [seen_ip]
+    # The twin is demo-cluster-1 (DefaultName): the short name is what resolves there.
+    for url in ("http://served-in-3/", f"http://{seen_ip}:8080/"):
+        assert fetch(lab, "demo", "served-in-2", url) == (0, "served in cluster-3"), url
+
+
+def test_cutting_one_peerings_tunnel_stops_its_traffic_and_nothing_elses(lab, federation, across):
+    """The underlay path of cluster-3's tunnel cut (its WireGuard packets dropped in cluster-1's gateway): cluster-3's
+    pods are unreachable from the consumer and from cluster-2, as nothing but the fabric routes pod ranges, while
+    cluster-2's peering carries on; restored, the tunnel carries cluster-3's traffic again."""
+    front = lab.kubectl(CONSUMER, "-n", "demo-front", "get", "pods", "-l", "app=front", "-o", "name").stdout.split()[0]
+    front = front.removeprefix("pod/")
+    netns = gateway_facts(lab, CONSUMER)["network_namespace"]
+    far_gateway = gateway_facts(lab, "cluster-3")["gateway_address"]
+    cut = [
+        ["OUTPUT", "-d", far_gateway, "-p", "udp", "-j", "DROP"],
+        ["INPUT", "-s", far_gateway, "-p", "udp", "-j", "DROP"],
+    ]
+
+    def iptables(action: str, rule: list[str]) -> None:
+        subprocess.run(["ip", "netns", "exec", netns, "iptables", action, *rule], check=True, capture_output=True)
+
+    def network_ready(provider: str) -> str | None:
+        foreign = get_json(lab, CONSUMER, "-n", "catamaran-system", "foreigncluster", provider)
+        conditions = (foreign.get("status") or {}).get("conditions") or []
+        return next((c["status"] for c in conditions if c["type"] == "NetworkReady"), None)
+
+    for rule in cut:
+        iptables("-I", rule)
+    try:
+        wait_for(lambda: network_ready("cluster-3") == "False", timeout=60, what="cluster-3's NetworkReady False")
+        assert network_ready("cluster-2") == "True"
+        assert fetch(lab, "demo-front", front, f"http://{across['cluster-2']}:8080/") == (0, "served in cluster-2")
+        assert fetch(lab, "demo-front", front, f"http://{across['cluster-3']}:8080/")[0] != 0
+        assert fetch(lab, "demo", "served-in-2", f"http://{across['cluster-3']}:8080/")[0] != 0
     finally:
-        lab.kubectl(CONSUMER, "-n", "demo", "delete", "-f", "-", "--wait=false", input=json.dumps(body), check=False)
+        for rule in cut:
+            iptables("-D", rule)
+    wait_for(lambda: network_ready("cluster-3") == "True", timeout=60, what="cluster-3's NetworkReady True again")
+    url = f"http://{across['cluster-3']}:8080/"
+    for namespace, pod in (("demo-front", front), ("demo", "served-in-2")):
+        wait_for(lambda n=namespace, p=pod: fetch(lab, n, p, url)[0] == 0, timeout=30, what=f"{url} answering {pod}")
+        assert fetch(lab, namespace, pod, url) == (0, "served in cluster-3")
 
 
 def test_second_run_changes_nothing(lab, federation):

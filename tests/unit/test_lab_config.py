@@ -241,15 +241,19 @@ def test_pins_come_from_the_wrapper_module():
     assert pins.kwok in pins.cache_key
     assert pins.metrics_server.startswith("v0.")
     assert pins.metrics_server in pins.cache_key
-    assert pins.coredns.startswith("v1.")
-    assert pins.coredns in pins.coredns_cache_key
+    assert pins.companion_version("coredns").startswith("v1.")
+    assert pins.companion_version("wireguard-go").startswith("v0.")
+    cache = binaries.BinaryCache(pins, Path("/cache"))
+    for name in ("coredns", "wireguard-go"):
+        assert cache.companion_dirs[name].name.startswith(f"{name}-{pins.companion_version(name)}_")
 
 
-def test_coredns_is_cached_apart_so_its_pin_moves_alone(tmp_path):
+@pytest.mark.parametrize("companion", ["coredns", "wireguard-go"])
+def test_a_companion_is_cached_apart_so_its_pin_moves_alone(tmp_path, companion):
     cache = _fake_complete_cache(tmp_path)
-    assert cache.path("coredns").parent.parent == cache.coredns_dir != cache.dir
-    cache.path("coredns").unlink()
-    assert "coredns is missing" in cache.problem()
+    assert cache.path(companion).parent.parent == cache.companion_dirs[companion] != cache.dir
+    cache.path(companion).unlink()
+    assert f"{companion} is missing" in cache.problem()
     assert cache._problem(cache.dir, binaries.KUBE_BINARIES) is None
 
 

@@ -119,6 +119,11 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_INTERFACE_PREFIX,
         help="names of this gateway's tunnel interfaces (unique per host: two gateways on one host need two)",
     )
+    gateway.add_argument(
+        "--wireguard-go",
+        default="wireguard-go",
+        help="the userspace WireGuard run per tunnel where the kernel has no WireGuard (default: from PATH)",
+    )
     return parser
 
 
@@ -132,7 +137,7 @@ async def _main(args) -> None:
         tasks += consumer_tasks(client, args.cluster_id, args.controller_namespace, _webhook(args))
     elif args.command == "gateway":
         client = async_client(config, args.context, "catamaran-gateway")
-        tasks = gateway_tasks(client, args.interface_prefix, args.namespace)
+        tasks = gateway_tasks(client, args.interface_prefix, args.namespace, args.wireguard_go)
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")
         vk = VirtualKubelet(

@@ -1,10 +1,11 @@
 """Build and cache the lab's upstream binaries from pinned Go modules.
 
 The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module), metrics-server's
-in `lab/gomod-metrics-server/go.mod` and CoreDNS's in `lab/gomod-coredns/go.mod` (wrapper modules of
-their own); kwok's pin lives here. The cache directory name is derived from the pins plus a digest
-of the module files, so changing a pin builds into a fresh directory and never mixes versions.
-CoreDNS is cached in a directory of its own: its pin moves without rebuilding Kubernetes.
+in `lab/gomod-metrics-server/go.mod`, CoreDNS's in `lab/gomod-coredns/go.mod` and wireguard-go's in
+`lab/gomod-wireguard/go.mod` (wrapper modules of their own); kwok's pin lives here. The cache directory
+name is derived from the pins plus a digest of the module files, so changing a pin builds into a fresh
+directory and never mixes versions. CoreDNS and wireguard-go (the companions) are each cached in a
+directory of their own: their pins move without rebuilding Kubernetes.
 A build is staged in a sibling `.partial` directory and renamed into place only when every
 binary is present; a manifest with sizes and digests lets a later run detect a half-built
 or damaged cache and rebuild it.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LabError
-from .paths import COREDNS_MODULE_DIR, GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR, cache_root
+from .paths import COREDNS_MODULE_DIR, GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR, WIREGUARD_MODULE_DIR, cache_root
 from .preflight import check_disk, check_go
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -38,6 +39,7 @@ MANIFEST = "manifest.json"
 
 METRICS_SERVER_MODULE = "sigs.k8s.io/metrics-server"
 COREDNS_MODULE = "github.com/coredns/coredns"
+WIREGUARD_MODULE = "golang.zx2c4.com/wireguard"
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,35 @@ KWOK_TARGETS = (
     Target("kwok", f"{KWOK_MODULE}/cmd/kwok"),
     Target("kwokctl", f"{KWOK_MODULE}/cmd/kwokctl"),
 )
-# The wrapper module's own main package: CoreDNS with only the plugins the lab's Corefile uses.
-COREDNS_TARGET = Target("coredns", ".", module_dir=COREDNS_MODULE_DIR)
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A binary built from a wrapper module of its own and cached apart, so its pin moves alone."""
+
+    target: Target
+    module: str  # the pinned module, named in the cache directory with its version
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    def cache_key(self, version: str) -> str:
+        digest = hashlib.sha256()
+        for path in sorted(self.target.module_dir.iterdir()):
+            if path.suffix in (".go", ".mod", ".sum"):
+                digest.update(path.read_bytes())
+        return f"{self.name}-{version}_{digest.hexdigest()[:10]}"
+
+
+COMPANIONS = (
+    # The wrapper module's own main package: CoreDNS with only the plugins the lab's Corefile uses.
+    Companion(Target("coredns", ".", module_dir=COREDNS_MODULE_DIR), COREDNS_MODULE),
+    # The gateways' userspace WireGuard (its tools.go says why it is built, not Debian's).
+    Companion(Target("wireguard-go", WIREGUARD_MODULE, module_dir=WIREGUARD_MODULE_DIR), WIREGUARD_MODULE),
+)
 KUBE_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
-ALL_BINARIES = (*KUBE_BINARIES, COREDNS_TARGET.name)
+ALL_BINARIES = (*KUBE_BINARIES, *(companion.name for companion in COMPANIONS))
 
 
 @dataclass(frozen=True)
@@ -81,14 +108,10 @@ class Pins:
     kwok: str
     go_minimum: str
     metrics_server: str = ""
-    coredns: str = ""
+    companions: tuple[tuple[str, str], ...] = ()  # (binary, version) per companion
 
-    @property
-    def coredns_cache_key(self) -> str:
-        digest = hashlib.sha256()
-        for name in ("go.mod", "go.sum", "main.go"):
-            digest.update((COREDNS_MODULE_DIR / name).read_bytes())
-        return f"coredns-{self.coredns}_{digest.hexdigest()[:10]}"
+    def companion_version(self, name: str) -> str:
+        return dict(self.companions)[name]
 
     @property
     def cache_key(self) -> str:
@@ -106,20 +129,19 @@ class Pins:
 def read_pins(
     go_mod: Path = GO_MODULE_DIR / "go.mod",
     metrics_server_go_mod: Path = METRICS_SERVER_MODULE_DIR / "go.mod",
-    coredns_go_mod: Path = COREDNS_MODULE_DIR / "go.mod",
 ) -> Pins:
     """Parse the pinned versions out of the wrapper modules' go.mod files; Go must satisfy all of them."""
     main = _go_mod(go_mod)
     metrics_server = _go_mod(metrics_server_go_mod)
-    coredns = _go_mod(coredns_go_mod)
-    go_minimum = max(main.go, metrics_server.go, coredns.go, key=_version_key)
+    companions = [(c, _go_mod(c.target.module_dir / "go.mod")) for c in COMPANIONS]
+    go_minimum = max(main.go, metrics_server.go, *(mod.go for _, mod in companions), key=_version_key)
     return Pins(
         kubernetes=main.required("k8s.io/kubernetes"),
         etcd=main.required("go.etcd.io/etcd/server/v3"),
         kwok=KWOK_VERSION,
         go_minimum=go_minimum,
         metrics_server=metrics_server.required(METRICS_SERVER_MODULE),
-        coredns=coredns.required(COREDNS_MODULE),
+        companions=tuple((c.name, mod.required(c.module)) for c, mod in companions),
     )
 
 
@@ -171,21 +193,27 @@ def kubernetes_ldflags(version: str) -> str:
 
 
 class BinaryCache:
-    """Directories of verified binaries for one set of pins: Kubernetes' and its companions', and CoreDNS's."""
+    """Directories of verified binaries for one set of pins: Kubernetes' and its kin's, and each companion's."""
 
     def __init__(self, pins: Pins | None = None, root: Path | None = None):
         self.pins = pins or read_pins()
         self.root = root or cache_root()
         self.dir = self.root / self.pins.cache_key
         self.bin_dir = self.dir / "bin"
-        self.coredns_dir = self.root / self.pins.coredns_cache_key
+        self.companion_dirs = {c.name: self.root / c.cache_key(self.pins.companion_version(c.name)) for c in COMPANIONS}
 
     def path(self, name: str) -> Path:
-        return (self.coredns_dir if name == COREDNS_TARGET.name else self.dir) / "bin" / name
+        return self.companion_dirs.get(name, self.dir) / "bin" / name
+
+    def _parts(self):
+        """(directory, binaries, build) for Kubernetes and kin, then each companion."""
+        yield self.dir, KUBE_BINARIES, self._build_kubernetes
+        for companion in COMPANIONS:
+            yield self.companion_dirs[companion.name], (companion.name,), self._companion_build(companion)
 
     def problem(self) -> str | None:
         """Why the cache cannot be used as is, or None when it is complete and intact."""
-        return self._problem(self.dir, KUBE_BINARIES) or self._problem(self.coredns_dir, (COREDNS_TARGET.name,))
+        return next((p for directory, names, _ in self._parts() if (p := self._problem(directory, names))), None)
 
     def _problem(self, directory: Path, names: tuple[str, ...]) -> str | None:
         manifest_path = directory / MANIFEST
@@ -210,14 +238,7 @@ class BinaryCache:
 
     def ensure(self, log=print) -> None:
         """Build whatever is missing; a complete cache returns at once."""
-        wanted = [
-            (directory, names, build)
-            for directory, names, build in (
-                (self.dir, KUBE_BINARIES, self._build_kubernetes),
-                (self.coredns_dir, (COREDNS_TARGET.name,), self._build_coredns),
-            )
-            if self._problem(directory, names)
-        ]
+        wanted = [part for part in self._parts() if self._problem(part[0], part[1])]
         if not wanted:
             return
         check_go(self.pins.go_minimum)
@@ -229,8 +250,8 @@ class BinaryCache:
 
     def build(self, log=print) -> None:
         """Rebuild everything, cached or not."""
-        _staged(self.dir, KUBE_BINARIES, self._build_kubernetes, log)
-        _staged(self.coredns_dir, (COREDNS_TARGET.name,), self._build_coredns, log)
+        for directory, names, build in self._parts():
+            _staged(directory, names, build, log)
 
     def _build_kubernetes(self, bin_dir: Path, log, started: float) -> None:
         env = _go_env()
@@ -243,10 +264,14 @@ class BinaryCache:
         for target in KWOK_TARGETS:
             _go_install(target, self.pins.kwok, bin_dir, env, log, started)
 
-    def _build_coredns(self, bin_dir: Path, log, started: float) -> None:
-        # CoreDNS reads its version from the module it was built from: nothing to stamp.
-        target = COREDNS_TARGET
-        _go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", "-s -w"], _go_env(), log, started)
+    @staticmethod
+    def _companion_build(companion: Companion):
+        # Companions read their version from the module they were built from: nothing to stamp.
+        def build(bin_dir: Path, log, started: float) -> None:
+            target = companion.target
+            _go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", "-s -w"], _go_env(), log, started)
+
+        return build
 
 
 def _staged(directory: Path, names: tuple[str, ...], build, log) -> None:

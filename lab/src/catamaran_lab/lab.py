@@ -358,6 +358,8 @@ class Lab:
             # Its health endpoint listens here, where a supervisor on the host can probe it.
             "health_address": cluster.real_node.node_ip,
             "kubeconfig": str(path),
+            # The lab's own build (lab/gomod-wireguard says why), for kernels without WireGuard such as this one's.
+            "wireguard_go": str(self.cache.path("wireguard-go")),
         }
         self.gateway_facts_file(cluster.name).write_text(json.dumps(facts, indent=2))
 

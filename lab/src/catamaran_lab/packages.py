@@ -21,8 +21,7 @@ REAL_NODE_PACKAGES = {
     "util-linux": "/usr/bin/nsenter",
     "procps": "/usr/sbin/sysctl",
     "curl": "/usr/bin/curl",  # the demo fetches the remote pages with it
-    # The fabric's tunnels: this kernel has no WireGuard module, so its userspace implementation, and `wg`.
-    "wireguard-go": "/usr/bin/wireguard-go",
+    # The fabric's tunnels are configured with `wg` (the lab builds wireguard-go: lab/gomod-wireguard).
     "wireguard-tools": "/usr/bin/wg",
     "gcc": "/usr/bin/gcc",
     "libc6-dev": "/usr/include/stdio.h",

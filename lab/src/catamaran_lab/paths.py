@@ -13,6 +13,8 @@ GO_MODULE_DIR = LAB_DIR / "gomod"
 METRICS_SERVER_MODULE_DIR = LAB_DIR / "gomod-metrics-server"
 # So has CoreDNS: its main.go picks the plugins the lab's Corefile needs.
 COREDNS_MODULE_DIR = LAB_DIR / "gomod-coredns"
+# And wireguard-go, the gateways' userspace WireGuard (its tools.go says why it is built here).
+WIREGUARD_MODULE_DIR = LAB_DIR / "gomod-wireguard"
 
 
 def state_dir() -> Path:

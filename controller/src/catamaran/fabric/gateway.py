@@ -252,6 +252,8 @@ class Gateway:
         log.info("tunnel health", extra=fields(foreign_cluster=name, status=status, reason=reason))
 
 
-def gateway_tasks(client: AsyncClient, interface_prefix: str, namespace: str = SYSTEM_NAMESPACE):
-    gateway = Gateway(client, Dataplane(interface_prefix), namespace)
+def gateway_tasks(
+    client: AsyncClient, interface_prefix: str, namespace: str = SYSTEM_NAMESPACE, wireguard_go: str = "wireguard-go"
+):
+    gateway = Gateway(client, Dataplane(interface_prefix, wireguard_go), namespace)
     return gateway.tasks()
