@@ -13,8 +13,11 @@ version_added: 0.1.0
 description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
     C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
-    C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_network), C(catamaran_peerings),
-    C(catamaran_offloaded_namespaces)) and returns the validated federation.
+    C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_network),
+    C(catamaran_home_api_server), C(catamaran_peerings), C(catamaran_offloaded_namespaces)) and returns the validated
+    federation.
+  - C(catamaran_home_api_server) is where the cluster's providers' pods reach its API server (V(https://host[:port]));
+    every peering of the cluster as a consumer passes it on (O(catamaran.federation.peering#module:home_api_server)).
   - C(catamaran_network) says how the cluster's pods reach its peers' (keys C(mode), V(flat) by default or
     V(fabric); C(gateway_address), where its peers' gateways reach its gateway, required for a provider in
     V(fabric); C(gateway_port), by default V(51820)). A peering goes through the fabric when both its clusters are
@@ -271,6 +274,13 @@ def _cluster(host, variables):
         allowed_pod_security=_allowed_pod_security(host, variables),
         allowances=_tenant_allowances(host, variables),
         network=_network(host, variables),
+        home_api_server=_checked(
+            validation.home_api_server,
+            variables.get("catamaran_home_api_server") or None,
+            "host %s: catamaran_home_api_server" % host,
+        )
+        if variables.get("catamaran_home_api_server")
+        else None,
         reflection=_reflection(
             variables.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
         ),
@@ -339,6 +349,7 @@ def _peering(consumer, entry, clusters, where):
         node_labels=node_labels,
         health_check=health,
         pod_cidr_remap=entry.get("pod_cidr_remap"),
+        home_api_server=consumer["home_api_server"],
         network=_peering_network(consumer, provider, where),
         provider_node_selector=dict((str(k), str(v)) for k, v in selector.items()),
         provider_tolerations=tolerations,

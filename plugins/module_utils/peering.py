@@ -166,6 +166,8 @@ class Peering:
             validation.labels(params.get("provider_node_selector"), "provider_node_selector")
             if params.get("pod_cidr_remap"):
                 validation.cidr(params["pod_cidr_remap"], "pod_cidr_remap")
+            if params.get("home_api_server"):
+                validation.home_api_server(params["home_api_server"], "home_api_server")
             validation.health_check(params.get("health_check"), "health_check")
             for field in ("wait_timeout", "drain_timeout"):
                 validation.positive(params.get(field), field)
@@ -332,6 +334,8 @@ class Peering:
             spec["sharingPercentage"] = params["sharing_percentage"]
         if params.get("node_labels"):
             spec["nodeLabels"] = params["node_labels"]
+        if params.get("home_api_server"):
+            spec["homeAPIServer"] = params["home_api_server"]
         health = params.get("health_check") or {}
         health_spec = {
             camel: health[key]

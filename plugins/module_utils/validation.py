@@ -84,6 +84,16 @@ def labels(mapping, where):
     return mapping
 
 
+def home_api_server(value, where):
+    """https://host[:port], as the virtual kubelet reads it: where in-cluster clients reach an API server."""
+    match = re.match(r"^https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:([0-9]{1,5}))?/?$", str(value))
+    if not match or (match.group(3) and not 1 <= int(match.group(3)) <= 65535):
+        raise InvalidSetting(
+            "%s: %r is not https://host[:port] (in-cluster clients speak TLS to a host and port)" % (where, value)
+        )
+    return value
+
+
 def cidr(value, where):
     """An IP network such as 10.200.0.0/16 (host bits are ignored, as the virtual kubelet does)."""
     try:

@@ -332,6 +332,17 @@ options:
         description: Make new keys for both sides; the gateways pick them up and the tunnel is rebuilt.
         type: bool
         default: false
+  home_api_server:
+    description:
+      - Where the provider's pods reach the consumer's API server, V(https://host[:port]), written to the
+        ForeignCluster's C(spec.homeAPIServer).
+      - Offloaded pods then find the consumer's API server with their in-cluster configuration
+        (C(KUBERNETES_SERVICE_HOST)/C(PORT)), so their reflected token and CA work unchanged; a pod may choose the
+        provider's API server (a token of its twin's default ServiceAccount, bound to nothing) or none with the
+        annotation C(catamaran.io/api-server-access) (V(home), V(provider), V(disabled)). The consumer's API server
+        certificate must name the host.
+      - Unset, offloaded pods see the provider's C(kubernetes) Service, where their token is not valid.
+    type: str
   pod_cidr_remap:
     description:
       - CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
@@ -741,6 +752,7 @@ def argument_spec():
             ),
         ),
         pod_cidr_remap=dict(type="str"),
+        home_api_server=dict(type="str"),
         reflection=dict(type="dict", options=reflection_options()),
         wait=dict(type="bool", default=False),
         wait_timeout=dict(type="int", default=120),

@@ -191,6 +191,56 @@ def test_with_a_token_secret_the_token_volume_reads_the_consumers_token_ca_and_n
     assert forge.token_requests(local_pod()["spec"]) == [("kube-api-access-abc.token-0", None, 3607)]
 
 
+HOME = ("203.0.113.10", 6443)
+
+
+def forged(annotation: str | None = None, token_secret: str | None = "catamaran-token.web-1", **container) -> dict:
+    pod = local_pod()
+    pod["spec"]["containers"][0].update(container)
+    if annotation is not None:
+        pod["metadata"]["annotations"]["catamaran.io/api-server-access"] = annotation
+    shadow = forge.shadowpod_for(
+        pod, twin_namespace="shop-c", consumer_id="c", provider_id="p", token_secret=token_secret, home_api_server=HOME
+    )
+    return shadow["spec"]["pod"]["spec"]
+
+
+def env_of(spec: dict) -> dict:
+    return {variable["name"]: variable["value"] for variable in spec["containers"][0].get("env") or []}
+
+
+def test_home_access_points_in_cluster_clients_at_the_consumers_api_server():
+    spec = forged()
+    env = env_of(spec)
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("203.0.113.10", "6443")
+    assert env["KUBERNETES_PORT_443_TCP"] == "tcp://203.0.113.10:6443"
+    assert spec["volumes"][0]["projected"]["sources"][0]["secret"]["name"] == "catamaran-token.web-1"
+    assert spec["automountServiceAccountToken"] is False
+    # A variable the container sets itself wins.
+    own = env_of(forged(env=[{"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}]))
+    assert own["KUBERNETES_SERVICE_HOST"] == "mine"
+    assert own["KUBERNETES_SERVICE_PORT"] == "6443"
+
+
+@pytest.mark.parametrize(("access", "automount"), [("provider", True), ("disabled", False)])
+def test_provider_and_disabled_access_carry_no_consumer_token_and_no_home_address(access, automount):
+    spec = forged(access)
+    assert env_of(spec) == {}
+    assert "volumes" in spec
+    assert [v["name"] for v in spec["volumes"]] == ["data"]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "data"}]
+    assert spec["automountServiceAccountToken"] is automount
+
+
+def test_an_unknown_access_keeps_the_pod_from_being_offloaded():
+    pod = local_pod()
+    pod["metadata"]["annotations"]["catamaran.io/api-server-access"] = "everywhere"
+    offloading = {"metadata": {}, "spec": {}}
+    reason, message = forge.offload_refusal(pod, offloading, {}, "catamaran-p", "p")
+    assert reason == "InvalidAPIServerAccess"
+    assert "'everywhere' is none of home, provider, disabled" in message
+
+
 def test_forged_spec_drops_everything_local():
     shadow = forge.shadowpod_for(local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p")
     spec = shadow["spec"]["pod"]["spec"]

@@ -7,7 +7,7 @@ import pytest
 from catamaran.vk import forge
 from catamaran.vk.pod_status import comparable_status
 from catamaran.vk.pods import create_refusal
-from catamaran.vk.validation import foreign_spec_problems
+from catamaran.vk.validation import foreign_spec_problems, home_api_server
 
 NODE = "catamaran-cluster-2"
 LABELS = {"catamaran.io/type": "virtual-node", "topology.kubernetes.io/region": "region-b"}
@@ -169,3 +169,22 @@ def test_every_problem_is_reported_at_once():
     problems = foreign_spec_problems(spec)
     assert len(problems) == 3
     assert problems[-1].startswith("spec.networking.podCIDRRemap: 'nope' is not a CIDR")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://203.0.113.10:6443", ("203.0.113.10", 6443)),
+        ("https://api.example.com", ("api.example.com", 443)),
+        ("https://[2001:db8::1]:6443/", ("2001:db8::1", 6443)),
+    ],
+)
+def test_the_home_api_server_is_a_host_and_port(url, expected):
+    assert home_api_server({"homeAPIServer": url}) == expected
+    assert foreign_spec_problems({"homeAPIServer": url}) == []
+
+
+@pytest.mark.parametrize("url", ["http://203.0.113.10:6443", "https://203.0.113.10:port", "https://h/api", "h:6443"])
+def test_a_home_api_server_in_cluster_clients_cannot_use_is_named(url):
+    (problem,) = foreign_spec_problems({"homeAPIServer": url})
+    assert problem.startswith(f"spec.homeAPIServer: {url!r}")

@@ -50,8 +50,13 @@ def test_rewritten_fields_and_container_defaults():
     }
     rewritten = terms.tenant_pod_spec(spec, TenantTerms())
     assert rewritten["priorityClassName"] == TENANT_PRIORITY_CLASS
+    # Its own service account is refused; a token it asks for is the twin's default ServiceAccount's (bound to nothing).
     assert rewritten["serviceAccountName"] == "default"
-    assert rewritten["automountServiceAccountToken"] is False
+    assert rewritten["automountServiceAccountToken"] is True
+    unasked = terms.tenant_pod_spec(
+        {k: v for k, v in spec.items() if k != "automountServiceAccountToken"}, TenantTerms()
+    )
+    assert unasked["automountServiceAccountToken"] is False
     assert not {"priority", "preemptionPolicy", "schedulerName"} & set(rewritten)
     best, limited, big = (c["resources"] for c in rewritten["containers"])
     assert best == {"requests": DEFAULT_CONTAINER_REQUESTS, "limits": DEFAULT_CONTAINER_LIMITS}

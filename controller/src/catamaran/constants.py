@@ -31,6 +31,11 @@ ANNOTATION_ALLOW_REFLECTION = "catamaran.io/allow-reflection"
 # On reflected copies: the local object's uid, and for token Secrets the pod they serve.
 ANNOTATION_LOCAL_UID = "catamaran.io/local-uid"
 ANNOTATION_TOKEN_FOR_POD = "catamaran.io/token-for-pod"
+# Which API server an offloaded pod's in-cluster clients reach: the consumer's (home, with the consumer's token),
+# the provider's (provider, with a token of the twin's default ServiceAccount) or none (disabled).
+ANNOTATION_API_SERVER_ACCESS = "catamaran.io/api-server-access"
+API_SERVER_ACCESS_HOME, API_SERVER_ACCESS_PROVIDER, API_SERVER_ACCESS_DISABLED = "home", "provider", "disabled"
+API_SERVER_ACCESS_MODES = (API_SERVER_ACCESS_HOME, API_SERVER_ACCESS_PROVIDER, API_SERVER_ACCESS_DISABLED)
 # Every namespace's CA bundle; in a twin the consumer's goes by another name, the provider keeps its own.
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 CONSUMER_ROOT_CA_CONFIGMAP = "catamaran-root-ca.crt"

@@ -358,6 +358,9 @@ class Lab:
             # Its health endpoint listens here, where a supervisor on the host can probe it.
             "health_address": cluster.real_node.node_ip,
             "kubeconfig": str(path),
+            # Where pods on any real node reach this cluster's API server: the host's end of this node's link, a
+            # local address of the host for every node (the serving certificate names each such address).
+            "api_server": cluster.node_facing_server,
             # The lab's own build (lab/gomod-wireguard says why), for kernels without WireGuard such as this one's.
             "wireguard_go": str(self.cache.path("wireguard-go")),
         }

@@ -31,7 +31,9 @@ REFUSED = "refused"
 POD_SPEC_FIELDS = {
     "activeDeadlineSeconds": ALLOWED,
     "affinity": ALLOWED,  # narrows placement only: the provider's node selector is added to it
-    "automountServiceAccountToken": REWRITTEN,  # false: the consumer's token is reflected and mounted instead
+    # false, unless the pod asks for the provider's API server: then a token of the twin's default ServiceAccount,
+    # which the provider binds to nothing (the consumer's token is reflected and mounted otherwise)
+    "automountServiceAccountToken": REWRITTEN,
     "containers": ALLOWED,  # Pod Security level; missing requests and limits get the terms' defaults
     "dnsConfig": ALLOWED,
     "dnsPolicy": ALLOWED,
@@ -105,7 +107,7 @@ def tenant_pod_spec(pod_spec: dict, terms) -> dict:
     `terms` is the tenant's TenantTerms (provider/offers.py). Refused fields are left for `refused_fields` to name.
     """
     spec = {key: value for key, value in pod_spec.items() if key not in REMOVED}
-    spec["automountServiceAccountToken"] = False
+    spec["automountServiceAccountToken"] = pod_spec.get("automountServiceAccountToken") is True
     spec["serviceAccountName"] = "default"
     named = spec.get("priorityClassName")
     spec["priorityClassName"] = named if named in terms.allowed_priority_classes else terms.priority_class

@@ -7,7 +7,11 @@ import ipaddress
 from collections.abc import Sequence
 
 from ..constants import (
+    ANNOTATION_API_SERVER_ACCESS,
     ANNOTATION_LOCAL_POD_UID,
+    API_SERVER_ACCESS_HOME,
+    API_SERVER_ACCESS_MODES,
+    API_SERVER_ACCESS_PROVIDER,
     CONSUMER_ROOT_CA_CONFIGMAP,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
@@ -47,7 +51,8 @@ REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
 # Why a pod bound to the virtual node is never sent to the provider: it stays Pending, saying so.
 OFFLOADING_BACKOFF = "OffloadingBackOff"
 DAEMONSET_NOT_OFFLOADED = "DaemonSetNotOffloaded"
-HELD_REASONS = (OFFLOADING_BACKOFF, DAEMONSET_NOT_OFFLOADED)
+INVALID_API_SERVER_ACCESS = "InvalidAPIServerAccess"
+HELD_REASONS = (OFFLOADING_BACKOFF, DAEMONSET_NOT_OFFLOADED, INVALID_API_SERVER_ACCESS)
 # On a local pod while the pod IPs its provider reports are refused (IPTranslator); the pod then shows none.
 POD_IP_CONDITION = "catamaran.io/PodIPAccepted"
 POD_IP_OUTSIDE_PROVIDER_RANGES = "PodIPOutsideProviderRanges"
@@ -83,6 +88,12 @@ def offload_refusal(
             f"DaemonSet pods are never offloaded, so this pod stays Pending on {where}; keep the DaemonSet off"
             f" virtual nodes with a node affinity on catamaran.io/type NotIn [virtual-node] or tolerations that"
             f" do not match the {VIRTUAL_NODE_TAINT_KEY} taint",
+        )
+    if (access := api_server_access(pod)) not in API_SERVER_ACCESS_MODES:
+        return (
+            INVALID_API_SERVER_ACCESS,
+            f"annotation {ANNOTATION_API_SERVER_ACCESS}={access!r} is none of {', '.join(API_SERVER_ACCESS_MODES)},"
+            f" so this pod stays Pending on {where}",
         )
     if offloading is None:
         return (
@@ -162,9 +173,46 @@ def _remote_token_volume(volume: dict, token_secret: str) -> dict:
     return {**volume, "projected": projected}
 
 
-def forge_pod_spec(spec: dict, token_secret: str | None = None) -> dict:
-    """The pod spec for the provider. With `token_secret`, token volumes read the Secret the virtual kubelet
-    keeps with the consumer's tokens; without it, they are dropped (the provider's tokens mean nothing here)."""
+def api_server_access(pod: dict) -> str:
+    """The pod's choice of API server for its in-cluster clients (its annotation), `home` when unset."""
+    return ((pod["metadata"].get("annotations") or {}).get(ANNOTATION_API_SERVER_ACCESS) or "").strip() or (
+        API_SERVER_ACCESS_HOME
+    )
+
+
+def home_api_server_env(home: tuple[str, int]) -> list[dict]:
+    """What in-cluster clients read to find the API server, pointing at the consumer's: client-go and most libraries
+    read KUBERNETES_SERVICE_HOST/PORT; the others the `kubernetes` Service's docker-link variables (their port name
+    stays 443's, as the provider's kubelet names them, so that these override its)."""
+    host, port = home
+    address = f"[{host}]" if ":" in host else host
+    return [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": host},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": str(port)},
+        {"name": "KUBERNETES_SERVICE_PORT_HTTPS", "value": str(port)},
+        {"name": "KUBERNETES_PORT", "value": f"tcp://{address}:{port}"},
+        {"name": "KUBERNETES_PORT_443_TCP", "value": f"tcp://{address}:{port}"},
+        {"name": "KUBERNETES_PORT_443_TCP_PROTO", "value": "tcp"},
+        {"name": "KUBERNETES_PORT_443_TCP_PORT", "value": str(port)},
+        {"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": host},
+    ]
+
+
+def forge_pod_spec(
+    spec: dict,
+    token_secret: str | None = None,
+    *,
+    access: str = API_SERVER_ACCESS_HOME,
+    home_api_server: tuple[str, int] | None = None,
+) -> dict:
+    """The pod spec for the provider.
+
+    `access` home: token volumes read the Secret the virtual kubelet keeps with the consumer's tokens
+    (`token_secret`), and with `home_api_server` every container finds the consumer's API server through the
+    variables in-cluster clients read (a variable the container sets itself is kept). provider: the provider mounts
+    a token of the twin's default ServiceAccount (its own API server, the provider's variables). disabled: no token.
+    Without `token_secret`, token volumes are dropped (the provider's tokens mean nothing here).
+    """
     forged = copy.deepcopy(spec)
     for field in LOCAL_ONLY_SPEC_FIELDS:
         forged.pop(field, None)
@@ -172,9 +220,11 @@ def forge_pod_spec(spec: dict, token_secret: str | None = None) -> dict:
         forged[field] = False
     if forged.get("dnsPolicy") == "ClusterFirstWithHostNet":
         forged["dnsPolicy"] = "ClusterFirst"
-    forged["automountServiceAccountToken"] = False
+    forged["automountServiceAccountToken"] = access == API_SERVER_ACCESS_PROVIDER
     forged["tolerations"] = [t for t in forged.get("tolerations") or [] if t.get("key") != VIRTUAL_NODE_TAINT_KEY]
     token_names = {v["name"] for v in token_volumes(forged)}
+    if access != API_SERVER_ACCESS_HOME:
+        token_secret = None
     if token_secret is not None:
         volumes = forged.get("volumes") or []
         forged["volumes"] = [_remote_token_volume(v, token_secret) if v["name"] in token_names else v for v in volumes]
@@ -187,6 +237,12 @@ def forge_pod_spec(spec: dict, token_secret: str | None = None) -> dict:
                     container["volumeMounts"] = mounts
                 else:
                     container.pop("volumeMounts", None)
+    if access == API_SERVER_ACCESS_HOME and home_api_server is not None:
+        home_env = home_api_server_env(home_api_server)
+        for kind in ("initContainers", "containers"):
+            for container in forged.get(kind) or []:
+                own = {variable["name"] for variable in container.get("env") or []}
+                container["env"] = [*(container.get("env") or []), *(v for v in home_env if v["name"] not in own)]
     for empty in ("volumes", "tolerations"):
         if not forged[empty]:
             forged.pop(empty)
@@ -194,7 +250,13 @@ def forge_pod_spec(spec: dict, token_secret: str | None = None) -> dict:
 
 
 def shadowpod_for(
-    pod: dict, *, twin_namespace: str, consumer_id: str, provider_id: str, token_secret: str | None = None
+    pod: dict,
+    *,
+    twin_namespace: str,
+    consumer_id: str,
+    provider_id: str,
+    token_secret: str | None = None,
+    home_api_server: tuple[str, int] | None = None,
 ) -> dict:
     """The ShadowPod for a local pod: same name, in the twin namespace, spec forged for the provider."""
     meta = pod["metadata"]
@@ -219,7 +281,9 @@ def shadowpod_for(
         "spec": {
             "pod": {
                 "metadata": {"labels": labels, "annotations": annotations},
-                "spec": forge_pod_spec(pod["spec"], token_secret),
+                "spec": forge_pod_spec(
+                    pod["spec"], token_secret, access=api_server_access(pod), home_api_server=home_api_server
+                ),
             }
         },
     }

@@ -103,9 +103,11 @@ class PodController:
         reflection_settings: ReflectionSettings,
         *,
         remap_cidr: str | None,
+        home_api_server: tuple[str, int] | None = None,
         workers: int = 16,
     ):
         self.peering = peering
+        self.home_api_server = home_api_server
         self.node = node
         self.local_pods = Informer(
             peering.local,
@@ -287,6 +289,7 @@ class PodController:
             consumer_id=self.peering.consumer_id,
             provider_id=self.peering.provider_id,
             token_secret=token_secret,
+            home_api_server=self.home_api_server,
         )
         try:
             await self.peering.provider.create(ShadowPod(**body))

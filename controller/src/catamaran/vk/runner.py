@@ -33,7 +33,7 @@ from .node import HealthSettings, NodeSettings, VirtualNode
 from .peering import CredentialFollower, ForeignClusterError, PeeringWatch
 from .pods import PodController
 from .reflection.policy import settings_from_spec
-from .validation import foreign_spec_problems
+from .validation import foreign_spec_problems, home_api_server
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "catamaran-virtual-kubelet"
@@ -175,6 +175,7 @@ class VirtualKubelet:
             node,
             settings_from_spec(foreign["spec"].get("reflection")),
             remap_cidr=remap,
+            home_api_server=home_api_server(foreign["spec"]),
             workers=self.workers,
         )
         reflection = pods.reflection
@@ -239,6 +240,7 @@ class VirtualKubelet:
             node.update_settings(settings)
             reflection.update(settings_from_spec(new["spec"].get("reflection")))
             reflection.update_local_remap(local_remap(new))
+            pods.home_api_server = home_api_server(new["spec"])  # for pods offloaded from now on
             problem = network_problem(new)
             reflection.update_network(problem is not None)
             pods.ips.update_network(problem)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
 from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE
 
@@ -71,4 +72,24 @@ def foreign_spec_problems(spec: dict) -> list[str]:
             ipaddress.ip_network(remap, strict=False)
         except ValueError as error:
             problems.append(f"spec.networking.podCIDRRemap: {remap!r} is not a CIDR ({error})")
+    if spec.get("homeAPIServer"):
+        try:
+            home_api_server(spec)
+        except ValueError as error:
+            problems.append(f"spec.homeAPIServer: {error}")
     return problems
+
+
+def home_api_server(spec: dict) -> tuple[str, int] | None:
+    """(host, port) where the provider's pods reach this cluster's API server (spec.homeAPIServer), None if unset."""
+    url = spec.get("homeAPIServer")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 443
+    except ValueError:
+        raise ValueError(f"{url!r} has no valid port") from None
+    if parts.scheme != "https" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{url!r} is not https://host[:port] (in-cluster clients speak TLS to a host and port)")
+    return parts.hostname, port

@@ -26,6 +26,7 @@ from ... import metrics
 from ...constants import (
     ANNOTATION_LOCAL_UID,
     ANNOTATION_TOKEN_FOR_POD,
+    API_SERVER_ACCESS_HOME,
 )
 from ...kube.informer import Informer
 from ...kube.ops import delete_with_uid, tolerating
@@ -33,7 +34,7 @@ from ...kube.workqueue import WorkQueue
 from ...logs import fields
 from ...objects import reference
 from ..context import PeeringContext
-from ..forge import TOKEN_NAMESPACE_KEY, token_requests
+from ..forge import TOKEN_NAMESPACE_KEY, api_server_access, token_requests
 from ..namespaces import TwinManager
 from .kind import digest
 from .policy import KindPolicy
@@ -113,7 +114,9 @@ class TokenReflector:
                     listener((origin, pod))
 
     def needed(self, pod: dict) -> bool:
-        return self.policy.enabled and bool(token_requests(pod["spec"]))
+        # Only a pod that keeps its home API server carries the consumer's tokens.
+        home = api_server_access(pod) == API_SERVER_ACCESS_HOME
+        return self.policy.enabled and home and bool(token_requests(pod["spec"]))
 
     def ready_for(self, pod: dict, twin: str) -> bool:
         """Is the pod's token Secret in the twin, for this very pod? Its ShadowPod waits for it."""
