@@ -137,7 +137,7 @@ class Exchange:
                 and offer["metadata"]["namespace"] != self.tenant_namespace
             ):
                 provider_taken += (offer.get("spec") or {}).get("consumerPodCIDRs") or []
-        others_reachable, _ = networks.reachable_through_consumer(others_seen, provider_taken)
+        others_reachable = networks.reachable_through_consumer(others_seen, provider_taken)
         kept = [(e["podCIDR"], e["seenAs"]) for e in networking.get("localPodCIDRRemap") or []]
         consumer_seen = self._seen(consumer_ranges, provider_taken + others_reachable, kept, "the consumer's")
         return provider_seen, consumer_seen, others_reachable

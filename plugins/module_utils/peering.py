@@ -412,9 +412,9 @@ class Peering:
         done, node = self.consumer.watch_until("v1", "Node", self.node_name, None, ready, timeout)
         if done and fabric:
             left = max(1, int(deadline - time.monotonic()))
-            done, _ = self.consumer.watch_until(
+            done = self.consumer.watch_until(
                 FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE, ranges_known, left
-            )
+            )[0]
         if not done:
             foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
             conditions = ((foreign or {}).get("status") or {}).get("conditions") or []

@@ -93,7 +93,4 @@ def reachable_through_consumer(others_seen, provider_taken):
     """The consumer's other providers' pod ranges (as the consumer sees them) a provider can reach through the
     consumer's gateway: those that overlap nothing the provider already uses. Its pods then reach the other
     providers' pods at the very addresses the consumer's EndpointSlices hold for them."""
-    reachable, skipped = [], []
-    for cidr in others_seen:
-        (skipped if overlaps_any(cidr, provider_taken) else reachable).append(cidr)
-    return reachable, skipped
+    return [cidr for cidr in others_seen if not overlaps_any(cidr, provider_taken)]
