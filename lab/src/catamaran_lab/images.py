@@ -6,6 +6,9 @@
 Each archive is one uncompressed layer built deterministically, so the same inputs give the same
 digest. The real nodes' containerd imports them under the names below; pods use them with
 `imagePullPolicy: IfNotPresent` or `Never`.
+
+The controller's image (controller_image.py, `make image`) is written by the same code: its layers are
+directories turned into tars by `_directory_layer`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import hashlib
 import io
 import json
 import os
+import stat
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,7 @@ IMAGE_PREFIX = "catamaran.lab"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+LAB_HISTORY = ({"created_by": "catamaran-lab (built locally, no registry)"},)
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -138,8 +144,52 @@ def _layer(files: dict[str, bytes], symlinks: dict[str, str], dirs: dict[str, in
     return buffer.getvalue()
 
 
-def _write(image: Image, layer: bytes, container_config: dict) -> Image:
-    """One OCI image-layout archive: oci-layout, index.json and the blobs of one manifest."""
+def _directory_layer(root: Path, mtime: int) -> bytes:
+    """A tar of everything under `root` (not `root` itself), reproducible as `_layer`'s: entries sorted, owners 0
+    without names, times clamped to `mtime` (SOURCE_DATE_EPOCH). Modes and symlinks are kept; a hard link becomes
+    a regular file of its own; a device, socket or FIFO is refused (an image has none: the runtime makes /dev)."""
+    paths = []
+    for directory, subdirs, filenames in os.walk(root):
+        # os.walk lists a symlink to a directory among the directories, without following it.
+        paths.extend(Path(directory, name) for name in (*subdirs, *filenames))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted(paths, key=lambda path: path.relative_to(root).as_posix()):
+            status = path.lstat()
+            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+            info.mode = stat.S_IMODE(status.st_mode)
+            info.mtime = min(int(status.st_mtime), mtime)
+            info.uid, info.gid, info.uname, info.gname = 0, 0, "", ""
+            if stat.S_ISLNK(status.st_mode):
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                archive.addfile(info)
+            elif stat.S_ISDIR(status.st_mode):
+                info.type = tarfile.DIRTYPE
+                archive.addfile(info)
+            elif stat.S_ISREG(status.st_mode):
+                info.size = status.st_size
+                with path.open("rb") as data:
+                    archive.addfile(info, data)
+            else:
+                raise LabError(f"{path}: not a file, directory or symlink; an image layer cannot hold it")
+    return buffer.getvalue()
+
+
+def _write(
+    image: Image,
+    layer: bytes | list[bytes],
+    container_config: dict,
+    history: Sequence[dict] | None = None,
+    created: str | None = None,
+) -> Image:
+    """One OCI image-layout archive: oci-layout, index.json and the blobs of one manifest.
+
+    `layer` is one layer or the layers bottom first, with one `history` entry each; `created` (RFC 3339) is the
+    image's creation time, left out when None (the lab's images have none)."""
+    layers = [layer] if isinstance(layer, bytes) else layer
+    history = LAB_HISTORY if history is None else history
+    if len(history) != len(layers):
+        raise ValueError(f"{len(layers)} layers but {len(history)} history entries")
     blobs: dict[str, bytes] = {}
 
     def blob(data: bytes, media_type: str) -> dict:
@@ -147,19 +197,21 @@ def _write(image: Image, layer: bytes, container_config: dict) -> Image:
         blobs[digest] = data
         return {"mediaType": media_type, "digest": digest, "size": len(data)}
 
-    layer_descriptor = blob(layer, OCI_LAYER)
+    layer_descriptors = [blob(data, OCI_LAYER) for data in layers]
     config = {
         "architecture": "amd64",
         "os": "linux",
         "config": container_config,
-        "rootfs": {"type": "layers", "diff_ids": [layer_descriptor["digest"]]},
-        "history": [{"created_by": "catamaran-lab (built locally, no registry)"}],
+        "rootfs": {"type": "layers", "diff_ids": [descriptor["digest"] for descriptor in layer_descriptors]},
+        "history": list(history),
     }
+    if created is not None:
+        config["created"] = created
     manifest = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": blob(_json(config), OCI_CONFIG),
-        "layers": [layer_descriptor],
+        "layers": layer_descriptors,
     }
     manifest_descriptor = blob(_json(manifest), OCI_MANIFEST)
     tag = image.name.rsplit(":", 1)[1]
