@@ -22,7 +22,7 @@ GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
-.PHONY: help setup collection lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
+.PHONY: help setup collection image lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -42,6 +42,11 @@ $(SETUP_STAMP): requirements/dev.in requirements/constraints.txt lab/pyproject.t
 
 collection: setup ## build what users install: the controller's wheel, then the collection's artifact into dist/
 	PYTHON=$(BIN)/python tools/build-collection dist
+
+# The controller's image without a container engine (mmdebstrap, pip; lab/src/catamaran_lab/controller_image.py):
+# byte-identical for the same checkout and Debian archive. `skopeo copy oci-archive:<archive> docker://...` pushes it.
+image: setup ## the controller's image, no engine needed: dist/catamaran-controller-<version>.oci.tar (OCI archive)
+	$(BIN)/python -m catamaran_lab.controller_image dist
 
 # The docs site: antsibull-docs renders this checkout's collection (through .collections/) and Sphinx builds it,
 # offline and warnings as errors. Its toolchain is pinned apart from the dev tools (requirements/docs.in), in .docs/.
