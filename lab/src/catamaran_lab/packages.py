@@ -25,6 +25,10 @@ REAL_NODE_PACKAGES = {
     "wireguard-tools": "/usr/bin/wg",
     "gcc": "/usr/bin/gcc",
     "libc6-dev": "/usr/include/stdio.h",
+    # Not the nodes': `make image` builds the controller's image with mmdebstrap (no container engine), and
+    # tests/integration/test_image.py reads it with skopeo, which also pushes it.
+    "mmdebstrap": "/usr/bin/mmdebstrap",
+    "skopeo": "/usr/bin/skopeo",
 }
 
 
