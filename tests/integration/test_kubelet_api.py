@@ -327,6 +327,29 @@ def test_attach_to_a_running_container(lab, fed):
         attach.wait()
 
 
+def test_kubectl_debug_runs_an_ephemeral_container_in_the_remote_pod(lab, fed):
+    """The debug container joins the remote pod (its network: the talker's page on localhost), its status comes back
+    to the local pod and its output through `kubectl logs -c`."""
+    script = "echo debugging $(hostname); timeout 5 wget -qO- http://127.0.0.1:8080/"
+    kubectl(
+        lab, "debug", "talker", "--image=catamaran.lab/busybox:1.35.0", "--image-pull-policy=Never",
+        "--profile=restricted", "-c", "debugger", "--", "sh", "-c", script,
+    )  # fmt: skip
+
+    def debugger_state() -> dict:
+        statuses = get_json(lab, CONSUMER, "-n", NAMESPACE, "pod", "talker")["status"].get("ephemeralContainerStatuses")
+        return next((s.get("state") or {} for s in statuses or [] if s["name"] == "debugger"), {})
+
+    state = wait_for(lambda: debugger_state().get("terminated"), timeout=90, what="the debugger's status terminated")
+    assert state["exitCode"] == 0, state
+    remote = get_json(lab, REAL_PROVIDER, "-n", f"{NAMESPACE}-{CONSUMER}", "pod", "talker")
+    assert [c["name"] for c in remote["spec"]["ephemeralContainers"]] == ["debugger"]
+    assert kubectl(lab, "logs", "talker", "-c", "debugger").stdout.splitlines() == [
+        "debugging talker",
+        f"served by talker on {REAL_PROVIDER}",
+    ]
+
+
 # -- port-forward -----------------------------------------------------------------------------------------
 
 

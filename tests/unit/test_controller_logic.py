@@ -467,3 +467,17 @@ def test_merge_patch_nulls_removed_keys():
 def test_status_patch_touches_only_wanted_fields():
     current = {"phase": "Running", "pod": {"reason": "x", "podIP": "1"}, "conditions": []}
     assert objects.status_patch(current, {"pod": {"podIP": "2"}}) == {"pod": {"reason": None, "podIP": "2"}}
+
+
+def test_kubectl_debugs_containers_are_sent_once_and_never_at_creation():
+    debugger = {"name": "debugger-x", "image": "busybox", "targetContainerName": "app"}
+    pod = local_pod(ephemeralContainers=[debugger])
+    shadow = forge.shadowpod_for(pod, twin_namespace="shop-c", consumer_id="c", provider_id="p")
+    assert "ephemeralContainers" not in shadow["spec"]["pod"]["spec"]  # the API refuses them on create
+    assert forge.missing_ephemeral_containers(pod, {"ephemeralContainers": []}) == [debugger]
+    assert forge.missing_ephemeral_containers(pod, {"ephemeralContainers": ["debugger-x"]}) is None
+    # The provider creates the pod without them and adds them through the subresource.
+    shadow["spec"]["pod"]["spec"]["ephemeralContainers"] = [debugger]
+    shadow["metadata"]["uid"] = "s-1"
+    shadow["apiVersion"] = "offloading.catamaran.io/v1alpha1"
+    assert "ephemeralContainers" not in pod_from_shadow(shadow)["spec"]

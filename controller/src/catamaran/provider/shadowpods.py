@@ -14,6 +14,7 @@ import logging
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from .. import quantities
 from ..constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_CATAMARAN, tenant_namespace
@@ -62,6 +63,8 @@ def pod_from_shadow(
     spec = placement.apply(template["spec"]) if placement else template["spec"]
     if terms is not None:
         spec = tenant_terms.tenant_pod_spec(spec, terms)
+    # A pod is created without ephemeral containers (the API refuses them on create); reconcile adds them after.
+    spec = {key: value for key, value in spec.items() if key != "ephemeralContainers"}
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     if consumer:
         labels.update({LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer})
@@ -97,9 +100,14 @@ def material_status(status: dict) -> tuple:
             if not (c["type"] == "PodScheduled" and c["status"] == "True")
         )
     )
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+        *(status.get("ephemeralContainerStatuses") or []),
+    ]
     containers = tuple(
         (c.get("name"), c.get("ready"), c.get("restartCount"), tuple(sorted((c.get("state") or {}).items(), key=str)))
-        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+        for c in statuses
     )
     return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)
 
@@ -115,6 +123,7 @@ def compact_pod(pod) -> dict:
     kept = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
     return {
         "metadata": {key: meta.get(key) for key in kept},
+        "ephemeralContainers": [c.get("name") for c in (data.get("spec") or {}).get("ephemeralContainers") or []],
         "status": data.get("status") or {},
     }
 
@@ -234,7 +243,37 @@ class ShadowPodController:
             log.info("recreating evicted pod", extra=fields(pod=f"{namespace}/{name}"))
             await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
             return None
+        wanted = (shadow["spec"]["pod"].get("spec") or {}).get("ephemeralContainers") or []
+        if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
+            await self._add_ephemeral_containers(shadow, missing)
         return await self._copy_status(shadow, pod)
+
+    async def _add_ephemeral_containers(self, shadow: dict, containers: list[dict]) -> None:
+        """`kubectl debug` on the consumer: the containers join the running Pod, held to the tenant's Pod Security
+        level like the rest of it (a refusal is an Event on the ShadowPod, which the consumer mirrors)."""
+        meta = shadow["metadata"]
+        consumer, enforced = self._twin(meta["namespace"])
+        terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
+        pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
+        level = podsecurity.stricter(terms.pod_security, enforced)
+        found = podsecurity.violations(
+            {**pod["spec"], "ephemeralContainers": containers}, level, pod["metadata"].get("annotations")
+        )
+        names = ", ".join(c.get("name", "?") for c in containers)
+        if found:
+            message = f'ephemeral containers {names} violate PodSecurity "{level}:latest": {", ".join(found)}'
+            await self.events.record(reference(shadow), "Warning", "EphemeralContainersRefused", message)
+            return
+        body = {"spec": {"ephemeralContainers": containers}}
+        try:
+            await self.client.patch(
+                Pod.Ephemeralcontainers, meta["name"], body, namespace=meta["namespace"], patch_type=PatchType.STRATEGIC
+            )
+        except ApiError as error:
+            message = f"ephemeral containers {names} not added: {error.status.message or error}"
+            await self.events.record(reference(shadow), "Warning", "EphemeralContainersRefused", message)
+            return
+        await self.events.record(reference(shadow), "Normal", "EphemeralContainersAdded", f"added {names}")
 
     async def _copy_status(self, shadow: dict, pod: dict) -> None:
         """Copy the Pod's status when something the consumer shows changed; skip intermediate noise."""

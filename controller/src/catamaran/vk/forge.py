@@ -249,6 +249,16 @@ def forge_pod_spec(
     return forged
 
 
+def missing_ephemeral_containers(pod: dict, shadow: dict) -> list[dict] | None:
+    """`kubectl debug` added ephemeral containers to the local pod that its ShadowPod lacks: the ShadowPod's whole new
+    list (they are only ever added), or None when it holds them all."""
+    local = pod["spec"].get("ephemeralContainers") or []
+    sent = set(shadow.get("ephemeralContainers") or ())
+    if all(container["name"] in sent for container in local):
+        return None
+    return copy.deepcopy(local)
+
+
 def shadowpod_for(
     pod: dict,
     *,
@@ -524,7 +534,7 @@ def local_pod_status(
     if remote.get("startTime"):
         status["startTime"] = remote["startTime"]
     recreations = int(shadow_status.get("recreations") or 0)
-    for kind in ("initContainerStatuses", "containerStatuses"):
+    for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
         entries = copy.deepcopy(remote.get(kind) or [])
         for entry in entries:
             entry["restartCount"] = int(entry.get("restartCount") or 0) + recreations

@@ -40,7 +40,8 @@ def comparable_status(status: dict) -> dict:
         ),
         "containers": [
             (c["name"], c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()))
-            for c in status.get("containerStatuses") or []
+            for kind in ("containerStatuses", "ephemeralContainerStatuses")
+            for c in status.get(kind) or []
         ],
     }
 

@@ -12,7 +12,7 @@ import logging
 
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
-from lightkube.types import CascadeType
+from lightkube.types import CascadeType, PatchType
 
 from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
 from ..kube.informer import Informer, NamespacedInformers, call
@@ -25,6 +25,7 @@ from ..steering import is_daemonset_pod
 from .context import PeeringContext
 from .forge import (
     ANNOTATION_LOCAL_NAMESPACE,
+    missing_ephemeral_containers,
     offload_refusal,
     shadowpod_for,
 )
@@ -79,9 +80,12 @@ def compact_local_pod(pod) -> dict:
 
 
 def compact_shadow(shadow) -> dict:
-    """A ShadowPod without its pod spec, which the virtual kubelet never reads back."""
+    """A ShadowPod without its pod spec, which the virtual kubelet never reads back but for the names of its
+    ephemeral containers."""
     meta = shadow["metadata"]
+    pod_spec = ((shadow.get("spec") or {}).get("pod") or {}).get("spec") or {}
     return {
+        "ephemeralContainers": [c.get("name") for c in pod_spec.get("ephemeralContainers") or []],
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
@@ -262,8 +266,23 @@ class PodController:
             if wait is not None:
                 return wait
             await self._create_shadow(pod, twin, token_secret)
+        elif shadow is not None and (added := missing_ephemeral_containers(pod, shadow)) is not None:
+            await self._add_ephemeral_containers(pod, twin, added)
         await self.status.update(pod, shadow)
         return None
+
+    async def _add_ephemeral_containers(self, pod: dict, twin: str, containers: list[dict]) -> None:
+        """Send `kubectl debug`'s containers to the provider, which adds them to the remote pod."""
+        body = {"spec": {"pod": {"spec": {"ephemeralContainers": containers}}}}
+        name = pod["metadata"]["name"]
+        try:
+            await self.peering.provider.patch(ShadowPod, name, body, namespace=twin, patch_type=PatchType.MERGE)
+        except ApiError as error:
+            message = sanitised_message(error.status.message or str(error))
+            await self.peering.events.record(
+                reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", "EphemeralContainersFailed", message
+            )
+            raise
 
     def _token_secret(self, pod: dict, twin: str) -> tuple[str | None, float | None]:
         """The Secret the remote pod reads its tokens from, once it and the consumer's CA are in the twin.
