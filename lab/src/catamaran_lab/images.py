@@ -1,9 +1,10 @@
 """Container images built on this machine, without a registry: OCI image-layout archives.
 
 - the pause image, compiled statically from the pause source of the pinned kubernetes module;
-- a small general-purpose image from Debian's static busybox (a shell, coreutils, wget, httpd).
+- a small general-purpose image from Debian's static busybox (a shell, coreutils, wget, httpd);
+- busybox with the lab's kubectl, a real in-cluster API client for tests.
 
-Each archive is one uncompressed layer built deterministically, so the same inputs give the same
+Each archive holds uncompressed layers built deterministically, so the same inputs give the same
 digest. The real nodes' containerd imports them under the names below; pods use them with
 `imagePullPolicy: IfNotPresent` or `Never`.
 
@@ -61,8 +62,13 @@ def busybox_image_name() -> str:
     return f"{IMAGE_PREFIX}/busybox:{busybox_version()}"
 
 
-def build_images(out_dir: Path, pause_c: Path, log=print) -> list[Image]:
-    """Write both archives into `out_dir` (a fresh directory); returns what was built."""
+def kubectl_image_name(kubernetes_version: str) -> str:
+    """busybox with the lab's kubectl (static, from the pinned module): an in-cluster API client for tests."""
+    return f"{IMAGE_PREFIX}/kubectl:{kubernetes_version}"
+
+
+def build_images(out_dir: Path, pause_c: Path, kubectl: Path, kubernetes_version: str, log=print) -> list[Image]:
+    """Write the archives into `out_dir` (a fresh directory); returns what was built."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         pause_binary = Path(scratch) / "pause"
@@ -86,6 +92,12 @@ def build_images(out_dir: Path, pause_c: Path, log=print) -> list[Image]:
                 Image(busybox_image_name(), out_dir / "busybox.tar"),
                 _busybox_layer(),
                 {"Cmd": ["sh"], "Env": [PATH_ENV], "WorkingDir": "/"},
+            ),
+            _write(
+                Image(kubectl_image_name(kubernetes_version), out_dir / "kubectl.tar"),
+                [_busybox_layer(), _layer({"usr/local/bin/kubectl": kubectl.read_bytes()}, symlinks={}, dirs={})],
+                {"Entrypoint": ["kubectl"], "Env": [PATH_ENV], "WorkingDir": "/"},
+                history=LAB_HISTORY * 2,
             ),
         ]
     for image in images:
@@ -247,9 +259,9 @@ def ensure_images(cache_dir: Path, kubernetes_version: str, module_dir: Path, lo
     """The lab's images, built once per pinned kubernetes and busybox version into the binary cache."""
     out_dir = cache_dir / "images"
     stamp = out_dir / "images.json"
-    wanted = {"pause": PAUSE_IMAGE, "busybox": busybox_image_name()}
+    wanted = {"pause": PAUSE_IMAGE, "busybox": busybox_image_name(), "kubectl": kubectl_image_name(kubernetes_version)}
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
-        return [Image(wanted[key], out_dir / f"{key}.tar") for key in ("pause", "busybox")]
+        return [Image(name, out_dir / f"{key}.tar") for key, name in wanted.items()]
     result = subprocess.run(
         ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"],
         cwd=module_dir,
@@ -262,6 +274,6 @@ def ensure_images(cache_dir: Path, kubernetes_version: str, module_dir: Path, lo
         raise LabError(f"cannot find the pause source of k8s.io/kubernetes@{kubernetes_version}: {result.stderr}")
     source = Path(json.loads(result.stdout)["Dir"]) / "build" / "pause" / "linux" / "pause.c"
     stamp.unlink(missing_ok=True)
-    images = build_images(out_dir, source, log)
+    images = build_images(out_dir, source, cache_dir / "bin" / "kubectl", kubernetes_version, log)
     stamp.write_text(json.dumps(wanted))
     return images
