@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 
 import pytest
 
 from catamaran import networks
 from catamaran.constants import FABRIC_KEY_LABEL, NETWORK_READY_CONDITION, virtual_node_name
+from catamaran_lab.host import wireguard_leftovers
 
 from . import federation
 from .conftest import get_json, require_real_node, wait_for
@@ -243,3 +245,18 @@ def test_a_killed_gateway_turns_the_network_not_ready_and_its_restart_brings_tra
         what="the remote pod answering again",
     )
     assert answer.stdout.strip() == f"backend on {PROVIDER}"
+
+
+def test_a_stopped_gateway_leaves_nothing_of_the_fabric_on_its_node(lab, fed):
+    """Stopped on purpose (teardown, uninstall: SIGTERM), a gateway removes its interfaces, their routes and
+    userspace processes, and Catamaran's iptables chains with the jumps to them."""
+    for cluster in (CONSUMER, PROVIDER):
+        fed[cluster].stop()
+        facts = federation.gateway_facts(lab, cluster)
+        netns, prefix = facts["network_namespace"], facts["interface_prefix"]
+        rules = subprocess.run(["ip", "netns", "exec", netns, "iptables-save"], capture_output=True, text=True)
+        assert "CATAMARAN-FABRIC" not in rules.stdout, rules.stdout
+        links = json.loads(subprocess.run(["ip", "-n", netns, "-j", "link", "show"], capture_output=True).stdout)
+        assert [link["ifname"] for link in links if link["ifname"].startswith(prefix)] == []
+        assert prefix not in subprocess.run(["ip", "-n", netns, "route", "show"], capture_output=True, text=True).stdout
+        assert wireguard_leftovers(prefix) == ([], [])

@@ -103,6 +103,17 @@ class Dataplane:
                 found[parts[0]] = PeerTraffic(latest_handshake=int(parts[4]), received_bytes=int(parts[5]))
         return found
 
+    async def remove_all(self) -> None:
+        """Everything of this gateway off the host: its interfaces (their routes and userspace processes go with
+        them), the jumps to Catamaran's chains and the chains themselves."""
+        for name in sorted(await self.interfaces()):
+            await self._delete(name)
+        for table, builtin, chain in JUMPS:
+            while await succeeds("iptables", "-t", table, "-D", builtin, "-j", chain):
+                pass
+            await run("iptables", "-t", table, "-F", chain, check=False)
+            await run("iptables", "-t", table, "-X", chain, check=False)
+
     def _alive(self, name: str) -> bool:
         process = self.userspace.get(name)
         return process is None or process.returncode is None

@@ -98,7 +98,17 @@ class Gateway:
 
     def tasks(self):
         informers = (self.foreigns, self.offers, self.keys, self.pods)
-        return [*(informer.run() for informer in informers), self.queue.run(), self._health_loop()]
+        loops = [self.queue.run(), self._health_loop(), self._until_stopped()]
+        return [*(informer.run() for informer in informers), *loops]
+
+    async def _until_stopped(self) -> None:
+        """A gateway stopped on purpose (SIGTERM: teardown, uninstall) leaves nothing of the fabric on its host; one
+        that dies loses its userspace tunnels with it, and its restart builds them again."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            log.info("stopping: removing the tunnels, routes and rules")
+            await self.dataplane.remove_all()
 
     # -- what the peerings ask for ---------------------------------------------------------------
 
