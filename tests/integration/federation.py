@@ -39,6 +39,7 @@ from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT
 
 from .conftest import wait_for
+from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 
 CRD_DIR = REPO_ROOT / "controller" / "crds"
 WEBHOOK = "catamaran-pod-offloading"
@@ -407,6 +408,19 @@ def one_peering(lab: Lab, consumer: str, provider: str, namespace: str, **foreig
     peer(lab, consumer, provider, **foreign_spec)
     processes = {"manager": manager(lab, provider), "vk": virtual_kubelet(lab, consumer, provider)}
     with serving(lab, consumer, provider, namespace, list(processes.values())):
+        yield processes
+
+
+@contextlib.contextmanager
+def one_real_peering(lab: Lab, consumer: str, provider: str, namespace: str, **foreign_spec):
+    """As one_peering, with the remote pods on the provider's real node and the consumer's manager running too (its
+    pod webhook, and the approval of the virtual node's serving certificate: logs and exec reach the pods)."""
+    for cluster in (consumer, provider):
+        install_crds(lab, cluster)
+    peer(lab, consumer, provider, **foreign_spec)
+    place(lab, consumer, provider, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
+    processes = [consumer_manager(lab, consumer), manager(lab, provider), virtual_kubelet(lab, consumer, provider)]
+    with serving(lab, consumer, provider, namespace, processes):
         yield processes
 
 

@@ -19,7 +19,7 @@ from catamaran_lab.images import kubectl_image_name
 
 from . import federation
 from .conftest import require_real_node
-from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
+from .manifests import real_pod
 
 pytestmark = pytest.mark.integration
 
@@ -50,17 +50,7 @@ def home(lab, lab_config_in_use):
     for name in (CONSUMER, PROVIDER):
         require_real_node(lab_config_in_use.cluster(name))
     url = federation.gateway_facts(lab, CONSUMER)["api_server"]
-    for cluster in (CONSUMER, PROVIDER):
-        federation.install_crds(lab, cluster)
-    federation.peer(lab, CONSUMER, PROVIDER, homeAPIServer=url)
-    federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
-    # The consumer's manager approves the virtual node's serving certificate: kubectl exec reaches the pod.
-    processes = [
-        federation.consumer_manager(lab, CONSUMER),
-        federation.manager(lab, PROVIDER),
-        federation.virtual_kubelet(lab, CONSUMER, PROVIDER),
-    ]
-    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
+    with federation.one_real_peering(lab, CONSUMER, PROVIDER, NAMESPACE, homeAPIServer=url):
         body = {"apiVersion": "v1", "kind": "List", "items": [POD_READER, READS_PODS]}
         lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(body))
         yield url

@@ -17,7 +17,7 @@ from catamaran.constants import SYSTEM_NAMESPACE, virtual_node_name
 
 from . import federation
 from .conftest import get_json, require_real_node, wait_for
-from .manifests import BUSYBOX, REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
+from .manifests import BUSYBOX
 
 pytestmark = pytest.mark.integration
 
@@ -31,16 +31,7 @@ REFLECTED = "catamaran.io/managed-by=reflection"
 @pytest.fixture(scope="module")
 def fed(lab, lab_config_in_use):
     require_real_node(lab_config_in_use.cluster(PROVIDER))
-    for cluster in (CONSUMER, PROVIDER):
-        federation.install_crds(lab, cluster)
-    federation.peer(lab, CONSUMER, PROVIDER)
-    federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
-    processes = [
-        federation.consumer_manager(lab, CONSUMER),
-        federation.manager(lab, PROVIDER),
-        federation.virtual_kubelet(lab, CONSUMER, PROVIDER),
-    ]
-    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
+    with federation.one_real_peering(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
         federation.webhook_registered(lab, CONSUMER)
         offloading = {
             "apiVersion": "offloading.catamaran.io/v1alpha1",
