@@ -121,7 +121,8 @@ class Exchange:
             seen = ((other.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
             seen = [other_networking["podCIDRRemap"]] if other_networking.get("podCIDRRemap") else seen
             consumer_taken += seen + [e["seenAs"] for e in other_networking.get("localPodCIDRRemap") or []]
-            if other_networking.get("mode") == "Fabric":
+            reach = (params.get("network") or {}).get("reach_peers")
+            if other_networking.get("mode") == "Fabric" and (reach is None or other["metadata"]["name"] in reach):
                 others_seen += seen
         if params.get("pod_cidr_remap"):
             provider_seen = [(real, params["pod_cidr_remap"]) for real in provider_ranges[:1]]

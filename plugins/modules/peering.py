@@ -332,6 +332,13 @@ options:
         description: Make new keys for both sides; the gateways pick them up and the tunnel is rebuilt.
         type: bool
         default: false
+      reach_peers:
+        description:
+          - The consumer's other providers (cluster ids) whose pods this provider reaches through the consumer's
+            gateway. Unset, every other fabric peering of the consumer. The C(peering) role passes the declared
+            ones, so a provider being removed is no longer announced before it is un-peered.
+        type: list
+        elements: str
   home_api_server:
     description:
       - Where the provider's pods reach the consumer's API server, V(https://host[:port]), written to the
@@ -749,6 +756,7 @@ def argument_spec():
                 gateway_address=dict(type="str"),
                 gateway_port=dict(type="int", default=fabric.DEFAULT_GATEWAY_PORT),
                 rotate_keys=dict(type="bool", default=False, no_log=False),
+                reach_peers=dict(type="list", elements="str"),
             ),
         ),
         pod_cidr_remap=dict(type="str"),

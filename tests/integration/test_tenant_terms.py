@@ -337,8 +337,9 @@ def test_rewritten_pod_fields_are_the_providers(lab, tenant_kubectl):
     pod = wait_for(lambda: remote_pod(lab, "rewritten"), what="the pod of ShadowPod rewritten")["spec"]
     assert pod["schedulerName"] == "default-scheduler"
     assert not pod.get("schedulingGates")
+    # Its own account is refused; the token it asked for is the twin's default ServiceAccount's, bound to nothing.
     assert pod["serviceAccountName"] == "default"
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True
     assert not pod.get("overhead")
     assert pod["preemptionPolicy"] == "Never"  # the tenant class's
     tenant_kubectl("-n", TWIN, "delete", "shadowpod", "rewritten", "--wait=true")

@@ -234,3 +234,14 @@ def test_another_providers_range_that_clashes_with_the_providers_own_is_not_anno
     )
     offer = present(consumer, provider).after[OFFER]["spec"]
     assert offer["consumerPodCIDRs"] == ["10.101.0.0/24"]
+
+
+def test_a_provider_reaches_only_the_peers_it_is_told_to():
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24"), other_fabric_provider("10.103.0.0/24", "10.101.0.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.102.0.0/24")],
+    )
+    fabric = {"network": {**FABRIC["network"], "reach_peers": []}}
+    changes = Peering(FakeModule(False), consumer, provider, "c1", "p1").present(params(**fabric))
+    assert changes.after[OFFER]["spec"]["consumerPodCIDRs"] == ["10.101.0.0/24"]
+    assert present(consumer, provider).after[OFFER]["spec"]["consumerPodCIDRs"] == ["10.101.0.0/24", "10.103.0.0/24"]
