@@ -82,6 +82,7 @@ def build_images(out_dir: Path, pause_c: Path, kubectl: Path, kubernetes_version
         if result.returncode != 0:
             raise LabError(f"compiling {pause_c} failed (gcc and libc6-dev are needed):\n{result.stderr.strip()}")
         pause_layer = _layer({"pause": pause_binary.read_bytes()}, symlinks={}, dirs={})
+        busybox = _busybox_layer()
         images = [
             _write(
                 Image(PAUSE_IMAGE, out_dir / "pause.tar"),
@@ -90,12 +91,12 @@ def build_images(out_dir: Path, pause_c: Path, kubectl: Path, kubernetes_version
             ),
             _write(
                 Image(busybox_image_name(), out_dir / "busybox.tar"),
-                _busybox_layer(),
+                busybox,
                 {"Cmd": ["sh"], "Env": [PATH_ENV], "WorkingDir": "/"},
             ),
             _write(
                 Image(kubectl_image_name(kubernetes_version), out_dir / "kubectl.tar"),
-                [_busybox_layer(), _layer({"usr/local/bin/kubectl": kubectl.read_bytes()}, symlinks={}, dirs={})],
+                [busybox, _layer({"usr/local/bin/kubectl": kubectl.read_bytes()}, symlinks={}, dirs={})],
                 {"Entrypoint": ["kubectl"], "Env": [PATH_ENV], "WorkingDir": "/"},
                 history=LAB_HISTORY * 2,
             ),

@@ -252,9 +252,7 @@ class ShadowPodController:
         """`kubectl debug` on the consumer: the containers join the running Pod, held to the tenant's Pod Security
         level like the rest of it (a refusal is an Event on the ShadowPod, which the consumer mirrors)."""
         meta = shadow["metadata"]
-        consumer, enforced = self._twin(meta["namespace"])
-        terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
-        pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
+        _, enforced, terms, pod = self._tenant_pod(shadow)
         level = podsecurity.stricter(terms.pod_security, enforced)
         found = podsecurity.violations(
             {**pod["spec"], "ephemeralContainers": containers}, level, pod["metadata"].get("annotations")
@@ -320,13 +318,18 @@ class ShadowPodController:
             return "QuotaExceeded", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
         return None
 
-    async def _create_pod(self, shadow: dict) -> float | None:
-        meta = shadow["metadata"]
-        key = (meta["namespace"], meta["name"])
-        consumer, enforced = self._twin(meta["namespace"])
+    def _tenant_pod(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms, dict]:
+        """(tenant, the twin's enforced level, the tenant's terms, the Pod its terms make of the ShadowPod)."""
+        consumer, enforced = self._twin(shadow["metadata"]["namespace"])
         terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
         # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level.
         pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
+        return consumer, enforced, terms, pod
+
+    async def _create_pod(self, shadow: dict) -> float | None:
+        meta = shadow["metadata"]
+        key = (meta["namespace"], meta["name"])
+        consumer, enforced, terms, pod = self._tenant_pod(shadow)
         refusal = self._refusal(key, consumer, terms, enforced, pod)
         if refusal is not None:
             self._refused.setdefault(consumer, set()).add(key)
