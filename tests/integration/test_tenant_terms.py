@@ -323,6 +323,35 @@ def test_a_node_name_is_refused_by_the_shadowpod_schema_itself(lab, tenant_kubec
     refused(apply(tenant_kubectl, pinned), "spec.pod.spec.nodeName")
 
 
+def test_ephemeral_containers_a_tenant_adds_are_held_to_its_pod_security_level(lab, tenant_kubectl):
+    """What `kubectl debug` sends through a virtual node, written here with the tenant's own credential: a
+    privileged ephemeral container never reaches the pod; a restricted one joins it."""
+    assert apply(tenant_kubectl, shadowpod("debugged", {"containers": [container("app")]})).returncode == 0
+    wait_for(lambda: remote_pod(lab, "debugged"), what="the pod of ShadowPod debugged")
+
+    def add(*ephemeral: dict) -> None:
+        body = json.dumps({"spec": {"pod": {"spec": {"ephemeralContainers": list(ephemeral)}}}})
+        tenant_kubectl("-n", TWIN, "patch", "shadowpod", "debugged", "--type=merge", "-p", body)
+
+    def events(reason: str) -> list[str]:
+        listed = get_json(lab, PROVIDER, "-n", TWIN, "events", "--field-selector", f"reason={reason}")["items"]
+        return [e["message"] for e in listed if e["involvedObject"]["name"] == "debugged"]
+
+    privileged = {**container("root-shell"), "securityContext": {"privileged": True}}
+    add(privileged)
+    refusal = wait_for(lambda: events("EphemeralContainersRefused"), what="the refusal of root-shell")
+    assert "root-shell" in refusal[0]
+    assert "privileged" in refusal[0], refusal
+    assert not remote_pod(lab, "debugged")["spec"].get("ephemeralContainers")
+    add(container("debugger"))
+    added = wait_for(
+        lambda: [c["name"] for c in remote_pod(lab, "debugged")["spec"].get("ephemeralContainers") or []],
+        what="the restricted ephemeral container on the pod",
+    )
+    assert added == ["debugger"]
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "debugged", "--wait=true")
+
+
 def test_rewritten_pod_fields_are_the_providers(lab, tenant_kubectl):
     spec = {
         "containers": [container("app")],
