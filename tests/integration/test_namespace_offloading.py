@@ -397,3 +397,176 @@ def test_preexisting_pods_are_reported_and_daemonsets_stay_local(lab, fed):
     pods = get_json(lab, CONSUMER, "pods", "-n", "older", "-l", "app=agent")["items"]
     assert not [p for p in pods if p["spec"].get("nodeName") in (NODE_A, NODE_B)]
     assert running_on() == local_workers
+
+
+POLICY_WEBHOOK = "team-blue.policies.pods.offloading.catamaran.io"
+
+
+def namespace_offloading_policy(name: str, selector: dict, **offloading) -> dict:
+    return {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "NamespaceOffloadingPolicy",
+        "metadata": {"name": name},
+        "spec": {"namespaceSelector": selector, "offloading": offloading},
+    }
+
+
+def webhook_names(lab) -> list[str]:
+    hooks = get_json(lab, CONSUMER, "mutatingwebhookconfiguration", "catamaran-pod-offloading")["webhooks"]
+    return [hook["name"] for hook in hooks]
+
+
+def bare_pod(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"containers": [container(cpu="10m", memory="16Mi")], "terminationGracePeriodSeconds": 0},
+    }
+
+
+def running_on(lab, namespace: str, name: str) -> str | None:
+    result = lab.kubectl(CONSUMER, "-n", namespace, "get", "pod", name, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    pod = json.loads(result.stdout)
+    return pod["spec"].get("nodeName") if pod["status"].get("phase") == "Running" else None
+
+
+def test_a_policy_offloads_a_labelled_namespace_from_its_first_pod_until_the_label_goes(lab, fed):
+    in_c = {"nodeSelectorTerms": [{"matchExpressions": [{"key": REGION, "operator": "In", "values": ["region-c"]}]}]}
+    policy = namespace_offloading_policy(
+        "team-blue", {"matchLabels": {"team": "blue"}}, podOffloadingStrategy="Remote", clusterSelector=in_c
+    )
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(policy))
+    fed["namespaces"].append("blue")
+    try:
+        wait_for(lambda: POLICY_WEBHOOK in webhook_names(lab), what="the policy's webhook")
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blue", "labels": {"team": "blue"}}}
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(namespace))
+        # As soon as the namespace admits pods (its default ServiceAccount is there).
+        wait_for(lambda: lab.kubectl(CONSUMER, "-n", "blue", "get", "sa", "default", check=False).returncode == 0)
+        lab.kubectl(CONSUMER, "-n", "blue", "apply", "-f", "-", input=json.dumps(bare_pod("first")))
+        assert wait_for(lambda: running_on(lab, "blue", "first"), timeout=90, what="the first pod Running") == NODE_B
+        made = offloading(lab, "blue")
+        assert made["metadata"]["labels"]["catamaran.io/offloading-policy"] == "team-blue"
+        assert made["metadata"]["ownerReferences"][0]["name"] == "team-blue"
+        assert made["spec"]["podOffloadingStrategy"] == "Remote"
+        assert get_json(lab, PROVIDER_B, "pods", "-n", "blue-cluster-1")["items"][0]["metadata"]["name"] == "first"
+        status = wait_for(
+            lambda: (
+                get_json(lab, CONSUMER, "namespaceoffloadingpolicy", "team-blue")
+                .get("status", {})
+                .get("offloadedNamespaces")
+                == 1
+                and get_json(lab, CONSUMER, "namespaceoffloadingpolicy", "team-blue")["status"]
+            ),
+            what="the policy's status",
+        )
+        assert next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
+
+        # The label goes: so does the namespace's offloading, and a new pod stays on the consumer's own nodes.
+        lab.kubectl(CONSUMER, "label", "namespace", "blue", "team-")
+        wait_for(lambda: phase(lab, "blue") is None, timeout=120, what="the policy's NamespaceOffloading to go")
+        assert not namespace_exists(lab, PROVIDER_B, "blue-cluster-1")
+        lab.kubectl(CONSUMER, "-n", "blue", "apply", "-f", "-", input=json.dumps(bare_pod("second")))
+        node = wait_for(lambda: running_on(lab, "blue", "second"), timeout=60, what="the second pod Running")
+        assert node in {n.name for n in lab.recorded_config().cluster(CONSUMER).nodes}
+        annotations = get_json(lab, CONSUMER, "pod", "-n", "blue", "second")["metadata"].get("annotations") or {}
+        assert "catamaran.io/offloading-strategy" not in annotations
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespaceoffloadingpolicy", "team-blue", "--wait=false", check=False)
+    wait_for(lambda: POLICY_WEBHOOK not in webhook_names(lab), what="the policy's webhook to go")
+
+
+def test_a_policy_never_takes_over_a_namespaces_own_offloading(lab, fed):
+    offload(lab, fed, "own-choice", podOffloadingStrategy="Local")
+    wait_for(lambda: phase(lab, "own-choice") == "Ready", what="phase Ready")
+    policy = namespace_offloading_policy(
+        "team-green", {"matchLabels": {"team": "green"}}, podOffloadingStrategy="Remote"
+    )
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(policy))
+    try:
+        lab.kubectl(CONSUMER, "label", "namespace", "own-choice", "team=green")
+        wait_for(
+            lambda: (
+                get_json(lab, CONSUMER, "namespaceoffloadingpolicy", "team-green")
+                .get("status", {})
+                .get("observedGeneration")
+            ),
+            what="the policy's status",
+        )
+        time.sleep(2)  # the manager had its chance to act on the label
+        kept = offloading(lab, "own-choice")
+        assert kept["spec"]["podOffloadingStrategy"] == "Local"
+        assert "catamaran.io/offloading-policy" not in (kept["metadata"].get("labels") or {})
+        assert get_json(lab, CONSUMER, "namespaceoffloadingpolicy", "team-green")["status"]["offloadedNamespaces"] == 0
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespaceoffloadingpolicy", "team-green", check=False)
+
+
+@pytest.mark.parametrize(
+    ("selector", "offloading_spec", "message"),
+    [
+        ({}, {}, "namespaceSelector must not be empty"),
+        (
+            {"matchLabels": {"team": "x"}},
+            {"namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": "one"},
+            "a policy offloads many namespaces",
+        ),
+        ({"matchExpressions": [{"key": "team", "operator": "In"}]}, {}, "In and NotIn need values"),
+        ({"matchLabels": {"team": "x"}}, {"podOffloadingStrategy": "Anywhere"}, 'Unsupported value: "Anywhere"'),
+    ],
+)
+def test_invalid_policies_are_rejected_by_the_api_server(lab, fed, selector, offloading_spec, message):
+    body = namespace_offloading_policy("invalid", selector, **offloading_spec)
+    result = lab.kubectl(CONSUMER, "apply", "--dry-run=server", "-f", "-", input=json.dumps(body), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_policy_steers_pods_at_admission_and_says_why_a_namespace_is_not_offloaded_yet(lab, fed):
+    """A quota refusing NamespaceOffloadings holds the manager back, so only the policy's webhook can have steered
+    the pod; the policy reports the refusal, and offloads the namespace once the quota goes."""
+    policy = namespace_offloading_policy("team-blue", {"matchLabels": {"team": "blue"}}, podOffloadingStrategy="Remote")
+    lab.kubectl(CONSUMER, "create", "namespace", "held")
+    fed["namespaces"].append("held")
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-offloading", "namespace": "held"},
+        "spec": {"hard": {"count/namespaceoffloadings.offloading.catamaran.io": "0"}},
+    }
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(quota))
+    wait_for(lambda: lab.kubectl(CONSUMER, "-n", "held", "get", "sa", "default", check=False).returncode == 0)
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(policy))
+    try:
+        wait_for(lambda: POLICY_WEBHOOK in webhook_names(lab), what="the policy's webhook")
+        lab.kubectl(CONSUMER, "label", "namespace", "held", "team=blue")
+        lab.kubectl(CONSUMER, "-n", "held", "apply", "-f", "-", input=json.dumps(bare_pod("early")))
+        pod = get_json(lab, CONSUMER, "pod", "-n", "held", "early")
+        assert pod["metadata"]["annotations"]["catamaran.io/offloading-strategy"] == "Remote"
+        assert {"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"} in pod[
+            "spec"
+        ]["tolerations"]
+
+        def refused():
+            status = get_json(lab, CONSUMER, "namespaceoffloadingpolicy", "team-blue").get("status") or {}
+            ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+            return ready.get("reason") == "OffloadingRefused" and ready
+
+        ready = wait_for(refused, timeout=60, what="the policy to report the refusal")
+        assert ready["status"] == "False"
+        assert "held" in ready["message"]
+        assert "exceeded quota" in ready["message"]
+        assert phase(lab, "held") is None
+
+        lab.kubectl(CONSUMER, "-n", "held", "delete", "resourcequota", "no-offloading")
+        assert wait_for(lambda: running_on(lab, "held", "early"), timeout=120, what="the pod Running") in (
+            NODE_A,
+            NODE_B,
+        )
+        assert wait_for(lambda: refused() is False, what="the refusal to clear") is True
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespaceoffloadingpolicy", "team-blue", "--wait=false", check=False)
+    wait_for(lambda: POLICY_WEBHOOK not in webhook_names(lab), what="the policy's webhook to go")

@@ -121,3 +121,11 @@ def test_roles_leave_the_modules_defaults_to_the_modules(role):
             assert not re.search(rf"{option} \| default\((?!omit)", text), f"{task_file.name}: {option} restated"
             assert f"default({constant})" not in text, task_file.name
             assert f"default('{constant}')" not in text, task_file.name
+
+
+def test_a_policys_offloading_spec_is_the_namespace_offloadings_spec():
+    """The policy CRD holds a copy of the NamespaceOffloading spec schema (a CRD cannot reference another's):
+    defaults, enums and rules must stay the same, or a policy would make offloadings the API refuses."""
+    namespace_offloading = yaml.safe_load((CRDS / "offloading.catamaran.io_namespaceoffloadings.yaml").read_text())
+    own = namespace_offloading["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert crd_spec("offloading.catamaran.io_namespaceoffloadingpolicies.yaml")["offloading"] == own

@@ -11,7 +11,8 @@ from cryptography import x509
 
 from catamaran import certs, steering
 from catamaran.consumer.offloading import offloading_phase, selected_clusters
-from catamaran.consumer.webhook import review_response, webhook_configuration
+from catamaran.consumer.policies import next_step, policy_offloading
+from catamaran.consumer.webhook import namespace_selectors, review_response, webhook_configuration
 
 REGION = "topology.kubernetes.io/region"
 IN_B = {"nodeSelectorTerms": [{"matchExpressions": [{"key": REGION, "operator": "In", "values": ["region-b"]}]}]}
@@ -200,7 +201,8 @@ def test_admission_review_carries_a_json_patch():
 
 
 def test_webhook_configuration_fails_closed_only_for_offloaded_namespaces():
-    config = webhook_configuration(b"CA", "https://127.0.0.1:9443/mutate-pods", None)["webhooks"][0]
+    selectors = namespace_selectors([], "catamaran-system")
+    config = webhook_configuration(b"CA", "https://127.0.0.1:9443/mutate-pods", None, selectors)["webhooks"][0]
     assert config["failurePolicy"] == "Fail"
     assert config["timeoutSeconds"] == 5
     assert config["namespaceSelector"] == {"matchLabels": {steering.ENABLED_LABEL: "true"}}
@@ -237,3 +239,123 @@ def test_ca_rotation_keeps_the_previous_ca_in_the_bundle(tmp_path, monkeypatch):
     bundle = store.ca_bundle()
     assert near_expiry in bundle
     assert (tmp_path / "ca.crt").read_bytes() in bundle
+
+
+def policy(name: str, selector: dict, **offloading) -> dict:
+    return {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "kind": "NamespaceOffloadingPolicy",
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": {"namespaceSelector": selector, "offloading": {"podOffloadingStrategy": "Remote", **offloading}},
+    }
+
+
+TEAM_A = policy("team-a", {"matchLabels": {"team": "a"}})
+ANY_TEAM = policy(
+    "any-team", {"matchExpressions": [{"key": "team", "operator": "Exists"}]}, podOffloadingStrategy="Local"
+)
+
+
+def labels(name: str, **more) -> dict:
+    return {steering.NAMESPACE_NAME_LABEL: name, **more}
+
+
+@pytest.mark.parametrize(
+    ("namespace_labels", "expected"),
+    [
+        (labels("shop", team="a"), "any-team"),  # both select it: the first by name decides
+        (labels("shop", team="b"), "any-team"),
+        (labels("shop"), None),
+        (labels("kube-system", team="a"), None),  # system namespaces never
+        (labels("ops", team="a"), None),  # the controller's own namespace never
+        (labels("shop-c1", team="a", **{"catamaran.io/origin-cluster-id": "c1"}), None),  # a tenant's or twin
+    ],
+)
+def test_the_first_selecting_policy_by_name_decides_a_namespace(namespace_labels, expected):
+    deciding = steering.deciding_policy([TEAM_A, ANY_TEAM], namespace_labels, "ops")
+    assert (deciding or {}).get("metadata", {}).get("name") == expected
+
+
+def test_a_policy_being_deleted_decides_nothing():
+    deleting = {**TEAM_A, "metadata": {**TEAM_A["metadata"], "deletionTimestamp": "2026-11-25T00:00:00Z"}}
+    assert steering.deciding_policy([deleting], labels("shop", team="a"), "ops") is None
+
+
+@pytest.mark.parametrize(
+    ("selector", "namespace_labels", "matches"),
+    [
+        ({"matchLabels": {"team": "a"}}, {"team": "a", "x": "y"}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "b"}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]}, {"team": "b"}, True),
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, {}, True),
+        ({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, {"team": "a"}, False),
+        (
+            {"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "env", "operator": "Exists"}]},
+            {"team": "a"},
+            False,
+        ),
+    ],
+)
+def test_label_selectors_follow_kubernetes_semantics(selector, namespace_labels, matches):
+    assert steering.label_selector_matches(selector, namespace_labels) is matches
+
+
+def made(policy_name: str | None, deleting: bool = False, **spec) -> dict:
+    meta: dict = {
+        "name": "offloading",
+        "namespace": "shop",
+        "labels": {steering.POLICY_LABEL: policy_name} if policy_name else {},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-25T00:00:00Z"
+    return {"metadata": meta, "spec": {"podOffloadingStrategy": "Remote", **spec}}
+
+
+LIVE = {"labels": {}, "deleting": False}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "offloading", "deciding", "expected"),
+    [
+        (LIVE, None, TEAM_A, "create"),
+        (LIVE, made("team-a"), TEAM_A, None),
+        (LIVE, made("team-a", podOffloadingStrategy="Local"), TEAM_A, "update"),
+        (LIVE, made("team-a"), None, "delete"),  # the namespace stopped matching
+        (LIVE, made("team-a"), ANY_TEAM, "delete"),  # another policy decides now: remade once this one is gone
+        (LIVE, made(None), TEAM_A, None),  # the namespace's own NamespaceOffloading wins
+        (LIVE, made(None), None, None),
+        (LIVE, made("team-a", deleting=True), TEAM_A, None),  # wait until it is gone
+        ({"labels": {}, "deleting": True}, None, TEAM_A, None),
+        (None, None, TEAM_A, None),
+    ],
+)
+def test_a_policy_gives_and_takes_a_namespaces_offloading(namespace, offloading, deciding, expected):
+    assert next_step(namespace, offloading, deciding) == expected
+
+
+def test_a_policy_made_offloading_names_its_policy_as_label_and_owner():
+    body = policy_offloading(TEAM_A, "shop")
+    assert body["metadata"]["name"] == "offloading"
+    assert body["metadata"]["labels"] == {steering.POLICY_LABEL: "team-a"}
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-team-a"
+    assert body["spec"] == TEAM_A["spec"]["offloading"]
+
+
+def test_each_policy_has_a_webhook_for_its_namespaces_not_yet_offloaded():
+    selectors = namespace_selectors([TEAM_A, ANY_TEAM], "ops")
+    config = webhook_configuration(b"CA", "https://127.0.0.1:9443/mutate-pods", None, selectors)["webhooks"]
+    assert [hook["clientConfig"]["url"] for hook in config] == [
+        "https://127.0.0.1:9443/mutate-pods",
+        "https://127.0.0.1:9443/mutate-pods/policies/any-team",
+        "https://127.0.0.1:9443/mutate-pods/policies/team-a",
+    ]
+    team_a = config[2]["namespaceSelector"]
+    assert team_a["matchLabels"] == {"team": "a"}
+    assert {"key": steering.ENABLED_LABEL, "operator": "NotIn", "values": ["true"]} in team_a["matchExpressions"]
+    # What the API server calls the webhook for is what the controller offloads: one rule for both.
+    for namespace_labels in (labels("shop", team="a"), labels("kube-system", team="a"), labels("ops", team="a")):
+        assert steering.label_selector_matches(team_a, namespace_labels) == steering.policy_selects(
+            TEAM_A, namespace_labels, "ops"
+        )
+    in_service = webhook_configuration(b"CA", None, {"namespace": "ops", "name": "hook", "port": 443}, selectors)
+    assert in_service["webhooks"][2]["clientConfig"]["service"]["path"] == "/mutate-pods/policies/team-a"

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import copy
 
-from .constants import LABEL_TYPE, TYPE_VIRTUAL_NODE, VIRTUAL_NODE_TAINT_KEY, default_twin_namespace
+from .constants import (
+    LABEL_ORIGIN_CLUSTER_ID,
+    LABEL_TYPE,
+    TYPE_VIRTUAL_NODE,
+    VIRTUAL_NODE_TAINT_KEY,
+    default_twin_namespace,
+)
 
 OFFLOADING_NAME = "offloading"
 ENABLED_LABEL = "catamaran.io/offloading-enabled"
 STRATEGY_ANNOTATION = "catamaran.io/offloading-strategy"
+# On a NamespaceOffloading a NamespaceOffloadingPolicy made: the policy's name.
+POLICY_LABEL = "catamaran.io/offloading-policy"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # every namespace has it, set by the API server
 
 ON_VIRTUAL_NODE = {"key": LABEL_TYPE, "operator": "In", "values": [TYPE_VIRTUAL_NODE]}
 ON_PHYSICAL_NODE = {"key": LABEL_TYPE, "operator": "NotIn", "values": [TYPE_VIRTUAL_NODE]}
@@ -63,6 +72,40 @@ def selector_matches(selector: dict | None, labels: dict, name: str = "") -> boo
         ):
             return True
     return False
+
+
+def label_selector_matches(selector: dict | None, labels: dict) -> bool:
+    """LabelSelector semantics (matchLabels and matchExpressions ANDed); an empty selector matches everything."""
+    selector = selector or {}
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression_matches(e, labels.get(e["key"])) for e in selector.get("matchExpressions") or [])
+
+
+def never_offloaded_by_policy(controller_namespace: str) -> list[dict]:
+    """Label expressions every namespace a policy offloads must also match: never the cluster's own system
+    namespaces or Catamaran's, nor a tenant or twin namespace this cluster holds for a consumer."""
+    system = sorted({"kube-system", "kube-public", "kube-node-lease", controller_namespace})
+    return [
+        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": system},
+        {"key": LABEL_ORIGIN_CLUSTER_ID, "operator": "DoesNotExist"},
+    ]
+
+
+def policy_selects(policy: dict, namespace_labels: dict, controller_namespace: str) -> bool:
+    """Does a NamespaceOffloadingPolicy offload a namespace with these labels?"""
+    if policy["metadata"].get("deletionTimestamp"):
+        return False
+    exclusions = {"matchExpressions": never_offloaded_by_policy(controller_namespace)}
+    return label_selector_matches(exclusions, namespace_labels) and label_selector_matches(
+        policy["spec"]["namespaceSelector"], namespace_labels
+    )
+
+
+def deciding_policy(policies, namespace_labels: dict, controller_namespace: str) -> dict | None:
+    """Of the policies selecting a namespace, the one that offloads it: the first by name."""
+    selecting = [p for p in policies if policy_selects(p, namespace_labels, controller_namespace)]
+    return min(selecting, key=lambda p: p["metadata"]["name"], default=None)
 
 
 def allowed_placements(spec: dict, daemonset: bool) -> list[dict]:

@@ -1,5 +1,5 @@
-"""The manager's consumer half: NamespaceOffloading, the pod webhook, kubelet-serving approvals, the virtual storage
-class."""
+"""The manager's consumer half: NamespaceOffloading and its policies, the pod webhook, kubelet-serving approvals,
+the virtual storage class."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .. import health
 from ..kube.events import EventRecorder
 from .csr import KubeletServingApprover
 from .offloading import NamespaceOffloadingController
+from .policies import NamespaceOffloadingPolicyController
 from .storage import keep_virtual_storage_class
 from .webhook import PodWebhook
 
@@ -32,12 +33,14 @@ def consumer_tasks(
 ) -> list:
     events = EventRecorder(client, "catamaran-manager")
     offloadings = NamespaceOffloadingController(client, cluster_id, events, controller_namespace)
+    policies = NamespaceOffloadingPolicyController(client, events, offloadings.offloadings, controller_namespace)
     approver = KubeletServingApprover(client, events, controller_namespace)
-    tasks = [*offloadings.tasks(), *approver.tasks(), keep_virtual_storage_class(client)]
+    tasks = [*offloadings.tasks(), *policies.tasks(), *approver.tasks(), keep_virtual_storage_class(client)]
     if webhook is not None:
         server = PodWebhook(
             client,
             offloadings,
+            policies,
             cert_dir=webhook.cert_dir,
             hosts=webhook.hosts,
             port=webhook.port,

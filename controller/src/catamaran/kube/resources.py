@@ -1,6 +1,6 @@
 """lightkube classes for Catamaran's custom resources (CRD manifests live in controller/crds)."""
 
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from ..constants import CORE_GROUP, OFFLOADING_GROUP, VERSION
 
@@ -10,4 +10,7 @@ ResourceOffer = create_namespaced_resource(OFFLOADING_GROUP, VERSION, "ResourceO
 TwinNamespace = create_namespaced_resource(OFFLOADING_GROUP, VERSION, "TwinNamespace", "twinnamespaces")
 NamespaceOffloading = create_namespaced_resource(
     OFFLOADING_GROUP, VERSION, "NamespaceOffloading", "namespaceoffloadings"
+)
+NamespaceOffloadingPolicy = create_global_resource(
+    OFFLOADING_GROUP, VERSION, "NamespaceOffloadingPolicy", "namespaceoffloadingpolicies"
 )
