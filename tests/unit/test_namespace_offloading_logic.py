@@ -10,6 +10,7 @@ import pytest
 from cryptography import x509
 
 from catamaran import certs, steering
+from catamaran.constants import LABEL_OFFLOADING_POLICY
 from catamaran.consumer.offloading import offloading_phase, selected_clusters
 from catamaran.consumer.policies import next_step, policy_offloading
 from catamaran.consumer.webhook import namespace_selectors, review_response, webhook_configuration
@@ -304,7 +305,7 @@ def made(policy_name: str | None, deleting: bool = False, **spec) -> dict:
     meta: dict = {
         "name": "offloading",
         "namespace": "shop",
-        "labels": {steering.POLICY_LABEL: policy_name} if policy_name else {},
+        "labels": {LABEL_OFFLOADING_POLICY: policy_name} if policy_name else {},
     }
     if deleting:
         meta["deletionTimestamp"] = "2026-11-25T00:00:00Z"
@@ -336,7 +337,7 @@ def test_a_policy_gives_and_takes_a_namespaces_offloading(namespace, offloading,
 def test_a_policy_made_offloading_names_its_policy_as_label_and_owner():
     body = policy_offloading(TEAM_A, "shop")
     assert body["metadata"]["name"] == "offloading"
-    assert body["metadata"]["labels"] == {steering.POLICY_LABEL: "team-a"}
+    assert body["metadata"]["labels"] == {LABEL_OFFLOADING_POLICY: "team-a"}
     assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-team-a"
     assert body["spec"] == TEAM_A["spec"]["offloading"]
 

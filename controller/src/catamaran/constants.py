@@ -18,6 +18,8 @@ LABEL_ORIGIN_CLUSTER_ID = "catamaran.io/origin-cluster-id"
 LABEL_DESTINATION_CLUSTER_ID = "catamaran.io/destination-cluster-id"
 LABEL_MANAGED_BY = "catamaran.io/managed-by"
 LABEL_TENANT = "catamaran.io/tenant"
+# On a NamespaceOffloading a NamespaceOffloadingPolicy made: the policy's name.
+LABEL_OFFLOADING_POLICY = "catamaran.io/offloading-policy"
 
 MANAGED_BY_SHADOWPOD = "shadowpod"
 MANAGED_BY_CATAMARAN = "catamaran"

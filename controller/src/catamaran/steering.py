@@ -20,8 +20,6 @@ from .constants import (
 OFFLOADING_NAME = "offloading"
 ENABLED_LABEL = "catamaran.io/offloading-enabled"
 STRATEGY_ANNOTATION = "catamaran.io/offloading-strategy"
-# On a NamespaceOffloading a NamespaceOffloadingPolicy made: the policy's name.
-POLICY_LABEL = "catamaran.io/offloading-policy"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # every namespace has it, set by the API server
 
 ON_VIRTUAL_NODE = {"key": LABEL_TYPE, "operator": "In", "values": [TYPE_VIRTUAL_NODE]}

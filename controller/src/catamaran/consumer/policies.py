@@ -17,7 +17,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 
-from ..constants import OFFLOADING_GROUP, VERSION
+from ..constants import LABEL_OFFLOADING_POLICY, OFFLOADING_GROUP, VERSION
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, call, enqueue
 from ..kube.ops import tolerating
@@ -25,7 +25,7 @@ from ..kube.resources import NamespaceOffloading, NamespaceOffloadingPolicy
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, reference, same_conditions, set_condition
-from ..steering import OFFLOADING_NAME, POLICY_LABEL, deciding_policy
+from ..steering import OFFLOADING_NAME, deciding_policy
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def made_by(offloading: dict | None) -> str | None:
     """The policy that made a NamespaceOffloading (None: none did, or there is none)."""
     if offloading is None:
         return None
-    return (offloading["metadata"].get("labels") or {}).get(POLICY_LABEL)
+    return (offloading["metadata"].get("labels") or {}).get(LABEL_OFFLOADING_POLICY)
 
 
 def policy_offloading(policy: dict, namespace: str) -> dict:
@@ -55,7 +55,7 @@ def policy_offloading(policy: dict, namespace: str) -> dict:
         "metadata": {
             "name": OFFLOADING_NAME,
             "namespace": namespace,
-            "labels": {POLICY_LABEL: meta["name"]},
+            "labels": {LABEL_OFFLOADING_POLICY: meta["name"]},
             "ownerReferences": [
                 {
                     "apiVersion": policy["apiVersion"],
