@@ -14,8 +14,11 @@ description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
     C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
     C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_network),
-    C(catamaran_home_api_server), C(catamaran_peerings), C(catamaran_offloaded_namespaces)) and returns the validated
-    federation.
+    C(catamaran_home_api_server), C(catamaran_peerings), C(catamaran_offloaded_namespaces),
+    C(catamaran_offloading_policies)) and returns the validated federation.
+  - C(catamaran_offloading_policies) offload every namespace whose labels match, each with the options of
+    M(catamaran.federation.namespace_offloading_policy) (C(name), C(namespace_selector), C(pod_offloading_strategy),
+    C(namespace_mapping_strategy), C(cluster_selector)).
   - C(catamaran_home_api_server) is where the cluster's providers' pods reach its API server (V(https://host[:port]));
     every peering of the cluster as a consumer passes it on (O(catamaran.federation.peering#module:home_api_server)).
   - C(catamaran_network) says how the cluster's pods reach its peers' (keys C(mode), V(flat) by default or
@@ -37,7 +40,8 @@ description:
     unknown or that the provider does not allow, a credential lifetime under 600 seconds, an invalid label key or
     value (cluster labels, C(node_labels), C(provider_node_selector)), a C(pod_cidr_remap) that is not a CIDR,
     health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, offloaded
-    namespaces), invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
+    namespaces, offloading policies), an offloading policy without a name or with an empty C(namespace_selector),
+    invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
     outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer or priority
     class that is not a valid name, a container default or object quota that is not a quantity, a default request
     above its default limit), or an invalid offloaded namespace.
@@ -77,6 +81,7 @@ _value:
       set; C(pod_security) and C(credential_lifetime) with their defaults; the other provider terms only where
       set).
     - C(offloadings) maps each consumer id to its offloaded namespaces.
+    - C(offloading_policies) maps each consumer id to its offloading policies.
     - C(hosts) maps each inventory host to its cluster id.
   type: dict
 """
@@ -93,6 +98,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     DEFAULT_TWIN_NAME_POLICY,
     POD_SECURITY_LEVELS,
 )
+from ansible_collections.catamaran.federation.plugins.module_utils.offloading import POLICY_MAPPING_STRATEGIES
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PEERING_KEYS = {
@@ -115,6 +121,13 @@ NAMESPACE_KEYS = {
     "pod_offloading_strategy",
     "namespace_mapping_strategy",
     "remote_namespace_name",
+    "cluster_selector",
+}
+POLICY_KEYS = {
+    "name",
+    "namespace_selector",
+    "pod_offloading_strategy",
+    "namespace_mapping_strategy",
     "cluster_selector",
 }
 POD_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
@@ -385,6 +398,36 @@ def _offloading(entry, where):
     return resolved
 
 
+def _offloading_policy(entry, where):
+    if not isinstance(entry, dict) or "name" not in entry:
+        raise AnsibleFilterError("%s: each offloading policy needs a name, got %r" % (where, entry))
+    unknown = set(entry) - POLICY_KEYS
+    if unknown:
+        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, sorted(unknown), sorted(POLICY_KEYS)))
+    _label(entry["name"], where + ": name")
+    selector = entry.get("namespace_selector")
+    if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        raise AnsibleFilterError(
+            "%s: namespace_selector must hold matchLabels or matchExpressions (empty, it would offload every "
+            "namespace)" % where
+        )
+    resolved = dict(
+        name=entry["name"],
+        namespace_selector=selector,
+        pod_offloading_strategy=entry.get("pod_offloading_strategy", "LocalAndRemote"),
+        namespace_mapping_strategy=entry.get("namespace_mapping_strategy", "DefaultName"),
+        cluster_selector=entry.get("cluster_selector"),
+    )
+    if resolved["pod_offloading_strategy"] not in POD_STRATEGIES:
+        raise AnsibleFilterError("%s: pod_offloading_strategy must be one of %s" % (where, ", ".join(POD_STRATEGIES)))
+    if resolved["namespace_mapping_strategy"] not in POLICY_MAPPING_STRATEGIES:
+        raise AnsibleFilterError(
+            "%s: namespace_mapping_strategy must be one of %s (SelectedName names one twin)"
+            % (where, ", ".join(POLICY_MAPPING_STRATEGIES))
+        )
+    return resolved
+
+
 def federation_model(hostvars, hosts):
     clusters = {}
     for host in hosts:
@@ -394,7 +437,7 @@ def federation_model(hostvars, hosts):
                 "hosts %s and %s both have cluster id %s" % (clusters[cluster["id"]]["host"], host, cluster["id"])
             )
         clusters[cluster["id"]] = cluster
-    peerings, offloadings = {}, {}
+    peerings, offloadings, policies = {}, {}, {}
     for cluster_id, cluster in sorted(clusters.items()):
         variables = hostvars[cluster["host"]]
         resolved = []
@@ -412,13 +455,27 @@ def federation_model(hostvars, hosts):
             if offloading["namespace"] in [n["namespace"] for n in namespaces]:
                 raise AnsibleFilterError("%s: namespace %s is listed twice" % (where, offloading["namespace"]))
             namespaces.append(offloading)
-        if namespaces and not resolved:
+        selecting = []
+        for index, entry in enumerate(variables.get("catamaran_offloading_policies") or []):
+            where = "host %s: catamaran_offloading_policies[%d]" % (cluster["host"], index)
+            policy = _offloading_policy(entry, where)
+            if policy["name"] in [p["name"] for p in selecting]:
+                raise AnsibleFilterError("%s: policy %s is listed twice" % (where, policy["name"]))
+            selecting.append(policy)
+        if (namespaces or selecting) and not resolved:
             raise AnsibleFilterError(
                 "host %s offloads namespaces but peers with no provider (catamaran_peerings is empty)" % cluster["host"]
             )
         offloadings[cluster_id] = namespaces
+        policies[cluster_id] = selecting
     hosts_to_ids = dict((cluster["host"], cluster_id) for cluster_id, cluster in clusters.items())
-    return dict(clusters=clusters, hosts=hosts_to_ids, peerings=peerings, offloadings=offloadings)
+    return dict(
+        clusters=clusters,
+        hosts=hosts_to_ids,
+        peerings=peerings,
+        offloadings=offloadings,
+        offloading_policies=policies,
+    )
 
 
 class FilterModule(object):

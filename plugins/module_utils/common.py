@@ -92,14 +92,14 @@ class CatamaranModule:
             self.ansible.fail_json(msg="unexpected error: %s" % error, exception=traceback.format_exc())
 
 
-def run_info_module(key, report, extra_options=None):
-    """The whole of a read-only module: connect, then return report(cluster, params) under key."""
+def run_info_module(reports, extra_options=None):
+    """The whole of a read-only module: connect, then return each report(cluster, params) under its key."""
     spec = connection_spec()
     spec.update(extra_options or {})
     module = CatamaranModule(spec, supports_check_mode=True)
-    module.run(
-        lambda: {
-            "changed": False,
-            key: report(module.connect(None, connection_options(module.params)), module.params),
-        }
-    )
+
+    def body():
+        cluster = module.connect(None, connection_options(module.params))
+        return dict([("changed", False)] + [(key, report(cluster, module.params)) for key, report in reports.items()])
+
+    module.run(body)

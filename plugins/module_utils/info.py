@@ -90,3 +90,10 @@ def offloadings_report(cluster, namespace=None):
         return []
     items = cluster.list(offloading.API, offloading.KIND, namespace=namespace)
     return sorted((offloading.summary(item) for item in items), key=lambda entry: entry["namespace"])
+
+
+def policies_report(cluster):
+    if not cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", offloading.POLICY_CRD):
+        return []
+    items = cluster.list(offloading.API, offloading.POLICY_KIND)
+    return sorted((offloading.policy_summary(item) for item in items), key=lambda entry: entry["name"])

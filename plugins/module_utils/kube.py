@@ -49,6 +49,7 @@ KINDS = {
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): ("customresourcedefinitions", False),
     ("core.catamaran.io/v1alpha1", "ForeignCluster"): ("foreignclusters", True),
     ("offloading.catamaran.io/v1alpha1", "NamespaceOffloading"): ("namespaceoffloadings", True),
+    ("offloading.catamaran.io/v1alpha1", "NamespaceOffloadingPolicy"): ("namespaceoffloadingpolicies", False),
     ("offloading.catamaran.io/v1alpha1", "TwinNamespace"): ("twinnamespaces", True),
     ("offloading.catamaran.io/v1alpha1", "ShadowPod"): ("shadowpods", True),
     ("offloading.catamaran.io/v1alpha1", "ResourceOffer"): ("resourceoffers", True),

@@ -80,7 +80,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.info import c
 
 
 def main():
-    run_info_module("cluster", lambda cluster, params: cluster_report(cluster))
+    run_info_module({"cluster": lambda cluster, params: cluster_report(cluster)})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ short_description: Report a consumer's offloaded namespaces and their phases
 version_added: 0.1.0
 description:
   - Lists NamespaceOffloadings (all namespaces, or one) with the aggregated phase and each selected cluster's
-    own phase, remote namespace and message.
+    own phase, remote namespace and message, and the NamespaceOffloadingPolicies that offload namespaces by label.
 author:
   - Catamaran developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -80,16 +80,68 @@ offloadings:
       description: Being removed.
       type: bool
       sample: false
+    policy:
+      description: The NamespaceOffloadingPolicy that made it (omitted when the namespace has its own).
+      type: str
+      sample: team-blue
+policies:
+  description: One entry per NamespaceOffloadingPolicy, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The policy's name.
+      type: str
+      sample: team-blue
+    namespace_selector:
+      description: The label selector matched against namespaces.
+      type: dict
+      sample: {"matchLabels": {"team": "blue"}}
+    pod_offloading_strategy:
+      description: Where the selected namespaces' pods may run.
+      type: str
+      sample: Remote
+    namespace_mapping_strategy:
+      description: How their twins are named.
+      type: str
+      sample: DefaultName
+    cluster_selector:
+      description: The NodeSelector matched against virtual nodes.
+      type: dict
+      sample: {}
+    offloaded_namespaces:
+      description: How many namespaces have a NamespaceOffloading made by this policy.
+      type: int
+      sample: 3
+    current:
+      description: The status describes the latest spec.
+      type: bool
+      sample: true
+    ready:
+      description: The manager applied the policy to every namespace it selects.
+      type: bool
+      sample: true
+    message:
+      description: The manager's word on it.
+      type: str
+      sample: 3 namespace(s) offloaded by this policy
+    managed_by_ansible:
+      description: Created by this collection (only those are pruned by playbooks).
+      type: bool
+      sample: true
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils.common import run_info_module
-from ansible_collections.catamaran.federation.plugins.module_utils.info import offloadings_report
+from ansible_collections.catamaran.federation.plugins.module_utils.info import offloadings_report, policies_report
 
 
 def main():
     run_info_module(
-        "offloadings",
-        lambda cluster, params: offloadings_report(cluster, params["namespace"]),
+        {
+            "offloadings": lambda cluster, params: offloadings_report(cluster, params["namespace"]),
+            "policies": lambda cluster, params: policies_report(cluster),
+        },
         dict(namespace=dict(type="str")),
     )
 

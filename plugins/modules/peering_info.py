@@ -89,7 +89,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.info import p
 
 
 def main():
-    run_info_module("peerings", lambda cluster, params: peerings_report(cluster))
+    run_info_module({"peerings": lambda cluster, params: peerings_report(cluster)})
 
 
 if __name__ == "__main__":

@@ -73,11 +73,60 @@ def test_peerings_resolve_the_providers_connection_and_labels():
             },
             "pod_offloading_strategy must be one of",
         ),
+        (
+            {"catamaran_offloading_policies": [{"name": "team", "namespace_selector": {"matchLabels": {"t": "a"}}}]},
+            "peers with no provider",
+        ),
+        (
+            {"catamaran_peerings": [{"provider": "cluster-2"}], "catamaran_offloading_policies": [{"name": "team"}]},
+            "catamaran_offloading_policies[0]: namespace_selector must hold matchLabels or matchExpressions",
+        ),
+        (
+            {
+                "catamaran_peerings": [{"provider": "cluster-2"}],
+                "catamaran_offloading_policies": [
+                    {
+                        "name": "team",
+                        "namespace_selector": {"matchLabels": {"t": "a"}},
+                        "namespace_mapping_strategy": "SelectedName",
+                    }
+                ],
+            },
+            "SelectedName names one twin",
+        ),
+        (
+            {
+                "catamaran_peerings": [{"provider": "cluster-2"}],
+                "catamaran_offloading_policies": [
+                    {"name": "team", "namespace_selector": {"matchLabels": {"t": "a"}}},
+                    {"name": "team", "namespace_selector": {"matchLabels": {"t": "b"}}},
+                ],
+            },
+            "policy team is listed twice",
+        ),
     ],
 )
 def test_invalid_inventories_name_the_host_and_field(cluster_1, message):
     with pytest.raises(AnsibleFilterError, match=message.replace("[", r"\[").replace("]", r"\]")):
         federation_model(inventory(**cluster_1), ["h1", "h2"])
+
+
+def test_offloading_policies_resolve_with_the_modules_defaults():
+    policy = {"name": "team", "namespace_selector": {"matchLabels": {"team": "blue"}}}
+    model = federation_model(
+        inventory(catamaran_peerings=[{"provider": "cluster-2"}], catamaran_offloading_policies=[policy]), ["h1", "h2"]
+    )
+    assert model["offloading_policies"] == {
+        "cluster-1": [
+            {
+                **policy,
+                "pod_offloading_strategy": "LocalAndRemote",
+                "namespace_mapping_strategy": "DefaultName",
+                "cluster_selector": None,
+            }
+        ],
+        "cluster-2": [],
+    }
 
 
 def test_comparable_ignores_what_the_server_changes_on_every_write():
