@@ -204,8 +204,17 @@ class ControllerProcess:
 
 
 def manager(lab: Lab, cluster: str, metrics_port: int = 0) -> ControllerProcess:
-    args = ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster]
-    return ControllerProcess(lab, f"manager-{cluster}", [*args, "--metrics-port", str(metrics_port), "manager"])
+    """A provider's manager, serving its tenants' pod counters on a free local port the API server reaches."""
+    args = ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster, "--metrics-port", str(metrics_port)]
+    counters = [
+        "--counters-port",
+        str(free_port()),
+        "--counters-external-name",
+        "127.0.0.1",
+        "--cert-dir",
+        str(lab.root / "certs" / f"manager-{cluster}"),
+    ]
+    return ControllerProcess(lab, f"manager-{cluster}", [*args, "manager", *counters])
 
 
 def consumer_manager(lab: Lab, cluster: str) -> ControllerProcess:

@@ -12,11 +12,21 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from catamaran.consumer.csr import requested_node, review
+from catamaran.provider.counters import container_counters, tenant_of
 from catamaran.vk.kubelet.auth import subresources_for, user_from_certificate
 from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 from catamaran.vk.kubelet.container_logs import log_params
 from catamaran.vk.kubelet.http import HttpError, Request
-from catamaran.vk.kubelet.stats import ContainerUsage, PodUsage, Snapshot, UsageIntegrator, resource_metrics, summary
+from catamaran.vk.kubelet.stats import (
+    ContainerUsage,
+    CounterRates,
+    PodUsage,
+    Snapshot,
+    UsageIntegrator,
+    counted_containers,
+    resource_metrics,
+    summary,
+)
 from catamaran.vk.kubelet.streams import command_streams, negotiate
 
 NODE = "catamaran-cluster-3"
@@ -272,3 +282,70 @@ def test_one_route_table_decides_paths_methods_and_metrics_labels():
     assert ROUTES["portForward"].methods >= {"GET", "POST"}  # SPDY upgrades POST, WebSocket upgrades GET
     for route in ROUTES.values():
         assert callable(getattr(KubeletServer, route.serve)), route
+
+
+KUBELET_RESOURCE_METRICS = """# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time
+# TYPE container_cpu_usage_seconds_total counter
+container_cpu_usage_seconds_total{container="main",namespace="shop-c1",pod="idle"} 0.020260384 1795592061692
+container_cpu_usage_seconds_total{container="main",namespace="other",pod="x"} 7.5 1795592061692
+# HELP container_memory_working_set_bytes [STABLE] Current working set of the container in bytes
+# TYPE container_memory_working_set_bytes gauge
+container_memory_working_set_bytes{container="main",namespace="shop-c1",pod="idle"} 1.949696e+06 1795592061692
+# HELP container_start_time_seconds [STABLE] Start time of the container since unix epoch in seconds
+# TYPE container_start_time_seconds gauge
+container_start_time_seconds{container="main",namespace="shop-c1",pod="idle"} 1.7955920559007473e+09
+# HELP node_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the node in core-seconds
+# TYPE node_cpu_usage_seconds_total counter
+node_cpu_usage_seconds_total 25955.8511718 1795592023121
+"""
+
+
+def test_a_kubelets_counters_are_read_per_pod_with_their_sample_time():
+    pods = container_counters(KUBELET_RESOURCE_METRICS)
+    assert pods[("shop-c1", "idle")] == [
+        {
+            "name": "main",
+            "cpuSeconds": 0.020260384,
+            "sampledAt": 1795592061.692,
+            "memoryWorkingSetBytes": 1949696.0,
+            "startTime": 1795592055.9007473,
+        }
+    ]
+    assert pods[("other", "x")][0]["cpuSeconds"] == 7.5
+
+
+@pytest.mark.parametrize(
+    ("user", "tenant"),
+    [
+        ("system:serviceaccount:catamaran-tenant-cluster-1:catamaran-consumer", "cluster-1"),
+        ("system:serviceaccount:kube-system:default", None),
+        ("system:serviceaccount:catamaran-tenant-cluster-1", None),
+        ("admin", None),
+    ],
+)
+def test_only_a_tenant_credential_names_a_tenant(user, tenant):
+    assert tenant_of(user) == tenant
+
+
+def test_counter_rates_come_from_two_samples_and_survive_a_repeated_one():
+    rates = CounterRates()
+    key = ("ns", "pod", "c")
+    assert rates.rate(key, 10.0, at=100.0) == 0.0  # one sample: no rate yet
+    assert rates.rate(key, 12.0, at=104.0) == pytest.approx(0.5)
+    assert rates.rate(key, 12.0, at=104.0) == pytest.approx(0.5)  # the same sample again (a cached read)
+    assert rates.rate(key, 12.0, at=108.0) == 0.0
+    rates.forget_except(set())
+    assert rates.previous == {}
+
+
+def test_counted_containers_pass_the_kubelets_counter_and_sample_time_on():
+    local = {"metadata": {"namespace": "shop", "name": "idle"}, "status": {}}
+    item = {"containers": [{"name": "main", "cpuSeconds": 0.02, "sampledAt": 1795592061.692, "startTime": 17.0}]}
+    (usage,) = counted_containers(item, local, 1.0, CounterRates())
+    assert (usage.cpu_seconds, usage.sampled_at, usage.start_time) == (0.02, 1795592061.692, 17.0)
+    pod = PodUsage("shop", "idle", "uid", 1.0, [usage])
+    text = resource_metrics(
+        Snapshot(taken=1795592070.0, pods=[pod], node_cpu_cores=0, node_cpu_seconds=0, node_memory_bytes=0)
+    )
+    # metrics-server takes its rate from the counter's own sample time, not the moment the node answered.
+    assert 'container_cpu_usage_seconds_total{container="main",namespace="shop",pod="idle"} 0.02 1795592061692' in text

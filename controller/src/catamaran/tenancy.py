@@ -17,6 +17,8 @@ from .constants import (
     ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES,
     ANNOTATION_ALLOWED_SERVICE_TYPES,
     ANNOTATION_ENDPOINT_RANGES,
+    COUNTERS_GROUP,
+    COUNTERS_RESOURCE,
     DEFAULT_ALLOWED_SERVICE_TYPES,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -83,6 +85,8 @@ def provider_cluster_roles() -> list[dict]:
                     "verbs": ["get", "create"],
                 },
                 {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]},
+                # The provider kubelets' counters of this twin's pods (provider/counters.py), for `kubectl top`.
+                {"apiGroups": [COUNTERS_GROUP], "resources": [COUNTERS_RESOURCE], "verbs": ["list"]},
                 # Resource reflection (vk/reflection): the consumer's objects copied into this twin.
                 {
                     "apiGroups": [""],

@@ -7,6 +7,7 @@ from lightkube import AsyncClient
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, call, changed
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
+from .counters import CounterOptions, CountersServer
 from .credentials import CredentialController
 from .offers import ResourceOfferController
 from .shadowpods import ShadowPodController
@@ -18,6 +19,7 @@ def provider_tasks(
     cluster_id: str,
     workers: int = 32,
     credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
+    counters: CounterOptions | None = None,
 ) -> list:
     events = EventRecorder(client, "catamaran-manager")
     offers = ResourceOfferController(client, cluster_id)
@@ -53,7 +55,30 @@ def provider_tasks(
         wait_for=(offers.offers,),
     )
     offers.offers.on_change(call(credentials.terms_changed, key=lambda key: key[0], when=changed))
-    return [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks()]
+    tasks = [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks()]
+    if counters is not None:
+        server = CountersServer(
+            client,
+            counters,
+            pods_in=lambda namespace: _placed(offers.pods, namespace),
+            namespace_labels=lambda namespace: _labels(twins.namespaces.get(None, namespace)),
+        )
+        tasks.append(server.run())
+    return tasks
+
+
+def _placed(pods: Informer, namespace: str) -> dict[str, str]:
+    """Pod name -> node of a namespace's running pods (the offers' cache: finished pods are None there)."""
+    placed = {}
+    for key in pods.keys_in(namespace):
+        summary = pods.cache.get(key)
+        if summary is not None and summary.node:
+            placed[key[1]] = summary.node
+    return placed
+
+
+def _labels(namespace: dict | None) -> dict | None:
+    return None if namespace is None else namespace["metadata"].get("labels") or {}
 
 
 def _pod_cidrs(node) -> tuple:

@@ -1,11 +1,12 @@
-"""`stats/summary` and `metrics/resource` for this virtual node's pods, from the provider's pod metrics.
+"""`stats/summary` and `metrics/resource` for this virtual node's pods, from the provider's counters.
 
-The provider's `metrics.k8s.io` gives usage rates; a kubelet reports cumulative CPU seconds, from
-which metrics-server derives rates again. So each container's and the node's CPU usage is
-integrated over time here (kept monotonic), and memory is the working set the provider reports.
-The node's figures are the sum over this node's pods: the virtual node's own load, not the
-provider's. One list per twin namespace, at most `fan_out` at once, shared by concurrent callers
-and cached for `cache_seconds`.
+A kubelet reports cumulative CPU seconds, from which metrics-server derives rates. The provider's manager
+serves its own kubelets' counters of a twin's pods (`metrics.catamaran.io` podcounters, provider/counters.py):
+passed on as they are, they are monotonic across this process's restarts and never a made-up zero. A provider
+without that API (an older manager, or one not serving it) has its `metrics.k8s.io` usage rates integrated here
+instead, as a last resort. The node's figures are the sum over this node's pods: the virtual node's own load,
+not the provider's. One list per twin namespace, at most `fan_out` at once, shared by concurrent callers and
+cached for `cache_seconds`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ... import quantities
+from ...constants import COUNTERS_GROUP, COUNTERS_RESOURCE, VERSION
 from ...logs import fields
-from .channel import ProviderChannel
+from .channel import ProviderChannel, ProviderError
 
 log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 5.0
 FAN_OUT = 8
+# A provider without the counters API is asked again after this long (it may be upgraded meanwhile).
+COUNTERS_RETRY_SECONDS = 60.0
 
 
 @dataclass
@@ -32,8 +36,9 @@ class ContainerUsage:
     name: str
     cpu_cores: float
     memory_bytes: int
-    cpu_seconds: float  # cumulative, integrated here
+    cpu_seconds: float  # cumulative: the provider kubelet's counter, or integrated here
     start_time: float
+    sampled_at: float | None = None  # unix seconds of the counter's sample (None: the snapshot's time)
 
 
 @dataclass
@@ -105,6 +110,48 @@ class UsageIntegrator:
             del self.containers[key]
 
 
+class CounterRates:
+    """Each container's CPU rate between its last two counter samples (stats/summary's usageNanoCores)."""
+
+    def __init__(self):
+        self.previous: dict[tuple[str, str, str], tuple[float, float]] = {}  # key -> (seconds, at)
+        self.rates: dict[tuple[str, str, str], float] = {}
+
+    def rate(self, key: tuple[str, str, str], seconds: float, at: float) -> float:
+        before = self.previous.get(key)
+        if before is not None and at > before[1]:
+            self.rates[key] = max(seconds - before[0], 0.0) / (at - before[1])
+        if before is None or at > before[1]:
+            self.previous[key] = (seconds, at)
+        return self.rates.get(key, 0.0)
+
+    def forget_except(self, live: set[tuple[str, str, str]]) -> None:
+        for key in [k for k in self.previous if k not in live]:
+            del self.previous[key]
+            self.rates.pop(key, None)
+
+
+def counted_containers(item: dict, local: dict, start: float, rates: CounterRates) -> list[ContainerUsage]:
+    """A podcounters item's containers as usage (its counters as the provider's kubelet took them)."""
+    meta = local["metadata"]
+    usages = []
+    for container in item.get("containers") or []:
+        at = float(container.get("sampledAt") or 0) or None
+        seconds = float(container.get("cpuSeconds") or 0)
+        key = (meta["namespace"], meta["name"], container["name"])
+        usages.append(
+            ContainerUsage(
+                name=container["name"],
+                cpu_cores=rates.rate(key, seconds, at or time.time()),
+                memory_bytes=int(container.get("memoryWorkingSetBytes") or 0),
+                cpu_seconds=seconds,
+                start_time=float(container.get("startTime") or _started(local, container["name"], start)),
+                sampled_at=at,
+            )
+        )
+    return usages
+
+
 class NodeStats:
     def __init__(
         self,
@@ -123,6 +170,8 @@ class NodeStats:
         self.cache_seconds = cache_seconds
         self.limit = asyncio.Semaphore(fan_out)
         self.integrator = UsageIntegrator()
+        self.rates = CounterRates()
+        self.counters_unavailable_until = 0.0
         self.started = time.time()
         self._snapshot: Snapshot | None = None
         self._pending: asyncio.Future | None = None
@@ -155,28 +204,21 @@ class NodeStats:
             if isinstance(result, BaseException):
                 log.warning("pod metrics unavailable", extra=fields(namespace=twin, error=str(result)))
                 continue
-            for item in result.get("items") or []:
+            counted, answer = result
+            for item in answer.get("items") or []:
                 local = by_twin[twin].get(item["metadata"]["name"])
                 if local is None:
                     continue
                 meta = local["metadata"]
                 start = _epoch((local.get("status") or {}).get("startTime"), now)
                 usage = PodUsage(meta["namespace"], meta["name"], meta.get("uid") or "", start)
-                for container in item.get("containers") or []:
-                    key = (meta["namespace"], meta["name"], container["name"])
-                    cores = quantities.parse(container["usage"].get("cpu", "0"))
-                    started = _started(local, container["name"], start)
-                    live.add(key)
-                    usage.containers.append(
-                        ContainerUsage(
-                            name=container["name"],
-                            cpu_cores=float(cores),
-                            memory_bytes=int(quantities.parse(container["usage"].get("memory", "0"))),
-                            cpu_seconds=self.integrator.container(key, float(cores), now, started),
-                            start_time=started,
-                        )
-                    )
+                if counted:
+                    usage.containers = counted_containers(item, local, start, self.rates)
+                else:
+                    usage.containers = self._integrated(item, local, start, now)
+                live.update((meta["namespace"], meta["name"], c.name) for c in usage.containers)
                 usages.append(usage)
+        self.rates.forget_except(live)
         self.integrator.forget_except(live)
         node_cores = sum(p.cpu_cores for p in usages)
         self._snapshot = Snapshot(
@@ -188,9 +230,41 @@ class NodeStats:
         )
         return self._snapshot
 
-    async def _list(self, twin: str) -> dict:
+    def _integrated(self, item: dict, local: dict, start: float, now: float) -> list[ContainerUsage]:
+        """A metrics.k8s.io item's containers, their rates integrated into cumulative seconds here."""
+        meta = local["metadata"]
+        usages = []
+        for container in item.get("containers") or []:
+            key = (meta["namespace"], meta["name"], container["name"])
+            cores = float(quantities.parse(container["usage"].get("cpu", "0")))
+            started = _started(local, container["name"], start)
+            usages.append(
+                ContainerUsage(
+                    name=container["name"],
+                    cpu_cores=cores,
+                    memory_bytes=int(quantities.parse(container["usage"].get("memory", "0"))),
+                    cpu_seconds=self.integrator.container(key, cores, now, started),
+                    start_time=started,
+                )
+            )
+        return usages
+
+    async def _list(self, twin: str) -> tuple[bool, dict]:
+        """(True, the twin's podcounters) from the provider's manager, or (False, its metrics.k8s.io pods)."""
         async with self.limit:
-            return await self.channel.get_json(f"/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods")
+            if time.monotonic() >= self.counters_unavailable_until:
+                path = f"/apis/{COUNTERS_GROUP}/{VERSION}/namespaces/{twin}/{COUNTERS_RESOURCE}"
+                try:
+                    return True, await self.channel.get_json(path)
+                except ProviderError as error:
+                    if error.status not in (404, 503):
+                        raise
+                    log.info(
+                        "provider serves no pod counters; integrating its usage rates",
+                        extra=fields(status=error.status),
+                    )
+                    self.counters_unavailable_until = time.monotonic() + COUNTERS_RETRY_SECONDS
+            return False, await self.channel.get_json(f"/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods")
 
 
 def _iso(epoch: float) -> str:
@@ -244,10 +318,13 @@ def resource_metrics(snapshot: Snapshot) -> str:
     ms = int(snapshot.taken * 1000)
     lines: list[str] = []
 
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]], at: list[int] | None = None):
         lines.append(f"# HELP {name} [STABLE] {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.extend(f"{name}{labels} {value!r} {ms}" for labels, value in samples)
+        stamps = at or [ms] * len(samples)
+        lines.extend(
+            f"{name}{labels} {value!r} {stamp}" for (labels, value), stamp in zip(samples, stamps, strict=True)
+        )
 
     def pod_labels(pod: PodUsage) -> str:
         return f'{{namespace="{_label(pod.namespace)}",pod="{_label(pod.name)}"}}'
@@ -256,11 +333,13 @@ def resource_metrics(snapshot: Snapshot) -> str:
         return f'{{container="{_label(container.name)}",namespace="{_label(pod.namespace)}",pod="{_label(pod.name)}"}}'
 
     containers = [(pod, c) for pod in snapshot.pods for c in pod.containers]
+    # metrics-server takes a rate from two samples' values and times: a counter keeps the time it was read at.
     family(
         "container_cpu_usage_seconds_total",
         "counter",
         "Cumulative cpu time consumed by the container in core-seconds",
         [(container_labels(p, c), c.cpu_seconds) for p, c in containers],
+        [int((c.sampled_at or snapshot.taken) * 1000) for _, c in containers],
     )
     family(
         "container_memory_working_set_bytes",
