@@ -3,7 +3,9 @@ imported into cluster-1's real node, and the controller role in deployment mode 
 pod, from the installed collection artifact.
 
 What only a running pod proves: the image starts as its non-root user on a read-only root file system, and the
-kubelet's readiness probe reaches the manager's /readyz (informers synced, the webhook listening).
+kubelet's readiness probe reaches the manager's /readyz (informers synced, the webhook listening). Two replicas
+elect a leader on a Lease: the standby is a ready hot spare, only the leader's pod carries the label the webhook's
+Service selects, and the standby takes over when the leader's pod is killed.
 
 Not here yet: the API server calling the webhook through its Service. The lab's API servers run on the host, where
 no kube-proxy makes ClusterIPs reachable, and `--enable-aggregator-routing` (pod IPs instead) breaks kwokctl's
@@ -12,11 +14,14 @@ metrics-server APIService (an ExternalName Service).
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 
 import pytest
 import yaml
 
+from catamaran.constants import LEADER_LABEL
 from catamaran_lab import controller_image
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
@@ -46,6 +51,10 @@ def role_playbook(directory) -> str:
                     "controller_namespace": NAMESPACE,
                     "controller_virtual_kubelets": [],
                     "controller_webhook": True,
+                    "controller_replicas": 2,
+                    # The lab's API servers run on the host, which reaches no ClusterIP: an APIService through
+                    # the manager's Service would stay unavailable (and hold up namespace deletion meanwhile).
+                    "controller_pod_counters": False,
                     "controller_image_pull_policy": "Never",  # imported, never pulled
                     "controller_node_selector": {NODE_KIND_LABEL: "real"},
                     "controller_tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
@@ -86,23 +95,57 @@ def deployed(lab, lab_config_in_use, installed_collections, tmp_path_factory):
         lab.kubectl(CLUSTER, "-n", "kube-node-lease", "delete", "roles,rolebindings", "-l", ROLE_SELECTOR, check=False)
 
 
-def manager_pod(lab) -> dict:
-    pods = get_json(lab, CLUSTER, "-n", NAMESPACE, "pods", "-l", "app.kubernetes.io/component=manager")["items"]
-    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-    return pods[0]
+def manager_pods(lab) -> list[dict]:
+    return get_json(lab, CLUSTER, "-n", NAMESPACE, "pods", "-l", "app.kubernetes.io/component=manager")["items"]
+
+
+def is_ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def lease_holder(lab) -> str | None:
+    result = lab.kubectl(CLUSTER, "-n", NAMESPACE, "get", "lease", "catamaran-manager", "-o", "json", check=False)
+    return json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
+
+
+def leader_and_standby(lab) -> tuple[dict, dict] | None:
+    """The two replicas once one leads (holds the Lease, carries the leader label) and the other stands by; both
+    Ready."""
+    pods = [p for p in manager_pods(lab) if not p["metadata"].get("deletionTimestamp") and is_ready(p)]
+    labelled = [p for p in pods if (p["metadata"].get("labels") or {}).get(LEADER_LABEL) == "true"]
+    if len(pods) != 2 or len(labelled) != 1 or labelled[0]["metadata"]["name"] != lease_holder(lab):
+        return None
+    (standby,) = [p for p in pods if p is not labelled[0]]
+    return labelled[0], standby
 
 
 def test_the_manager_runs_on_the_real_node_from_the_engine_less_image_and_turns_ready(lab, deployed):
-    def ready():
-        conditions = manager_pod(lab)["status"].get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-    wait_for(ready, timeout=120, what="the manager pod Ready (its /readyz probed by the real kubelet)")
-    pod = manager_pod(lab)
-    assert pod["spec"]["nodeName"] == f"{CLUSTER}-real"
-    (status,) = pod["status"]["containerStatuses"]
+    leader, _ = wait_for(
+        lambda: leader_and_standby(lab), timeout=180, what="one manager replica leading, one standing by"
+    )
+    assert leader["spec"]["nodeName"] == f"{CLUSTER}-real"
+    (status,) = leader["status"]["containerStatuses"]
     assert status["image"] == "ghcr.io/catamaran/controller:0.1.0"
     assert status["restartCount"] == 0
     command = ["python", "-c", "import os; print(os.getuid())"]
-    uid = lab.kubectl(CLUSTER, "-n", NAMESPACE, "exec", pod["metadata"]["name"], "--", *command, check=False)
+    uid = lab.kubectl(CLUSTER, "-n", NAMESPACE, "exec", leader["metadata"]["name"], "--", *command, check=False)
     assert uid.stdout.strip() == "65532", uid.stderr
+
+
+def test_killing_the_leading_manager_pod_hands_over_to_the_standby(lab, deployed):
+    leader, standby = wait_for(lambda: leader_and_standby(lab), timeout=120, what="a leader and a standby")
+    standby_name = standby["metadata"]["name"]
+    # No grace: the leader cannot release its Lease; the standby takes it once it has not been renewed.
+    lab.kubectl(CLUSTER, "-n", NAMESPACE, "delete", "pod", leader["metadata"]["name"], "--grace-period=0", "--force")
+    killed = time.monotonic()
+    wait_for(lambda: lease_holder(lab) == standby_name, timeout=60, interval=0.5, what=f"{standby_name} to lead")
+    took_over = time.monotonic() - killed
+
+    def labelled() -> bool:
+        pod = next((p for p in manager_pods(lab) if p["metadata"]["name"] == standby_name), {})
+        return (pod.get("metadata", {}).get("labels") or {}).get(LEADER_LABEL) == "true"
+
+    wait_for(labelled, timeout=30, interval=0.5, what=f"{standby_name} to carry the leader label")
+    print(f"manager hand-over: Lease taken after {took_over:.1f}s, leader label after {time.monotonic() - killed:.1f}s")
+    # The Deployment replaces the killed pod, and the replacement stands by.
+    wait_for(lambda: leader_and_standby(lab), timeout=120, what="a new standby")

@@ -7,15 +7,21 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
 from . import health, logs
-from .constants import SYSTEM_NAMESPACE
+from .constants import COUNTERS_SERVICE, LEADER_LABEL, MANAGER_LEASE, SYSTEM_NAMESPACE, VK_SERVICE_ACCOUNT_PREFIX
 from .consumer.manager import WebhookOptions, consumer_tasks
 from .fabric.gateway import gateway_tasks
 from .fabric.plan import DEFAULT_INTERFACE_PREFIX
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
+from .kube.leaderelection import LeaderElector, LeadershipLost
+from .provider.counters import CounterOptions
 from .provider.manager import provider_tasks
 from .vk.runner import KubeletOptions, PeeringRemoved, VirtualKubelet
 
@@ -40,6 +46,29 @@ def _webhook(args) -> WebhookOptions | None:
     )
 
 
+def _counters(args) -> CounterOptions | None:
+    """The pod counters API's options from the command line; None when it is not served."""
+    if not args.counters_port:
+        return None
+    service_namespace = args.controller_namespace
+    service_port = 443
+    if args.counters_external_name:  # local mode: the API server reaches this host's port by that name
+        service_port = args.counters_port
+    return CounterOptions(
+        port=args.counters_port,
+        cert_dir=Path(args.cert_dir) / "counters",
+        # The aggregator checks the name <service>.<namespace>.svc, whatever the Service's kind.
+        hosts=[
+            f"{COUNTERS_SERVICE}.{service_namespace}.svc",
+            *([args.counters_external_name] if args.counters_external_name else []),
+        ],
+        service_namespace=service_namespace,
+        service_name=COUNTERS_SERVICE,
+        service_port=service_port,
+        external_name=args.counters_external_name,
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="catamaran", description=__doc__)
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="local cluster kubeconfig")
@@ -61,6 +90,27 @@ def _parser() -> argparse.ArgumentParser:
         help="/livez fails once the event loop has not turned for this long",
     )
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="act only while holding a Lease (manager: catamaran-manager; virtual kubelet: catamaran-vk-<provider>)",
+    )
+    parser.add_argument(
+        "--leader-elect-namespace",
+        default=os.environ.get("POD_NAMESPACE", SYSTEM_NAMESPACE),
+        help="namespace of the leader election Lease",
+    )
+    parser.add_argument(
+        "--leader-elect-label-pod",
+        action="store_true",
+        help=f"label the leader's own pod {LEADER_LABEL}=true (Services of several replicas select it; needs "
+        "$POD_NAMESPACE and $POD_NAME)",
+    )
+    parser.add_argument(
+        "--leader-elect-identity",
+        default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        help="this replica's name in the Lease",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     manager = commands.add_parser(
         "manager", help="run the manager: ShadowPods, offers and twins (provider); NamespaceOffloading and webhook"
@@ -84,6 +134,16 @@ def _parser() -> argparse.ArgumentParser:
     manager.add_argument("--webhook-service", help="namespace/name:port of the webhook Service (in-cluster manager)")
     manager.add_argument("--webhook-host", action="append", default=[], help="name or IP in the serving certificate")
     manager.add_argument("--cert-dir", default="/var/run/catamaran/webhook", help="webhook CA and certificates")
+    manager.add_argument(
+        "--counters-port",
+        type=int,
+        default=0,
+        help="serve tenants' pod CPU and memory counters (the APIService metrics.catamaran.io) on this port (0: off)",
+    )
+    manager.add_argument(
+        "--counters-external-name",
+        help="out-of-cluster manager: the address the API server reaches this port at (an ExternalName Service)",
+    )
     vk = commands.add_parser("virtual-kubelet", help="run the virtual kubelet of one ForeignCluster")
     vk.add_argument("--foreign-cluster", required=True, help="ForeignCluster name")
     vk.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignCluster and its Secret")
@@ -127,12 +187,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _own_pod(args) -> tuple[str, str] | None:
+    """This replica's pod (namespace, name), when it is to carry the leader label."""
+    if not args.leader_elect_label_pod:
+        return None
+    return os.environ["POD_NAMESPACE"], os.environ["POD_NAME"]
+
+
+def _elector(args, client) -> LeaderElector | None:
+    """The replica's leader election, when asked for: one Lease per manager, one per virtual kubelet."""
+    if not args.leader_elect:
+        return None
+    lease = MANAGER_LEASE if args.command == "manager" else f"{VK_SERVICE_ACCOUNT_PREFIX}{args.foreign_cluster}"
+    return LeaderElector(client, lease, args.leader_elect_namespace, args.leader_elect_identity)
+
+
 async def _main(args) -> None:
     config = kubeconfig_from_file(args.kubeconfig, args.context)
     if args.command == "manager":
         client = async_client(config, args.context, "catamaran-manager")
         tasks = provider_tasks(
-            client, args.cluster_id, workers=args.workers, credential_renew_fraction=args.credential_renew_fraction
+            client,
+            args.cluster_id,
+            workers=args.workers,
+            credential_renew_fraction=args.credential_renew_fraction,
+            counters=_counters(args),
         )
         tasks += consumer_tasks(client, args.cluster_id, args.controller_namespace, _webhook(args))
     elif args.command == "gateway":
@@ -159,15 +238,51 @@ async def _main(args) -> None:
         )
         tasks = [vk.run()]
     log.info("starting", extra=logs.fields(command=args.command, cluster_id=args.cluster_id))
+    elector = _elector(args, client)
     try:
         async with asyncio.TaskGroup() as group:
-            for task in [health.HEALTH.heartbeat(), *tasks]:
-                group.create_task(task)
+            group.create_task(health.HEALTH.heartbeat())
+            group.create_task(_run(tasks) if elector is None else _lead(elector, tasks, _own_pod(args)))
     except* PeeringRemoved as removed:
         # A deliberate end, not a failure: returning exits 0, so a supervisor does not restart the process.
         log.info("peering removed; exiting", extra=logs.fields(reason=str(removed.exceptions[0])))
+    except* LeadershipLost as lost:
+        raise lost.exceptions[0] from None
     finally:
+        if elector is not None:
+            await elector.release()  # every task has stopped: a standby may act from now on
         await client.close()  # its connections go with a clean close, not a warning at exit
+
+
+async def _run(tasks: list) -> None:
+    async with asyncio.TaskGroup() as group:
+        for task in tasks:
+            group.create_task(task)
+
+
+async def _lead(elector: LeaderElector, tasks: list, pod: tuple[str, str] | None) -> None:
+    """Wait for the Lease, then act for as long as it is renewed. A standby is ready (a hot spare); when `pod`
+    (namespace, name) is given, only the leader's pod carries LEADER_LABEL, which Services select."""
+    if pod is not None:
+        await _label_leader(elector.client, pod, None)  # a replica restarted after losing the lead leads no more
+    health.HEALTH.standby = True
+    try:
+        await elector.acquire()
+    except BaseException:
+        for task in tasks:
+            task.close()  # never started: no "never awaited" warnings
+        raise
+    finally:
+        health.HEALTH.standby = False
+    if pod is not None:
+        await _label_leader(elector.client, pod, "true")
+    await _run([*tasks, elector.hold()])
+
+
+async def _label_leader(client, pod: tuple[str, str], value: str | None) -> None:
+    namespace, name = pod
+    body = {"metadata": {"labels": {LEADER_LABEL: value}}}
+    await client.patch(Pod, name, body, namespace=namespace, patch_type=PatchType.MERGE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,6 +292,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--metrics-port: {args.metrics_port} is not a port number (0-65535)")
     if args.liveness_stall_seconds <= 0:
         parser.error(f"--liveness-stall-seconds: must be positive, not {args.liveness_stall_seconds}")
+    if args.leader_elect and args.command == "gateway":
+        parser.error("--leader-elect: every node's gateway acts; there is no leader to elect")
+    if args.leader_elect_label_pod and not (os.environ.get("POD_NAMESPACE") and os.environ.get("POD_NAME")):
+        parser.error("--leader-elect-label-pod needs $POD_NAMESPACE and $POD_NAME (the Downward API)")
     logs.setup(args.log_level)
     health.HEALTH.stall_seconds = args.liveness_stall_seconds
     health.serve(args.metrics_port, args.metrics_address, args.health_url_file)
@@ -190,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
         log.info("stopped")
     except CredentialError as error:
         sys.exit(f"error: {error}")
+    except LeadershipLost as error:
+        sys.exit(f"error: {error}; exiting, to start again as a standby")
     finally:
         loop.close()
 

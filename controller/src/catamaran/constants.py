@@ -4,12 +4,23 @@ SYSTEM_NAMESPACE = "catamaran-system"
 TENANT_NAMESPACE_PREFIX = "catamaran-tenant-"
 TENANT_SERVICE_ACCOUNT = "catamaran-consumer"
 VIRTUAL_NODE_PREFIX = "catamaran-"
-# + provider id: the service account (and Deployment) of one virtual kubelet in deployment mode.
+# + provider id: the service account (and Deployment) of one virtual kubelet in deployment mode, and the Lease its
+# replicas elect a leader with.
 VK_SERVICE_ACCOUNT_PREFIX = "catamaran-vk-"
+# The Lease the manager's replicas elect a leader with, in the controller namespace; the leader's pod carries the
+# label (value "true"), which the Services of its servers (webhook, pod counters) select.
+MANAGER_LEASE = "catamaran-manager"
+LEADER_LABEL = "catamaran.io/leader"
 
 CORE_GROUP = "core.catamaran.io"
 OFFLOADING_GROUP = "offloading.catamaran.io"
 VERSION = "v1alpha1"
+# A provider's manager serves its kubelets' CPU and memory counters of a twin's pods to that twin's tenant, as an
+# aggregated API (provider/counters.py); the consumer's virtual kubelet reads them (vk/kubelet/stats.py).
+COUNTERS_GROUP = "metrics.catamaran.io"
+COUNTERS_RESOURCE = "podcounters"
+COUNTERS_API_SERVICE = f"{VERSION}.{COUNTERS_GROUP}"
+COUNTERS_SERVICE = "catamaran-counters"
 
 LABEL_TYPE = "catamaran.io/type"
 TYPE_VIRTUAL_NODE = "virtual-node"

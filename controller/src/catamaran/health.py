@@ -48,6 +48,7 @@ class Health:
         self.last_beat = time.monotonic()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._checks: dict[str, ReadinessCheck] = {}
+        self.standby = False  # a replica waiting to lead (kube/leaderelection.py)
         self._lock = threading.Lock()
 
     async def heartbeat(self) -> None:
@@ -75,6 +76,8 @@ class Health:
     def readiness(self) -> tuple[bool, list[str]]:
         # Read from another thread without locks: each value is a plain attribute replaced atomically, and a
         # stale read only delays the answer by one probe.
+        if self.standby:
+            return True, []  # a hot spare waiting for its Lease: nothing of it runs yet that could be unready
         reasons = []
         for watched in informer.running_informers():
             if watched.failing:

@@ -1,0 +1,134 @@
+"""Two replicas of the manager and of a virtual kubelet, one acting at a time (leader election on Leases).
+
+cluster-1 consumes cluster-2 (kwok nodes). Each replica is a process of its own, as a pod of a two-replica
+Deployment would be. Killing the acting one (SIGKILL: no goodbye, no release of its Lease) hands over to the other
+(the test prints how long it took: a figure, not an assertion), while the virtual node stays Ready, no remote pod
+is recreated and no local pod's status goes backwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+import time
+
+import pytest
+
+from catamaran.constants import MANAGER_LEASE, SYSTEM_NAMESPACE, VK_SERVICE_ACCOUNT_PREFIX, virtual_node_name
+
+from . import federation
+from .conftest import get_json, wait_for
+from .manifests import container, deployment
+
+pytestmark = pytest.mark.integration
+
+CONSUMER, PROVIDER = "cluster-1", "cluster-2"
+NAMESPACE = "high-availability"
+TWIN = f"{NAMESPACE}-{CONSUMER}"
+NODE = virtual_node_name(PROVIDER)
+VK_LEASE = f"{VK_SERVICE_ACCOUNT_PREFIX}{PROVIDER}"
+PODS = 50
+
+
+def replicas(process: federation.ControllerProcess) -> dict[str, federation.ControllerProcess]:
+    """Two replicas of a process, each with its own name in the Lease."""
+    return {
+        identity: federation.ControllerProcess(
+            process.lab,
+            f"{process.name}-{identity}",
+            ["--leader-elect", "--leader-elect-identity", identity, *process.args],
+        )
+        for identity in ("replica-a", "replica-b")
+    }
+
+
+@pytest.fixture(scope="module")
+def fed(lab):
+    for cluster in (CONSUMER, PROVIDER):
+        federation.install_crds(lab, cluster)
+    federation.peer(lab, CONSUMER, PROVIDER)
+    managers = replicas(federation.manager(lab, PROVIDER))
+    vks = replicas(federation.virtual_kubelet(lab, CONSUMER, PROVIDER))
+    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, [*managers.values(), *vks.values()]):
+        yield {"managers": managers, "vks": vks}
+
+
+def holder(lab, cluster: str, lease: str) -> str | None:
+    result = lab.kubectl(cluster, "-n", SYSTEM_NAMESPACE, "get", "lease", lease, "-o", "json", check=False)
+    return json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
+
+
+def remote_pods(lab) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in get_json(lab, PROVIDER, "pods", "-n", TWIN)["items"]}
+
+
+def running(lab, app: str) -> int:
+    pods = get_json(lab, CONSUMER, "pods", "-n", NAMESPACE, "-l", f"app={app}")["items"]
+    return sum(1 for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == NODE)
+
+
+@contextlib.contextmanager
+def watching(lab):
+    """Sample, until the block ends, the virtual node's Ready condition and every local pod's phase."""
+    seen = {"not_ready": 0, "backwards": []}
+    done = threading.Event()
+    last: dict[str, str] = {}
+
+    def sample():
+        while not done.is_set():
+            if federation.node_ready(lab, CONSUMER, NODE) != "True":
+                seen["not_ready"] += 1
+            for pod in get_json(lab, CONSUMER, "pods", "-n", NAMESPACE)["items"]:
+                name, phase = pod["metadata"]["name"], pod["status"].get("phase")
+                if last.get(name) == "Running" and phase != "Running":
+                    seen["backwards"].append((name, phase))
+                last[name] = phase
+            time.sleep(1)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join(timeout=30)
+
+
+def hand_over(lab, cluster: str, lease: str, processes: dict[str, federation.ControllerProcess]) -> tuple[str, float]:
+    """SIGKILL the replica holding `lease`; (the other's identity, seconds until it holds the Lease)."""
+    leader = wait_for(lambda: holder(lab, cluster, lease), what=f"a holder of Lease {lease}")
+    (standby,) = set(processes) - {leader}
+    processes[leader].process.send_signal(signal.SIGKILL)
+    processes[leader].process.wait(timeout=10)
+    killed = time.monotonic()
+    wait_for(lambda: holder(lab, cluster, lease) == standby, timeout=30, interval=0.2, what=f"{standby} to lead")
+    return standby, time.monotonic() - killed
+
+
+def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(lab, fed):
+    body = deployment("web", PODS, {"containers": [container(cpu="10m", memory="16Mi")]}, NAMESPACE)
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
+    wait_for(lambda: running(lab, "web") == PODS, timeout=120, what=f"{PODS} offloaded pods Running")
+    before = remote_pods(lab)
+    assert len(before) == PODS
+
+    with watching(lab) as seen:
+        vk_standby, vk_seconds = hand_over(lab, CONSUMER, VK_LEASE, fed["vks"])
+        # The new leader acts: a pod created now is offloaded by it.
+        more = deployment("after-vk", 1, {"containers": [container(cpu="10m", memory="16Mi")]}, NAMESPACE)
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(more))
+        wait_for(lambda: running(lab, "after-vk") == 1, timeout=60, what="a pod offloaded by the new virtual kubelet")
+
+        manager_standby, manager_seconds = hand_over(lab, PROVIDER, MANAGER_LEASE, fed["managers"])
+        more = deployment("after-manager", 1, {"containers": [container(cpu="10m", memory="16Mi")]}, NAMESPACE)
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(more))
+        wait_for(lambda: running(lab, "after-manager") == 1, timeout=60, what="a pod made by the new manager")
+        after = remote_pods(lab)
+
+    print(f"hand-over: virtual kubelet to {vk_standby} in {vk_seconds:.1f}s, manager to {manager_standby} in "
+          f"{manager_seconds:.1f}s (Lease duration 10 s)")  # fmt: skip
+    assert {name: after[name] for name in before} == before  # not one remote pod recreated
+    assert seen["not_ready"] == 0
+    assert seen["backwards"] == []
