@@ -30,6 +30,17 @@ TWIN = f"{NAMESPACE}-{CONSUMER}"
 NODE = virtual_node_name(PROVIDER)
 VK_LEASE = f"{VK_SERVICE_ACCOUNT_PREFIX}{PROVIDER}"
 PODS = 50
+# No consumer manager here (its webhook would add these): the pods ask for the virtual node themselves.
+ON_THE_VIRTUAL_NODE = {
+    "nodeSelector": {"kubernetes.io/hostname": NODE},
+    "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
+}
+
+
+def offloaded(name: str, replicas: int) -> dict:
+    return deployment(
+        name, replicas, {"containers": [container(cpu="10m", memory="16Mi")], **ON_THE_VIRTUAL_NODE}, NAMESPACE
+    )
 
 
 def replicas(process: federation.ControllerProcess) -> dict[str, federation.ControllerProcess]:
@@ -108,8 +119,7 @@ def hand_over(lab, cluster: str, lease: str, processes: dict[str, federation.Con
 
 
 def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(lab, fed):
-    body = deployment("web", PODS, {"containers": [container(cpu="10m", memory="16Mi")]}, NAMESPACE)
-    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloaded("web", PODS)))
     wait_for(lambda: running(lab, "web") == PODS, timeout=120, what=f"{PODS} offloaded pods Running")
     before = remote_pods(lab)
     assert len(before) == PODS
@@ -117,13 +127,11 @@ def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(
     with watching(lab) as seen:
         vk_standby, vk_seconds = hand_over(lab, CONSUMER, VK_LEASE, fed["vks"])
         # The new leader acts: a pod created now is offloaded by it.
-        more = deployment("after-vk", 1, {"containers": [container(cpu="10m", memory="16Mi")]}, NAMESPACE)
-        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(more))
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloaded("after-vk", 1)))
         wait_for(lambda: running(lab, "after-vk") == 1, timeout=60, what="a pod offloaded by the new virtual kubelet")
 
         manager_standby, manager_seconds = hand_over(lab, PROVIDER, MANAGER_LEASE, fed["managers"])
-        more = deployment("after-manager", 1, {"containers": [container(cpu="10m", memory="16Mi")]}, NAMESPACE)
-        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(more))
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloaded("after-manager", 1)))
         wait_for(lambda: running(lab, "after-manager") == 1, timeout=60, what="a pod made by the new manager")
         after = remote_pods(lab)
 
