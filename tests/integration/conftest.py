@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +104,15 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.5, what: str = 
 
 def get_json(lab: Lab, cluster: str, *args: str) -> dict:
     return json.loads(lab.kubectl(cluster, "get", *args, "-o", "json").stdout)
+
+
+def kill_container_process(container_id: str) -> int:
+    """SIGKILL a real node's container's processes from the host, as the OOM killer would: found by their cgroup."""
+    hex_id = container_id.split("://", 1)[1]
+    killed = 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if hex_id in Path(f"/proc/{entry}/cgroup").read_text():
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+    return killed

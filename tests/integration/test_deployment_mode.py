@@ -26,7 +26,7 @@ from catamaran_lab import controller_image
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from . import federation
-from .conftest import get_json, require_real_node, wait_for
+from .conftest import get_json, kill_container_process, require_real_node, wait_for
 from .playbooks import run_playbook
 
 pytestmark = pytest.mark.integration
@@ -104,8 +104,10 @@ def is_ready(pod: dict) -> bool:
 
 
 def lease_holder(lab) -> str | None:
+    """The pod whose replica holds the manager's Lease (identities are `<pod>_<random>`, one per start)."""
     result = lab.kubectl(CLUSTER, "-n", NAMESPACE, "get", "lease", "catamaran-manager", "-o", "json", check=False)
-    return json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
+    holder = json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
+    return holder.rpartition("_")[0] if holder else None
 
 
 def leader_and_standby(lab) -> tuple[dict, dict] | None:
@@ -135,8 +137,10 @@ def test_the_manager_runs_on_the_real_node_from_the_engine_less_image_and_turns_
 def test_killing_the_leading_manager_pod_hands_over_to_the_standby(lab, deployed):
     leader, standby = wait_for(lambda: leader_and_standby(lab), timeout=120, what="a leader and a standby")
     standby_name = standby["metadata"]["name"]
-    # No grace: the leader cannot release its Lease; the standby takes it once it has not been renewed.
-    lab.kubectl(CLUSTER, "-n", NAMESPACE, "delete", "pod", leader["metadata"]["name"], "--grace-period=0", "--force")
+    # SIGKILL from the host: the leader cannot release its Lease, so the standby takes it once it has not been
+    # renewed for a lease duration (a pod deleted with a grace period releases it at once).
+    (status,) = leader["status"]["containerStatuses"]
+    assert kill_container_process(status["containerID"]) > 0
     killed = time.monotonic()
     wait_for(lambda: lease_holder(lab) == standby_name, timeout=60, interval=0.5, what=f"{standby_name} to lead")
     took_over = time.monotonic() - killed
@@ -147,5 +151,7 @@ def test_killing_the_leading_manager_pod_hands_over_to_the_standby(lab, deployed
 
     wait_for(labelled, timeout=30, interval=0.5, what=f"{standby_name} to carry the leader label")
     print(f"manager hand-over: Lease taken after {took_over:.1f}s, leader label after {time.monotonic() - killed:.1f}s")
-    # The Deployment replaces the killed pod, and the replacement stands by.
-    wait_for(lambda: leader_and_standby(lab), timeout=120, what="a new standby")
+    # The kubelet restarts the killed container, which comes back as the standby.
+    new_leader, new_standby = wait_for(lambda: leader_and_standby(lab), timeout=120, what="the killed one standing by")
+    assert new_leader["metadata"]["name"] == standby_name
+    assert new_standby["metadata"]["name"] == leader["metadata"]["name"]

@@ -7,19 +7,15 @@ the process it runs. The tests run in file order and share one federation.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
-from pathlib import Path
 
 import pytest
 
 from catamaran.constants import virtual_node_name
 
 from . import federation
-from .conftest import get_json, require_real_node, wait_for
+from .conftest import get_json, kill_container_process, require_real_node, wait_for
 from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
 
 pytestmark = pytest.mark.integration
@@ -63,18 +59,6 @@ def pod_status(lab, cluster: str, namespace: str, name: str) -> dict:
 
 def main_container(status: dict) -> dict:
     return next(iter(status["status"].get("containerStatuses") or []), {})
-
-
-def kill_container_process(container_id: str) -> int:
-    """SIGKILL the container's processes from the host, as the OOM killer would: found by their cgroup."""
-    hex_id = container_id.split("://", 1)[1]
-    killed = 0
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if hex_id in Path(f"/proc/{entry}/cgroup").read_text():
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
-    return killed
 
 
 def test_offloaded_pod_runs_as_a_real_container_and_its_restarts_flow_back(lab, fed):

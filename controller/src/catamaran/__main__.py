@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import uuid
 from pathlib import Path
 
 from lightkube.resources.core_v1 import Pod
@@ -108,8 +109,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--leader-elect-identity",
-        default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
-        help="this replica's name in the Lease",
+        # Unique per start, as client-go's: a container restarted in the same pod is a new candidate, not the
+        # holder of a Lease it can no longer vouch for.
+        default=f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        help="this replica's name in the Lease (default: the pod's or host's name and a random suffix)",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     manager = commands.add_parser(
