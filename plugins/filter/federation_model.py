@@ -98,7 +98,11 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     DEFAULT_TWIN_NAME_POLICY,
     POD_SECURITY_LEVELS,
 )
-from ansible_collections.catamaran.federation.plugins.module_utils.offloading import POLICY_MAPPING_STRATEGIES
+from ansible_collections.catamaran.federation.plugins.module_utils.offloading import (
+    MAPPING_STRATEGIES,
+    POD_STRATEGIES,
+    POLICY_MAPPING_STRATEGIES,
+)
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PEERING_KEYS = {
@@ -130,8 +134,6 @@ POLICY_KEYS = {
     "namespace_mapping_strategy",
     "cluster_selector",
 }
-POD_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
-MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName", "SelectedName")
 
 
 def _label(value, where):

@@ -8,7 +8,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
-from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput, check_cluster_id
+from ansible_collections.catamaran.federation.plugins.module_utils.common import (
+    InvalidInput,
+    check_cluster_id,
+    connection_options,
+)
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     LABEL_OFFLOADING_POLICY,
     OFFLOADING_GROUP,
@@ -21,6 +25,35 @@ KIND = "NamespaceOffloading"
 NAME = "offloading"  # one per namespace, fixed by the CRD
 CRD = "namespaceoffloadings.%s" % OFFLOADING_GROUP
 SETTLED_PHASES = ("Ready", "SomeFailed", "AllFailed", "NoClusterSelected")
+POD_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
+MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName", "SelectedName")
+POLICY_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")  # SelectedName names one twin only
+
+
+def spec_options(mapping_strategies):
+    """The argument spec of the NamespaceOffloading spec's options (doc fragment catamaran.federation.offloading)."""
+    return dict(
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        pod_offloading_strategy=dict(type="str", choices=list(POD_STRATEGIES), default="LocalAndRemote"),
+        namespace_mapping_strategy=dict(type="str", choices=list(mapping_strategies), default="DefaultName"),
+        cluster_selector=dict(type="dict"),
+        wait=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=120),
+    )
+
+
+def run_module(module, validate_present, present, absent, key, summarize):
+    """The whole of a module that makes an object present or absent: validate, connect, converge, report."""
+    params = module.params
+
+    def body():
+        if params["state"] == "present":
+            validate_present(params)
+        cluster = module.connect(None, connection_options(params))
+        changes, live = (present if params["state"] == "present" else absent)(module, cluster, params)
+        return changes.result(**{key: summarize(live) if live else {}})
+
+    module.run(body)
 
 
 def validate(params):
@@ -150,7 +183,6 @@ def absent(module, cluster, params):
 # NamespaceOffloadingPolicy: the same spec for every namespace a label selector matches.
 POLICY_KIND = "NamespaceOffloadingPolicy"
 POLICY_CRD = "namespaceoffloadingpolicies.%s" % OFFLOADING_GROUP
-POLICY_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")  # SelectedName names one twin only
 
 
 def validate_policy(params):

@@ -23,6 +23,7 @@ author:
 extends_documentation_fragment:
   - catamaran.federation.attributes
   - catamaran.federation.connection
+  - catamaran.federation.offloading
 options:
   namespace:
     description: The consumer namespace to extend.
@@ -33,11 +34,6 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  pod_offloading_strategy:
-    description: Where the namespace's pods may run.
-    type: str
-    choices: [Local, Remote, LocalAndRemote]
-    default: LocalAndRemote
   namespace_mapping_strategy:
     description:
       - How twin namespaces are named. V(DefaultName) is C(<namespace>-<consumer-id>). Immutable once set.
@@ -47,11 +43,6 @@ options:
   remote_namespace_name:
     description: The twin namespaces' name; required with, and only allowed with, O(namespace_mapping_strategy=SelectedName).
     type: str
-  cluster_selector:
-    description:
-      - A Kubernetes NodeSelector (C(nodeSelectorTerms)) matched against virtual node labels.
-      - Omitted, every peered cluster is selected.
-    type: dict
   create_namespace:
     description: Create the namespace when it does not exist.
     type: bool
@@ -60,10 +51,6 @@ options:
     description: With O(state=present), wait until the offloading phase is C(Ready); fail if it settles otherwise.
     type: bool
     default: false
-  wait_timeout:
-    description: Seconds to wait (for C(Ready), or for the removal to finish).
-    type: int
-    default: 120
 """
 
 EXAMPLES = r"""
@@ -120,42 +107,21 @@ actions:
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils import offloading
-from ansible_collections.catamaran.federation.plugins.module_utils.common import (
-    CatamaranModule,
-    connection_options,
-    connection_spec,
-)
+from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 
 
 def main():
     spec = connection_spec()
+    spec.update(offloading.spec_options(offloading.MAPPING_STRATEGIES))
     spec.update(
         namespace=dict(type="str", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        pod_offloading_strategy=dict(
-            type="str", choices=["Local", "Remote", "LocalAndRemote"], default="LocalAndRemote"
-        ),
-        namespace_mapping_strategy=dict(
-            type="str", choices=["DefaultName", "EnforceSameName", "SelectedName"], default="DefaultName"
-        ),
         remote_namespace_name=dict(type="str"),
-        cluster_selector=dict(type="dict"),
         create_namespace=dict(type="bool", default=True),
-        wait=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=120),
     )
     module = CatamaranModule(spec, supports_check_mode=True)
-    params = module.params
-
-    def body():
-        if params["state"] == "present":
-            offloading.validate(params)
-        cluster = module.connect(None, connection_options(params))
-        converge = offloading.present if params["state"] == "present" else offloading.absent
-        changes, live = converge(module, cluster, params)
-        return changes.result(offloading=offloading.summary(live) if live else {})
-
-    module.run(body)
+    offloading.run_module(
+        module, offloading.validate, offloading.present, offloading.absent, "offloading", offloading.summary
+    )
 
 
 if __name__ == "__main__":

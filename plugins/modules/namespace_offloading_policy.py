@@ -29,6 +29,7 @@ author:
 extends_documentation_fragment:
   - catamaran.federation.attributes
   - catamaran.federation.connection
+  - catamaran.federation.offloading
 options:
   name:
     description: The policy's name (a DNS label).
@@ -44,11 +45,6 @@ options:
       - A Kubernetes label selector (C(matchLabels), C(matchExpressions)) matched against namespace labels.
       - Required with O(state=present); it must not be empty.
     type: dict
-  pod_offloading_strategy:
-    description: Where the selected namespaces' pods may run.
-    type: str
-    choices: [Local, Remote, LocalAndRemote]
-    default: LocalAndRemote
   namespace_mapping_strategy:
     description:
       - How twin namespaces are named. V(DefaultName) is C(<namespace>-<consumer-id>). Immutable once set.
@@ -56,19 +52,10 @@ options:
     type: str
     choices: [DefaultName, EnforceSameName]
     default: DefaultName
-  cluster_selector:
-    description:
-      - A Kubernetes NodeSelector (C(nodeSelectorTerms)) matched against virtual node labels.
-      - Omitted, every peered cluster is selected.
-    type: dict
   wait:
     description: With O(state=present), wait until the manager reports the policy C(Ready); fail if it reports why not.
     type: bool
     default: false
-  wait_timeout:
-    description: Seconds to wait (for C(Ready), or for the removal to finish).
-    type: int
-    default: 120
 """
 
 EXAMPLES = r"""
@@ -134,39 +121,22 @@ actions:
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils import offloading
-from ansible_collections.catamaran.federation.plugins.module_utils.common import (
-    CatamaranModule,
-    connection_options,
-    connection_spec,
-)
+from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 
 
 def main():
     spec = connection_spec()
-    spec.update(
-        name=dict(type="str", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        namespace_selector=dict(type="dict"),
-        pod_offloading_strategy=dict(
-            type="str", choices=["Local", "Remote", "LocalAndRemote"], default="LocalAndRemote"
-        ),
-        namespace_mapping_strategy=dict(type="str", choices=["DefaultName", "EnforceSameName"], default="DefaultName"),
-        cluster_selector=dict(type="dict"),
-        wait=dict(type="bool", default=False),
-        wait_timeout=dict(type="int", default=120),
-    )
+    spec.update(offloading.spec_options(offloading.POLICY_MAPPING_STRATEGIES))
+    spec.update(name=dict(type="str", required=True), namespace_selector=dict(type="dict"))
     module = CatamaranModule(spec, supports_check_mode=True, required_if=[("state", "present", ["namespace_selector"])])
-    params = module.params
-
-    def body():
-        if params["state"] == "present":
-            offloading.validate_policy(params)
-        cluster = module.connect(None, connection_options(params))
-        converge = offloading.policy_present if params["state"] == "present" else offloading.policy_absent
-        changes, live = converge(module, cluster, params)
-        return changes.result(policy=offloading.policy_summary(live) if live else {})
-
-    module.run(body)
+    offloading.run_module(
+        module,
+        offloading.validate_policy,
+        offloading.policy_present,
+        offloading.policy_absent,
+        "policy",
+        offloading.policy_summary,
+    )
 
 
 if __name__ == "__main__":
