@@ -24,6 +24,7 @@ from catamaran.vk.kubelet.stats import (
     Snapshot,
     UsageIntegrator,
     counted_containers,
+    merged_items,
     resource_metrics,
     summary,
 )
@@ -349,3 +350,14 @@ def test_counted_containers_pass_the_kubelets_counter_and_sample_time_on():
     )
     # metrics-server takes its rate from the counter's own sample time, not the moment the node answered.
     assert 'container_cpu_usage_seconds_total{container="main",namespace="shop",pod="idle"} 0.02 1795592061692' in text
+
+
+def test_pods_without_counters_fall_back_to_their_usage_rates():
+    counters = {"items": [{"metadata": {"name": "real"}, "containers": []}]}
+    rates = {"items": [{"metadata": {"name": "real"}}, {"metadata": {"name": "on-a-fake-node"}}]}
+    assert [(item["metadata"]["name"], counted) for item, counted in merged_items(counters, rates)] == [
+        ("real", True),
+        ("on-a-fake-node", False),
+    ]
+    assert [counted for _, counted in merged_items(None, rates)] == [False, False]
+    assert merged_items(counters, None) == [(counters["items"][0], True)]

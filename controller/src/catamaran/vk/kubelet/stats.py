@@ -196,7 +196,9 @@ class NodeStats:
             twin = self.twin_of(meta["namespace"])
             if twin:
                 by_twin.setdefault(twin, {})[meta["name"]] = pod
-        listed = await asyncio.gather(*(self._list(twin) for twin in by_twin), return_exceptions=True)
+        listed = await asyncio.gather(
+            *(self._list(twin, _running(pods)) for twin, pods in by_twin.items()), return_exceptions=True
+        )
         now = time.time()
         usages: list[PodUsage] = []
         live: set[tuple[str, str, str]] = set()
@@ -204,8 +206,7 @@ class NodeStats:
             if isinstance(result, BaseException):
                 log.warning("pod metrics unavailable", extra=fields(namespace=twin, error=str(result)))
                 continue
-            counted, answer = result
-            for item in answer.get("items") or []:
+            for item, counted in merged_items(*result):
                 local = by_twin[twin].get(item["metadata"]["name"])
                 if local is None:
                     continue
@@ -249,13 +250,15 @@ class NodeStats:
             )
         return usages
 
-    async def _list(self, twin: str) -> tuple[bool, dict]:
-        """(True, the twin's podcounters) from the provider's manager, or (False, its metrics.k8s.io pods)."""
+    async def _list(self, twin: str, wanted: set[str]) -> tuple[dict | None, dict | None]:
+        """The twin's podcounters from the provider's manager, and its metrics.k8s.io pods when some `wanted` pod
+        has no counters there (a kubelet the manager cannot read, such as a fake node's; or no such API)."""
         async with self.limit:
+            counters = None
             if time.monotonic() >= self.counters_unavailable_until:
                 path = f"/apis/{COUNTERS_GROUP}/{VERSION}/namespaces/{twin}/{COUNTERS_RESOURCE}"
                 try:
-                    return True, await self.channel.get_json(path)
+                    counters = await self.channel.get_json(path)
                 except ProviderError as error:
                     if error.status not in (404, 503):
                         raise
@@ -264,7 +267,22 @@ class NodeStats:
                         extra=fields(status=error.status),
                     )
                     self.counters_unavailable_until = time.monotonic() + COUNTERS_RETRY_SECONDS
-            return False, await self.channel.get_json(f"/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods")
+            counted = {item["metadata"]["name"] for item in (counters or {}).get("items") or []}
+            if counters is not None and wanted <= counted:
+                return counters, None
+            return counters, await self.channel.get_json(f"/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods")
+
+
+def _running(pods: dict[str, dict]) -> set[str]:
+    return {name for name, pod in pods.items() if (pod.get("status") or {}).get("phase") == "Running"}
+
+
+def merged_items(counters: dict | None, rates: dict | None) -> list[tuple[dict, bool]]:
+    """(item, counted) for each pod: its counters where the provider's manager has them, else its usage rates."""
+    items = [(item, True) for item in (counters or {}).get("items") or []]
+    counted = {item["metadata"]["name"] for item, _ in items}
+    items += [(item, False) for item in (rates or {}).get("items") or [] if item["metadata"]["name"] not in counted]
+    return items
 
 
 def _iso(epoch: float) -> str:
