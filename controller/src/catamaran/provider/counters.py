@@ -28,8 +28,9 @@ from pathlib import Path
 
 from aiohttp import web
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiregistration_v1 import APIService
-from lightkube.resources.core_v1 import ConfigMap, Service
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..certs import CertificateStore
@@ -44,6 +45,7 @@ from ..constants import (
     TENANT_NAMESPACE_PREFIX,
     VERSION,
 )
+from ..kube.backoff import Backoff
 from ..kube.clients import get_raw
 from ..kube.ops import tolerating
 from ..logs import fields
@@ -319,8 +321,13 @@ class CountersServer:
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
         try:
-            await self._serve(runner)
-            await self._register()
+            try:
+                await self._serve(runner)
+            except (ApiError, RuntimeError) as error:  # no aggregation layer, or no right to read its CA
+                message = error.status.message if isinstance(error, ApiError) else str(error)
+                log.error("pod counters API not served", extra=fields(error=message))
+                return
+            await self._register_until_done()
             while True:
                 await asyncio.sleep(ROTATION_CHECK_S)
                 if self.store.ensure():
@@ -337,8 +344,26 @@ class CountersServer:
         await self._site.start()
         log.info("pod counters API serving", extra=fields(port=self.options.port))
 
+    async def _register_until_done(self) -> None:
+        """Register, retrying with backoff: a refusal must not stop the manager's other work."""
+        backoff = Backoff(initial=1.0, cap=60.0, reset_after=0.0)
+        while True:
+            try:
+                await self._register()
+                return
+            except ApiError as error:
+                delay = backoff.failed(time.monotonic())
+                log.warning(
+                    "pod counters API not registered; retrying",
+                    extra=fields(error=str(error.status.message), retry_in=round(delay, 1)),
+                )
+                await asyncio.sleep(delay)
+
     async def _register(self) -> None:
         if self.options.external_name:
+            # Local mode: the Service lives in the controller namespace, which nothing else may have made yet.
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.options.service_namespace}}
+            await self.client.apply(Namespace.from_dict(namespace), field_manager=FIELD_MANAGER)
             await self.client.apply(
                 Service.from_dict(external_service(self.options)), field_manager=FIELD_MANAGER, force=True
             )
