@@ -249,11 +249,13 @@ def clean(lab: Lab, clusters: list[str], namespace: str, providers: list[str]) -
         )
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
+        # A provider API server busy deleting ten thousand pods can take more than kubectl's default minute.
         left = sum(
-            len(lab.kubectl(c, "-n", namespace, "get", "pods", "-o", "name", check=False).stdout.split())
+            len(lab.kubectl(c, "-n", namespace, "get", "pods", "-o", "name", check=False, timeout=300).stdout.split())
             for c in clusters
         ) + sum(
-            len(lab.kubectl(p, "get", "shadowpods", "-A", "-o", "name", check=False).stdout.split()) for p in providers
+            len(lab.kubectl(p, "get", "shadowpods", "-A", "-o", "name", check=False, timeout=300).stdout.split())
+            for p in providers
         )
         if not left:
             return
@@ -368,10 +370,12 @@ def report(title: str, local: Run | None, remote: Run, rows: list[dict]) -> None
     harness.write_csv(f"cpu-{slug}.csv", cpu_rows)
 
 
-def recreate(lab: Lab, fed: Federation, count: int, rows: list[dict]) -> None:
-    """Delete remote pods on the provider one after another; each one's manager must bring it back Running."""
+def recreate(lab: Lab, fed: Federation, count: int, rows: list[dict], twin: str | None = None) -> None:
+    """Delete remote pods on the provider one after another; each one's manager must bring it back Running.
+
+    `twin` is the remote namespace (default: Catamaran's twin of the bench namespace; bench/liqo.py gives Liqo's)."""
     provider = fed.providers[0]
-    twin = default_twin_namespace(NAMESPACE, CONSUMER)
+    twin = twin or default_twin_namespace(NAMESPACE, CONSUMER)
     names = lab.kubectl(provider, "-n", twin, "get", "pods", "-o", "name").stdout.split()[:count]
 
     async def run() -> list[float]:
