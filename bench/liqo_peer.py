@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -72,44 +71,9 @@ def ensure_binaries(source: Path) -> Path:
     return bin_dir
 
 
-class Process:
+def process(lab: Lab, name: str, argv: list[str], env: dict[str, str]) -> federation.ChildProcess:
     """A Liqo binary as a child process, its log in the lab's logs directory."""
-
-    def __init__(self, lab: Lab, name: str, argv: list[str], env: dict[str, str]):
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_path = lab.root / "logs" / f"liqo-{name.replace(' ', '-').replace('/', '-')}.log"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **self.env)
-            )
-        time.sleep(0.5)
-        if self.process.poll() is not None:
-            raise SystemExit(f"{self.name} exited at once with {self.process.returncode}; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
+    return federation.ChildProcess(lab, f"liqo-{name}", argv, env)
 
 
 def tenant_namespace(cluster_id: str) -> str:
@@ -175,7 +139,7 @@ class LiqoPeering:
     bin_dir: Path
     qps: int
     burst: int
-    processes: dict[str, Process] = field(default_factory=dict)
+    processes: dict[str, federation.ChildProcess] = field(default_factory=dict)
 
     @property
     def consumers(self) -> list[str]:
@@ -238,7 +202,7 @@ class LiqoPeering:
                 )
             time.sleep(1)
 
-    def _add(self, name: str, process: Process) -> None:
+    def _add(self, name: str, process: federation.ChildProcess) -> None:
         self.processes[name] = process
 
     def _tenant(self) -> dict:
@@ -302,7 +266,7 @@ class LiqoPeering:
             },
         }
 
-    def _controller_manager(self, cluster: str) -> Process:
+    def _controller_manager(self, cluster: str) -> federation.ChildProcess:
         # The chart's arguments with networking off, and addresses of its own for each of the two on this host.
         ports = [federation.free_port() for _ in range(3)]
         argv = [
@@ -319,22 +283,22 @@ class LiqoPeering:
             f"--webhook-port={ports[2]}",
             *self.client_limits(),
         ]
-        return Process(
+        return process(
             self.lab, f"controller-manager {cluster}", argv, {"KUBECONFIG": str(self.lab.kubeconfig(cluster))}
         )
 
-    def _crd_replicator(self) -> Process:
+    def _crd_replicator(self) -> federation.ChildProcess:
         argv = [
             str(self.bin_dir / "crd-replicator"),
             f"--cluster-id={self.consumer}",
             f"--metrics-address=127.0.0.1:{federation.free_port()}",
             *self.client_limits(),
         ]
-        return Process(
+        return process(
             self.lab, f"crd-replicator {self.consumer}", argv, {"KUBECONFIG": str(self.lab.kubeconfig(self.consumer))}
         )
 
-    def _virtual_kubelet(self) -> Process:
+    def _virtual_kubelet(self) -> federation.ChildProcess:
         namespace = tenant_namespace(self.provider)
         argv = [
             str(self.bin_dir / "virtual-kubelet"),
@@ -359,7 +323,7 @@ class LiqoPeering:
             "POD_NAMESPACE": namespace,
             "POD_NAME": f"{self.node_name}-bench",
         }
-        return Process(self.lab, f"vk {self.consumer}/{self.provider}", argv, env)
+        return process(self.lab, f"vk {self.consumer}/{self.provider}", argv, env)
 
     # -- offloading ---------------------------------------------------------------------------------------
 
@@ -407,7 +371,7 @@ class LiqoPeering:
         # Liqo has no per-hop histograms of Catamaran's names; the hop table stays empty for it.
         return {name: {} for name in self.processes}
 
-    def agent(self) -> Process:
+    def agent(self) -> federation.ChildProcess:
         return self.processes[f"vk {self.consumer}/{self.provider}"]
 
     def restart_agent(self) -> None:

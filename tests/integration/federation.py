@@ -159,26 +159,27 @@ def store_credential(lab: Lab, consumer: str, provider: str, token: str) -> None
     lab.kubectl(consumer, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))
 
 
-class ControllerProcess:
-    """`python -m catamaran ...` as a child process, with its log in .lab/logs/; `wrapper` runs before it (nsenter)."""
+class ChildProcess:
+    """A program run as a child process, its log in the lab's logs directory (the benches run Liqo's this way)."""
 
-    def __init__(self, lab: Lab, name: str, args: list[str], wrapper: tuple[str, ...] = ()):
+    def __init__(self, lab: Lab, name: str, argv: list[str], env: dict[str, str] | None = None):
         self.lab = lab
         self.name = name
-        self.args = args
-        self.wrapper = wrapper
-        self.log_path: Path = lab.root / "logs" / f"{name}.log"
+        self._argv = argv
+        self.env = env or {}
+        self.log_path: Path = lab.root / "logs" / f"{name.replace(' ', '-').replace('/', '-')}.log"
         self.process: subprocess.Popen | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return self._argv
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [*self.wrapper, sys.executable, "-m", "catamaran", *self.args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **self.env)
+            )
         time.sleep(0.5)
         if self.process.poll() is not None:
             raise LabError(f"{self.name} exited at once with {self.process.returncode}; see {self.log_path}")
@@ -190,8 +191,17 @@ class ControllerProcess:
         try:
             self.process.wait(timeout=15)
         except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
 
     @property
     def running(self) -> bool:
@@ -201,6 +211,19 @@ class ControllerProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class ControllerProcess(ChildProcess):
+    """`python -m catamaran ...` as a child process; `wrapper` runs before it (nsenter)."""
+
+    def __init__(self, lab: Lab, name: str, args: list[str], wrapper: tuple[str, ...] = ()):
+        super().__init__(lab, name, [], {"PYTHONUNBUFFERED": "1"})
+        self.args = args
+        self.wrapper = wrapper
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.wrapper, sys.executable, "-m", "catamaran", *self.args]
 
 
 def manager(lab: Lab, cluster: str, metrics_port: int = 0) -> ControllerProcess:
