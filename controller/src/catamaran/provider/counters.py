@@ -48,6 +48,7 @@ from ..constants import (
 from ..kube.backoff import Backoff
 from ..kube.clients import get_raw
 from ..kube.ops import tolerating
+from ..kube.reads import SharedReads
 from ..logs import fields
 
 log = logging.getLogger(__name__)
@@ -130,36 +131,18 @@ class KubeletCounters:
 
     def __init__(self, client: AsyncClient, cache_seconds: float = CACHE_SECONDS, fan_out: int = FAN_OUT):
         self.client = client
-        self.cache_seconds = cache_seconds
         self.limit = asyncio.Semaphore(fan_out)
-        self._cached: dict[str, tuple[float, dict]] = {}
-        self._pending: dict[str, asyncio.Future] = {}
+        self.reads: SharedReads[str, dict[tuple[str, str], list[dict]]] = SharedReads(self._read, cache_seconds)
 
     async def node(self, name: str) -> dict[tuple[str, str], list[dict]]:
-        cached = self._cached.get(name)
-        if cached and time.monotonic() - cached[0] < self.cache_seconds:
-            return cached[1]
-        if name not in self._pending:
-            self._pending[name] = asyncio.ensure_future(self._read(name))
-        pending = self._pending[name]
-        try:
-            return await asyncio.shield(pending)
-        finally:
-            if pending.done() and self._pending.get(name) is pending:
-                del self._pending[name]
+        return await self.reads.get(name)
 
-    async def _read(self, name: str) -> dict:
+    async def _read(self, name: str) -> dict[tuple[str, str], list[dict]]:
         async with self.limit:
             code, text = await get_raw(self.client, f"/api/v1/nodes/{name}/proxy/metrics/resource", REQUEST_TIMEOUT_S)
         if code != 200:
             raise RuntimeError(f"node {name}: /metrics/resource answered {code}: {text[:200]}")
-        parsed = container_counters(text)
-        self._cached[name] = (time.monotonic(), parsed)
-        return parsed
-
-    def forget_except(self, nodes: set[str]) -> None:
-        for name in [n for n in self._cached if n not in nodes]:
-            del self._cached[name]
+        return container_counters(text)
 
 
 # -- the API --------------------------------------------------------------------------------------

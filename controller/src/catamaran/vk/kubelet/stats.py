@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ... import quantities
 from ...constants import COUNTERS_GROUP, COUNTERS_RESOURCE, VERSION
+from ...kube.reads import SharedReads
 from ...logs import fields
 from .channel import ProviderChannel, ProviderError
 
@@ -167,28 +168,17 @@ class NodeStats:
         self.pods_on_node = pods_on_node
         self.twin_of = twin_of
         self.node_name = node_name
-        self.cache_seconds = cache_seconds
         self.limit = asyncio.Semaphore(fan_out)
         self.integrator = UsageIntegrator()
         self.rates = CounterRates()
         self.counters_unavailable_until = 0.0
         self.started = time.time()
-        self._snapshot: Snapshot | None = None
-        self._pending: asyncio.Future | None = None
+        self.snapshots: SharedReads[None, Snapshot] = SharedReads(self._collect, cache_seconds)
 
     async def snapshot(self) -> Snapshot:
-        if self._snapshot and time.time() - self._snapshot.taken < self.cache_seconds:
-            return self._snapshot
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._collect())
-        pending = self._pending
-        try:
-            return await asyncio.shield(pending)
-        finally:
-            if pending.done() and self._pending is pending:
-                self._pending = None
+        return await self.snapshots.get(None)
 
-    async def _collect(self) -> Snapshot:
+    async def _collect(self, _: None = None) -> Snapshot:
         pods = self.pods_on_node()
         by_twin: dict[str, dict[str, dict]] = {}
         for pod in pods:
@@ -222,14 +212,13 @@ class NodeStats:
         self.rates.forget_except(live)
         self.integrator.forget_except(live)
         node_cores = sum(p.cpu_cores for p in usages)
-        self._snapshot = Snapshot(
+        return Snapshot(
             taken=now,
             pods=usages,
             node_cpu_cores=node_cores,
             node_cpu_seconds=self.integrator.node(node_cores, now),
             node_memory_bytes=sum(p.memory_bytes for p in usages),
         )
-        return self._snapshot
 
     def _integrated(self, item: dict, local: dict, start: float, now: float) -> list[ContainerUsage]:
         """A metrics.k8s.io item's containers, their rates integrated into cumulative seconds here."""
