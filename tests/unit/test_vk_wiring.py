@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 
 from catamaran.constants import LABEL_VIRTUAL_VOLUME_NODE, tenant_namespace, virtual_node_name
 from catamaran.kube.events import EventRecorder
@@ -86,3 +87,22 @@ def test_a_status_report_from_a_callback_is_kept_until_done_and_its_failure_logg
     [record] = [r for r in caplog.records if r.name == "catamaran.vk.runner"]
     assert record.getMessage() == "cannot report the foreign cluster's status"
     assert "the API server is away" in str(record.exc_info[1])
+
+
+def test_the_echo_of_a_copy_this_process_wrote_is_not_reconciled_again():
+    _, _, pods = wired()
+    reflector = pods.reflection.reflectors["configMaps"]
+    reflector.origins["twin"] = "shop"
+    written = types.SimpleNamespace(metadata=types.SimpleNamespace(resourceVersion="7"))
+
+    async def changes() -> None:
+        reflector._remember_write("twin", "settings", written)
+        reflector._copy_changed("twin", "settings", {"resourceVersion": "7"})
+        assert len(reflector.queue) == 0  # our own write coming back
+        reflector._copy_changed("twin", "settings", {"resourceVersion": "8"})
+        assert len(reflector.queue) == 1  # somebody else changed the copy: compare again
+        reflector._remember_write("twin", "settings", written)
+        reflector.twin_removed("twin")
+        assert reflector._own_writes == {}
+
+    asyncio.run(changes())
