@@ -481,3 +481,17 @@ def test_kubectl_debugs_containers_are_sent_once_and_never_at_creation():
     shadow["metadata"]["uid"] = "s-1"
     shadow["apiVersion"] = "offloading.catamaran.io/v1alpha1"
     assert "ephemeralContainers" not in pod_from_shadow(shadow)["spec"]
+
+
+def test_variables_from_the_pods_namespace_and_uid_keep_the_local_pods_values():
+    from_field = [
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "UID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.uid"}}},
+        {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    pod = local_pod()
+    spec = forged(env=from_field)
+    env = {variable["name"]: variable for variable in spec["containers"][0]["env"]}
+    assert env["NS"] == {"name": "NS", "value": pod["metadata"]["namespace"]}  # not the twin's
+    assert env["UID"] == {"name": "UID", "value": pod["metadata"]["uid"]}
+    assert env["NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the same on both sides

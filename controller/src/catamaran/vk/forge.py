@@ -204,8 +204,12 @@ def forge_pod_spec(
     *,
     access: str = API_SERVER_ACCESS_HOME,
     home_api_server: tuple[str, int] | None = None,
+    local_fields: dict[str, str] | None = None,
 ) -> dict:
     """The pod spec for the provider.
+
+    `local_fields` (downward API field path -> the local pod's value) are given to the containers' variables as
+    values: on the provider the pod's namespace is the twin's and its uid another's.
 
     `access` home: token volumes read the Secret the virtual kubelet keeps with the consumer's tokens
     (`token_secret`), and with `home_api_server` every container finds the consumer's API server through the
@@ -243,6 +247,13 @@ def forge_pod_spec(
             for container in forged.get(kind) or []:
                 own = {variable["name"] for variable in container.get("env") or []}
                 container["env"] = [*(container.get("env") or []), *(v for v in home_env if v["name"] not in own)]
+    for kind in ("initContainers", "containers"):
+        for container in forged.get(kind) or []:
+            for variable in container.get("env") or []:
+                path = ((variable.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                if path in (local_fields or {}):
+                    variable.pop("valueFrom")
+                    variable["value"] = local_fields[path]
     for empty in ("volumes", "tolerations"):
         if not forged[empty]:
             forged.pop(empty)
@@ -292,7 +303,11 @@ def shadowpod_for(
             "pod": {
                 "metadata": {"labels": labels, "annotations": annotations},
                 "spec": forge_pod_spec(
-                    pod["spec"], token_secret, access=api_server_access(pod), home_api_server=home_api_server
+                    pod["spec"],
+                    token_secret,
+                    access=api_server_access(pod),
+                    home_api_server=home_api_server,
+                    local_fields={"metadata.namespace": meta["namespace"], "metadata.uid": meta["uid"]},
                 ),
             }
         },
