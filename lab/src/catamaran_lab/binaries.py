@@ -38,6 +38,9 @@ MANIFEST = "manifest.json"
 
 
 METRICS_SERVER_MODULE = "sigs.k8s.io/metrics-server"
+# Modules only the e2e suite needs (e2e.py): their go.sum lines do not key the binaries' cache, so building
+# e2e.test into the same wrapper module leaves the lab's binaries where they are.
+E2E_ONLY_MODULES = ("k8s.io/sample-apiserver", "github.com/ishidawataru/sctp")
 COREDNS_MODULE = "github.com/coredns/coredns"
 WIREGUARD_MODULE = "golang.zx2c4.com/wireguard"
 
@@ -117,13 +120,19 @@ class Pins:
     def cache_key(self) -> str:
         digest = hashlib.sha256()
         for module_dir in (GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR):
-            for name in ("go.mod", "go.sum"):
-                digest.update((module_dir / name).read_bytes())
+            digest.update((module_dir / "go.mod").read_bytes())
+            digest.update(without_e2e_only_modules((module_dir / "go.sum").read_bytes()))
         digest.update(self.kwok.encode())
         return (
             f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}_ms-{self.metrics_server}_"
             f"{digest.hexdigest()[:10]}"
         )
+
+
+def without_e2e_only_modules(go_sum: bytes) -> bytes:
+    """go.sum without the lines of E2E_ONLY_MODULES, byte for byte otherwise."""
+    lines = go_sum.splitlines(keepends=True)
+    return b"".join(line for line in lines if line.split(b" ", 1)[0].decode() not in E2E_ONLY_MODULES)
 
 
 def read_pins(
@@ -216,25 +225,9 @@ class BinaryCache:
         return next((p for directory, names, _ in self._parts() if (p := self._problem(directory, names))), None)
 
     def _problem(self, directory: Path, names: tuple[str, ...]) -> str | None:
-        manifest_path = directory / MANIFEST
         if not directory.exists():
             return "not built yet" if directory == self.dir else f"{', '.join(names)} not built yet"
-        if not manifest_path.exists():
-            return f"half-built cache at {directory} (no {MANIFEST}; an earlier build was interrupted)"
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError:
-            return f"half-built cache at {directory} ({MANIFEST} is unreadable)"
-        for name in names:
-            entry = manifest.get("binaries", {}).get(name)
-            path = directory / "bin" / name
-            if entry is None or not path.exists():
-                return f"half-built cache at {directory} ({name} is missing)"
-            if path.stat().st_size != entry["size"] or _sha256(path) != entry["sha256"]:
-                return f"damaged cache at {directory} ({name} does not match its recorded digest)"
-            if not os.access(path, os.X_OK):
-                return f"damaged cache at {directory} ({name} is not executable)"
-        return None
+        return manifest_problem(directory, names)
 
     def ensure(self, log=print) -> None:
         """Build whatever is missing; a complete cache returns at once."""
@@ -246,21 +239,21 @@ class BinaryCache:
         check_disk(self.root, COLD_BUILD_DISK_BYTES, "a cold build of the lab binaries")
         for directory, names, build in wanted:
             log(f"lab binaries: {self._problem(directory, names)}; building into {directory}")
-            _staged(directory, names, build, log)
+            build_staged(directory, names, build, log)
 
     def build(self, log=print) -> None:
         """Rebuild everything, cached or not."""
         for directory, names, build in self._parts():
-            _staged(directory, names, build, log)
+            build_staged(directory, names, build, log)
 
     def _build_kubernetes(self, bin_dir: Path, log, started: float) -> None:
-        env = _go_env()
+        env = go_env()
         for target in KUBE_TARGETS:
             flags = ["-ldflags", kubernetes_ldflags(self.pins.kubernetes)] if target.kubernetes_version_stamp else []
-            _go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
+            go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
         target = METRICS_SERVER_TARGET
         flags = ["-ldflags", metrics_server_ldflags(self.pins.metrics_server)]
-        _go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
+        go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
         for target in KWOK_TARGETS:
             _go_install(target, self.pins.kwok, bin_dir, env, log, started)
 
@@ -269,12 +262,33 @@ class BinaryCache:
         # Companions read their version from the module they were built from: nothing to stamp.
         def build(bin_dir: Path, log, started: float) -> None:
             target = companion.target
-            _go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", "-s -w"], _go_env(), log, started)
+            go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", "-s -w"], go_env(), log, started)
 
         return build
 
 
-def _staged(directory: Path, names: tuple[str, ...], build, log) -> None:
+def manifest_problem(directory: Path, names: tuple[str, ...]) -> str | None:
+    """Why the binaries `names` staged into the existing `directory` cannot be used, or None when intact."""
+    manifest_path = directory / MANIFEST
+    if not manifest_path.exists():
+        return f"half-built cache at {directory} (no {MANIFEST}; an earlier build was interrupted)"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError:
+        return f"half-built cache at {directory} ({MANIFEST} is unreadable)"
+    for name in names:
+        entry = manifest.get("binaries", {}).get(name)
+        path = directory / "bin" / name
+        if entry is None or not path.exists():
+            return f"half-built cache at {directory} ({name} is missing)"
+        if path.stat().st_size != entry["size"] or _sha256(path) != entry["sha256"]:
+            return f"damaged cache at {directory} ({name} does not match its recorded digest)"
+        if not os.access(path, os.X_OK):
+            return f"damaged cache at {directory} ({name} is not executable)"
+    return None
+
+
+def build_staged(directory: Path, names: tuple[str, ...], build, log) -> None:
     """Build into a sibling `.partial` directory, renamed into place only once every binary is in its manifest."""
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -290,25 +304,25 @@ def _staged(directory: Path, names: tuple[str, ...], build, log) -> None:
     }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
     staging.rename(directory)
-    log(f"lab binaries: built {len(names)} binaries in {_elapsed(started)} into {directory / 'bin'}")
+    log(f"lab binaries: built {len(names)} binaries in {elapsed(started)} into {directory / 'bin'}")
 
 
-def _go_env() -> dict[str, str]:
+def go_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
     return env
 
 
-def _go_build(target: Target, output: Path, module_dir: Path, flags, env, log, started: float) -> None:
+def go_build(target: Target, output: Path, module_dir: Path, flags, env, log, started: float) -> None:
     total = _count_packages(target.package, module_dir, env)
     command = ["go", "build", "-v", *flags, "-o", str(output), target.package]
-    _run_with_progress(command, module_dir, env, target.name, total, log, started)
+    run_go_with_progress(command, module_dir, env, target.name, total, log, started)
 
 
 def _go_install(target: Target, version: str, bin_dir: Path, env, log, started: float) -> None:
     env = dict(env, GOBIN=str(bin_dir), GOFLAGS="-buildvcs=false")
     command = ["go", "install", "-v", f"{target.package}@{version}"]
-    _run_with_progress(command, bin_dir, env, target.name, None, log, started)
+    run_go_with_progress(command, bin_dir, env, target.name, None, log, started)
 
 
 def _count_packages(package: str, module_dir: Path, env) -> int | None:
@@ -320,7 +334,7 @@ def _count_packages(package: str, module_dir: Path, env) -> int | None:
     return len(result.stdout.splitlines())
 
 
-def _run_with_progress(command, cwd: Path, env, name: str, total: int | None, log, started: float) -> None:
+def run_go_with_progress(command, cwd: Path, env, name: str, total: int | None, log, started: float) -> None:
     """Run a go command, turning its `-v` package lines into a progress line every few seconds."""
     log(f"lab binaries: building {name} ({' '.join(command[:3])} …)")
     process = subprocess.Popen(
@@ -335,10 +349,10 @@ def _run_with_progress(command, cwd: Path, env, name: str, total: int | None, lo
         if time.monotonic() - last_report >= 10:
             last_report = time.monotonic()
             share = f"{compiled}/{total} packages compiled" if total else f"{compiled} packages compiled"
-            log(f"lab binaries: {name}: {share}, {_elapsed(started)} elapsed")
+            log(f"lab binaries: {name}: {share}, {elapsed(started)} elapsed")
     if process.wait() != 0:
         raise LabError(f"building {name} failed ({' '.join(command)}):\n" + "\n".join(tail))
-    log(f"lab binaries: {name} done, {_elapsed(started)} elapsed")
+    log(f"lab binaries: {name} done, {elapsed(started)} elapsed")
 
 
 def _sha256(path: Path) -> str:
@@ -349,7 +363,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _elapsed(started: float) -> str:
+def elapsed(started: float) -> str:
     seconds = int(time.monotonic() - started)
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
