@@ -38,6 +38,10 @@ OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 LAB_HISTORY = ({"created_by": "catamaran-lab (built locally, no registry)"},)
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PAUSE_CONFIG = {"Entrypoint": ["/pause"], "User": "65535:65535", "Env": [PATH_ENV]}
+BUSYBOX_PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+BUSYBOX_GROUP = b"root:x:0:\nnogroup:x:65534:\n"
+BUSYBOX_CONFIG = {"Cmd": ["sh"], "Env": [PATH_ENV], "WorkingDir": "/"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,24 @@ def kubectl_image_name(kubernetes_version: str) -> str:
 def build_images(out_dir: Path, pause_c: Path, kubectl: Path, kubernetes_version: str, log=print) -> list[Image]:
     """Write the archives into `out_dir` (a fresh directory); returns what was built."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    busybox = busybox_layer()
+    images = [
+        _write(Image(PAUSE_IMAGE, out_dir / "pause.tar"), pause_layer(pause_c), PAUSE_CONFIG),
+        _write(Image(busybox_image_name(), out_dir / "busybox.tar"), busybox, BUSYBOX_CONFIG),
+        _write(
+            Image(kubectl_image_name(kubernetes_version), out_dir / "kubectl.tar"),
+            [busybox, _layer({"usr/local/bin/kubectl": kubectl.read_bytes()}, symlinks={}, dirs={})],
+            {"Entrypoint": ["kubectl"], "Env": [PATH_ENV], "WorkingDir": "/"},
+            history=LAB_HISTORY * 2,
+        ),
+    ]
+    for image in images:
+        log(f"lab images: built {image.name} ({image.archive.stat().st_size // 1024} KiB)")
+    return images
+
+
+def pause_layer(pause_c: Path) -> bytes:
+    """`/pause`, compiled statically from the pinned kubernetes module's `build/pause/linux/pause.c`."""
     with tempfile.TemporaryDirectory() as scratch:
         pause_binary = Path(scratch) / "pause"
         compile_pause = ["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{PAUSE_VERSION}"]
@@ -81,32 +103,25 @@ def build_images(out_dir: Path, pause_c: Path, kubectl: Path, kubernetes_version
         )
         if result.returncode != 0:
             raise LabError(f"compiling {pause_c} failed (gcc and libc6-dev are needed):\n{result.stderr.strip()}")
-        pause_layer = _layer({"pause": pause_binary.read_bytes()}, symlinks={}, dirs={})
-        busybox = _busybox_layer()
-        images = [
-            _write(
-                Image(PAUSE_IMAGE, out_dir / "pause.tar"),
-                pause_layer,
-                {"Entrypoint": ["/pause"], "User": "65535:65535", "Env": [PATH_ENV]},
-            ),
-            _write(
-                Image(busybox_image_name(), out_dir / "busybox.tar"),
-                busybox,
-                {"Cmd": ["sh"], "Env": [PATH_ENV], "WorkingDir": "/"},
-            ),
-            _write(
-                Image(kubectl_image_name(kubernetes_version), out_dir / "kubectl.tar"),
-                [busybox, _layer({"usr/local/bin/kubectl": kubectl.read_bytes()}, symlinks={}, dirs={})],
-                {"Entrypoint": ["kubectl"], "Env": [PATH_ENV], "WorkingDir": "/"},
-                history=LAB_HISTORY * 2,
-            ),
-        ]
-    for image in images:
-        log(f"lab images: built {image.name} ({image.archive.stat().st_size // 1024} KiB)")
-    return images
+        return _layer({"pause": pause_binary.read_bytes()}, symlinks={}, dirs={})
 
 
-def _busybox_layer() -> bytes:
+def kubernetes_source(kubernetes_version: str, module_dir: Path) -> Path:
+    """The pinned k8s.io/kubernetes module's directory in the Go module cache (downloaded if need be)."""
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"],
+        cwd=module_dir,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise LabError(f"cannot find the source of k8s.io/kubernetes@{kubernetes_version}: {result.stderr}")
+    return Path(json.loads(result.stdout)["Dir"])
+
+
+def busybox_layer() -> bytes:
     listing = subprocess.run([str(BUSYBOX_BINARY), "--list-full"], capture_output=True, text=True, check=True).stdout
     symlinks = {}
     for applet in listing.split():
@@ -114,15 +129,19 @@ def _busybox_layer() -> bytes:
             symlinks[applet] = "/bin/busybox"
     files = {
         "bin/busybox": BUSYBOX_BINARY.read_bytes(),
-        "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
-        "etc/group": b"root:x:0:\nnogroup:x:65534:\n",
+        "etc/passwd": BUSYBOX_PASSWD,
+        "etc/group": BUSYBOX_GROUP,
     }
     dirs = {"tmp": 0o1777, "root": 0o700, "var": 0o755, "var/www": 0o755, "usr": 0o755, "proc": 0o555}
     return _layer(files, symlinks, dirs)
 
 
-def _layer(files: dict[str, bytes], symlinks: dict[str, str], dirs: dict[str, int]) -> bytes:
-    """A tar with fixed owners and times, parents created, entries sorted: reproducible."""
+def _layer(
+    files: dict[str, bytes], symlinks: dict[str, str], dirs: dict[str, int], modes: dict[str, int] | None = None
+) -> bytes:
+    """A tar with fixed owners and times, parents created, entries sorted: reproducible.
+
+    Files are 0755 unless `modes` gives theirs (a setuid test program's 04755, a key's 0644)."""
     entries: dict[str, tuple] = {}
 
     def add_parents(path: str) -> None:
@@ -135,7 +154,7 @@ def _layer(files: dict[str, bytes], symlinks: dict[str, str], dirs: dict[str, in
         entries[path] = ("dir", mode)
     for path, data in files.items():
         add_parents(path)
-        entries[path] = ("file", data)
+        entries[path] = ("file", (data, (modes or {}).get(path, 0o755)))
     for path, target in symlinks.items():
         add_parents(path)
         entries[path] = ("link", target)
@@ -152,8 +171,9 @@ def _layer(files: dict[str, bytes], symlinks: dict[str, str], dirs: dict[str, in
                 info.type, info.linkname, info.mode = tarfile.SYMTYPE, value, 0o777
                 archive.addfile(info)
             else:
-                info.size, info.mode = len(value), 0o755
-                archive.addfile(info, io.BytesIO(value))
+                data, info.mode = value
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
@@ -263,17 +283,7 @@ def ensure_images(cache_dir: Path, kubernetes_version: str, module_dir: Path, lo
     wanted = {"pause": PAUSE_IMAGE, "busybox": busybox_image_name(), "kubectl": kubectl_image_name(kubernetes_version)}
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
         return [Image(name, out_dir / f"{key}.tar") for key, name in wanted.items()]
-    result = subprocess.run(
-        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes_version}"],
-        cwd=module_dir,
-        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise LabError(f"cannot find the pause source of k8s.io/kubernetes@{kubernetes_version}: {result.stderr}")
-    source = Path(json.loads(result.stdout)["Dir"]) / "build" / "pause" / "linux" / "pause.c"
+    source = kubernetes_source(kubernetes_version, module_dir) / "build" / "pause" / "linux" / "pause.c"
     stamp.unlink(missing_ok=True)
     images = build_images(out_dir, source, cache_dir / "bin" / "kubectl", kubernetes_version, log)
     stamp.write_text(json.dumps(wanted))
