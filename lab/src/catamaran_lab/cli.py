@@ -1,4 +1,4 @@
-"""`catamaran-lab build|up|down|status|leftovers`: the lab's command line (wrapped by make lab-*)."""
+"""`catamaran-lab build|up|down|status|leftovers|e2e-build|e2e-import`: the lab's command line (make lab-*)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 import time
 
 from . import config as lab_config
+from . import e2e
 from .errors import LabError
 from .lab import Lab
 
@@ -36,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser(
         "leftovers", help="list what of the lab is still on the host (exit 1 if anything): processes, mounts, ..."
     )
+    commands.add_parser(
+        "e2e-build",
+        help="build e2e.test and the upstream e2e test images from the pinned module into the cache "
+        "(minutes; no-op when done); `up` then imports the images into the real nodes",
+    )
+    commands.add_parser("e2e-import", help="import the e2e test images (built if need be) into the running lab")
     args = parser.parse_args(argv)
 
     lab = Lab(log=_log)
@@ -52,6 +59,10 @@ def main(argv: list[str] | None = None) -> None:
             lab.down()
         elif args.command == "status" and not _print_status(lab):
             sys.exit(1)
+        elif args.command == "e2e-build":
+            _print_e2e(e2e.ensure_e2e(lab.cache, _log))
+        elif args.command == "e2e-import":
+            lab.import_images(e2e.ensure_e2e(lab.cache, _log).images)
         elif args.command == "leftovers":
             found = lab.leftovers()
             for line in found:
@@ -61,6 +72,13 @@ def main(argv: list[str] | None = None) -> None:
             _log(f"lab: nothing left on the host for {lab.root}")
     except LabError as error:
         sys.exit(f"error: {error}")
+
+
+def _print_e2e(build: e2e.E2EBuild) -> None:
+    _log(f"e2e.test: {build.test_binary}")
+    for image in build.images:
+        _log(f"image: {image.name}  ({image.archive.stat().st_size / 1024**2:.1f} MiB, {image.archive.name})")
+    _log(f"not provided ({len(build.not_provided)}; tests needing them cannot run): {', '.join(build.not_provided)}")
 
 
 def _print_status(lab: Lab) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from . import dns, host, nodeconfig, realnode
+from . import dns, e2e, host, nodeconfig, realnode
 from .binaries import ALL_BINARIES, BinaryCache
 from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id
 from .errors import LabError
@@ -104,7 +104,12 @@ class Lab:
             return []
         ensure_packages(self.log)
         check_real_node_host()
-        return ensure_images(self.cache.dir, self.cache.pins.kubernetes, GO_MODULE_DIR, self.log)
+        images = ensure_images(self.cache.dir, self.cache.pins.kubernetes, GO_MODULE_DIR, self.log)
+        # The conformance suite's images, only if built (`catamaran-lab e2e-build`): absent, `up` stays as fast.
+        e2e_images = e2e.built_images(self.cache)
+        if e2e_images:
+            self.log(f"lab: the real nodes will hold {len(e2e_images)} e2e test images too")
+        return images + e2e_images
 
     def recorded_config(self) -> LabConfig | None:
         path = self.root / STATE_FILE
@@ -150,6 +155,16 @@ class Lab:
             self.log(f"lab: {name} ready in {seconds:.1f}s, kubeconfig {self.kubeconfig(name)}")
         self.log(f"lab: {len(wanted.clusters)} clusters up in {time.monotonic() - started:.1f}s")
         return wanted
+
+    def import_images(self, images: list[Image]) -> None:
+        """Into the running lab's real nodes, as `up` does at their start: for images built after `up`."""
+        lab = self.recorded_config()
+        if lab is None:
+            raise LabError(f"no lab in {self.root}; start it first (make lab-up)")
+        nodes = [self.real_node(cluster) for cluster in lab.clusters if cluster.real_node]
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            list(pool.map(lambda node: node.import_images(images), nodes))
+        self.log(f"lab: {len(images)} images imported into {len(nodes)} real nodes")
 
     def down(self, quiet: bool = False) -> None:
         """Remove every process, port and file the lab made, including a crashed run's leftovers."""

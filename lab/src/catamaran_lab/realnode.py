@@ -21,7 +21,7 @@ from pathlib import Path
 from . import host, nodeconfig, pki
 from .config import UNDERLAY_PREFIX, ClusterSpec, RealNodeSpec
 from .errors import LabError
-from .images import Image
+from .images import IMAGE_PREFIX, Image
 from .nodeconfig import NodeLayout, underlay_bridge
 
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
@@ -85,8 +85,7 @@ class RealNode:
         host.create_cgroup_root(self.layout.cgroup_root)
         self.start_component("containerd")
         self._wait_for_socket()
-        for image in images:
-            self._ctr("images", "import", "--snapshotter", "overlayfs", str(image.archive))
+        self.import_images(images)
         self.start_component("kubelet")
         self.start_component("kube-proxy")
         result = self.kubectl(
@@ -104,6 +103,13 @@ class RealNode:
                 f"{self.diagnosis()}\nsee {self.layout.path('logs')}"
             )
         log(f"lab: {self.cluster.name}: real node {self.spec.name} Ready (pods {self.spec.pod_cidr})")
+
+    def import_images(self, images: list[Image]) -> None:
+        """Into the node's containerd, unpacked for its snapshotter; the kubelet never collects them (nodeconfig)."""
+        if self.pid("containerd") is None:
+            raise LabError(f"{self.cluster.name}: containerd of the real node is not running; cannot import images")
+        for image in images:
+            self._ctr("images", "import", "--snapshotter", "overlayfs", str(image.archive))
 
     def _write_files(self, images: list[Image]) -> None:
         layout, spec = self.layout, self.spec
@@ -277,7 +283,8 @@ def last_error_lines(log_path: Path, count: int = 6, width: int = 400) -> list[s
 
 
 def _pause(images: list[Image]) -> str:
-    return next(image.name for image in images if "/pause:" in image.name)
+    """The lab's own pause: the e2e images may hold upstream's name for another build of it."""
+    return next(image.name for image in images if image.name.startswith(f"{IMAGE_PREFIX}/pause:"))
 
 
 def _alive(pid: int) -> bool:
