@@ -368,7 +368,7 @@ options:
       kinds:
         description:
           - Settings per reflected kind; a kind left out keeps the controller's defaults.
-          - The controller's default workers per kind are config_maps 8, secrets 8, services 4, endpoint_slices 8,
+          - The controller's default workers per kind are config_maps 16, secrets 16, services 4, endpoint_slices 8,
             ingresses 2, service_account_tokens 16, persistent_volume_claims 2.
         type: dict
         suboptions:
@@ -487,7 +487,7 @@ EXAMPLES = r"""
     reflection:
       kinds:
         secrets: {policy: AllowList}
-        config_maps: {workers: 16}
+        config_maps: {workers: 32}
       filtered_labels: [billing.example.com/]
       ingress_class_name: nginx
       storage_class_name: fast-ssd

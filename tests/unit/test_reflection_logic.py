@@ -140,7 +140,7 @@ def test_settings_from_the_foreign_cluster():
         }
     )
     assert not settings.kind("secrets").enabled
-    assert settings.kind("configMaps") == KindPolicy(policy=ALLOW_LIST, workers=8)
+    assert settings.kind("configMaps") == KindPolicy(policy=ALLOW_LIST, workers=16)
     assert settings.kind("services").workers == 4
     assert settings.labels({"team/owner": "x", "app": "y", "catamaran.io/managed-by": "z"}) == {"app": "y"}
     assert settings.annotations({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb", "a": "b"}) == {"a": "b"}

@@ -247,11 +247,12 @@ def forge_pod_spec(
             for container in forged.get(kind) or []:
                 own = {variable["name"] for variable in container.get("env") or []}
                 container["env"] = [*(container.get("env") or []), *(v for v in home_env if v["name"] not in own)]
+    local_fields = local_fields or {}
     for kind in ("initContainers", "containers"):
         for container in forged.get(kind) or []:
             for variable in container.get("env") or []:
                 path = ((variable.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-                if path in (local_fields or {}):
+                if path in local_fields:
                     variable.pop("valueFrom")
                     variable["value"] = local_fields[path]
     for empty in ("volumes", "tolerations"):
