@@ -22,7 +22,7 @@ GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
-.PHONY: help setup collection image lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
+.PHONY: help setup collection image conformance lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -147,6 +147,10 @@ test-integration: lab-build ## tests against the lab's real kube-apiservers (the
 test: lint sanity lab-build ## everything CI runs: lint, sanity, unit and integration tests
 	$(BIN)/pytest tests --durations=20
 	CATAMARAN_LAB_OVERLAP=1 $(BIN)/pytest $(FABRIC_OVERLAP_TESTS)
+
+# Not in `make test`: two runs of about 220 upstream tests take most of an hour on this machine.
+conformance: lab-build ## the upstream e2e tests on a real node, then offloaded: bench/results/conformance.{csv,png}
+	$(BIN)/python bench/conformance.py
 
 clean: lab-down ## remove the virtualenv and lab state (the binary cache is kept)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity .docs dist

@@ -255,7 +255,7 @@ class BinaryCache:
         flags = ["-ldflags", metrics_server_ldflags(self.pins.metrics_server)]
         go_build(target, bin_dir / target.name, target.module_dir, flags, env, log, started)
         for target in KWOK_TARGETS:
-            _go_install(target, self.pins.kwok, bin_dir, env, log, started)
+            go_install(target, self.pins.kwok, bin_dir, env, log, started)
 
     @staticmethod
     def _companion_build(companion: Companion):
@@ -319,7 +319,7 @@ def go_build(target: Target, output: Path, module_dir: Path, flags, env, log, st
     run_go_with_progress(command, module_dir, env, target.name, total, log, started)
 
 
-def _go_install(target: Target, version: str, bin_dir: Path, env, log, started: float) -> None:
+def go_install(target: Target, version: str, bin_dir: Path, env, log, started: float) -> None:
     env = dict(env, GOBIN=str(bin_dir), GOFLAGS="-buildvcs=false")
     command = ["go", "install", "-v", f"{target.package}@{version}"]
     run_go_with_progress(command, bin_dir, env, target.name, None, log, started)

@@ -37,6 +37,7 @@ from .binaries import (
     elapsed,
     go_build,
     go_env,
+    go_install,
     kubernetes_ldflags,
     manifest_problem,
     run_go_with_progress,
@@ -66,7 +67,10 @@ E2E_PACKAGE = "k8s.io/kubernetes/test/e2e"
 TEST_BINARY = "e2e.test"
 AGNHOST = Target("agnhost", "k8s.io/kubernetes/test/images/agnhost")
 NONEWPRIVS = Target("nnp", "k8s.io/kubernetes/test/images/nonewprivs")
-E2E_BINARIES = (TEST_BINARY, AGNHOST.name, NONEWPRIVS.name)
+# The CLI that runs e2e.test in parallel processes, at the version the pinned kubernetes module requires.
+GINKGO_MODULE = "github.com/onsi/ginkgo/v2"
+GINKGO = Target("ginkgo", f"{GINKGO_MODULE}/ginkgo")
+E2E_BINARIES = (TEST_BINARY, AGNHOST.name, NONEWPRIVS.name, GINKGO.name)
 # The module cache holds the suite's sources already; the build cache and e2e.test (150 MB) need the rest.
 E2E_BUILD_DISK_BYTES = 4 * 1024**3
 
@@ -90,6 +94,7 @@ class E2EBuild:
 
     dir: Path
     test_binary: Path
+    ginkgo: Path
     images: list[Image]
     not_provided: list[str] = field(default_factory=list)  # listed by e2e.test, not buildable here
 
@@ -113,7 +118,7 @@ def ensure_e2e(cache: BinaryCache | None = None, log=print) -> E2EBuild:
     test_binary = directory / "bin" / TEST_BINARY
     listed = listed_images(test_binary)
     images = _ensure_images(directory, cache.pins.kubernetes, listed, log)
-    return E2EBuild(directory, test_binary, images, not_provided(listed))
+    return E2EBuild(directory, test_binary, directory / "bin" / GINKGO.name, images, not_provided(listed))
 
 
 def built_images(cache: BinaryCache) -> list[Image]:
@@ -180,6 +185,16 @@ def _build(kubernetes_version: str, bin_dir: Path, log, started: float) -> None:
     run_go_with_progress(command, GO_MODULE_DIR, env, TEST_BINARY, None, log, started)
     for target in (AGNHOST, NONEWPRIVS):
         go_build(target, bin_dir / target.name, GO_MODULE_DIR, ["-ldflags", "-s -w"], env, log, started)
+    go_install(GINKGO, ginkgo_version(kubernetes_version), bin_dir, env, log, started)
+
+
+def ginkgo_version(kubernetes_version: str) -> str:
+    """The Ginkgo version the pinned kubernetes module requires (its test dependency: not in lab/gomod's graph)."""
+    go_mod = kubernetes_source(kubernetes_version, GO_MODULE_DIR) / "go.mod"
+    found = re.search(rf"^\s*{re.escape(GINKGO_MODULE)} (v\S+)", go_mod.read_text(), re.MULTILINE)
+    if found is None:
+        raise LabError(f"{go_mod} requires no {GINKGO_MODULE}: cannot pick the Ginkgo CLI's version")
+    return found.group(1)
 
 
 def _ensure_images(directory: Path, kubernetes_version: str, listed: list[str], log) -> list[Image]:
