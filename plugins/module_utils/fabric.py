@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import ipaddress
 
 from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys, networks
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
@@ -23,11 +24,14 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     FABRIC_KEY_LABEL,
     FABRIC_KEY_TO_PROVIDER_PREFIX,
     FABRIC_PRIVATE_KEY,
+    LABEL_TYPE,
     OFFLOADING_GROUP,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
+    TYPE_VIRTUAL_NODE,
     VERSION,
 )
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import ClusterError
 
 MODES = {"fabric": "Fabric", "flat": "Flat"}
 DEFAULT_MODE = "flat"
@@ -112,7 +116,7 @@ class Exchange:
         providers (at the consumer's view of them) through the consumer's gateway."""
         foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE) or {}
         networking = (foreign.get("spec") or {}).get("networking") or {}
-        consumer_taken = list(consumer_ranges)
+        consumer_taken = list(consumer_ranges) + reserved_ranges(self.consumer)
         others_seen = []  # the consumer's other fabric providers, as the consumer sees them
         for other in self.consumer.list(FOREIGN_CLUSTER_API, "ForeignCluster", namespace=SYSTEM_NAMESPACE):
             if other["metadata"]["name"] == self.provider_id:
@@ -131,7 +135,7 @@ class Exchange:
                 (real, networking["podCIDRRemap"]) for real in provider_ranges[:1] if networking.get("podCIDRRemap")
             ]
             provider_seen = self._seen(provider_ranges, consumer_taken, kept, "the provider's")
-        provider_taken = list(provider_ranges)
+        provider_taken = list(provider_ranges) + reserved_ranges(self.provider)
         for offer in self.provider.list(OFFLOADING_API, "ResourceOffer"):
             if (
                 offer["metadata"]["name"] == RESOURCE_OFFER_NAME
@@ -195,3 +199,22 @@ class Exchange:
         if port > 65535:
             raise InvalidInput("no UDP port left on the provider's gateway from network.gateway_port=%s" % first)
         return port
+
+
+def reserved_ranges(cluster):
+    """What a cluster uses besides its pods, which a range routed into its tunnel must never cover (else the gateway
+    would send its Service or node traffic to the peer): its Service ranges and its real nodes' addresses."""
+    try:
+        service_cidrs = cluster.list("networking.k8s.io/v1", "ServiceCIDR")
+        ranges = [cidr for obj in service_cidrs for cidr in (obj.get("spec") or {}).get("cidrs") or []]
+    except ClusterError as error:
+        if error.status != 404:
+            raise
+        # Before Kubernetes 1.33 the range is only in kube-apiserver's flags: its first address is all that shows.
+        kubernetes = cluster.get("v1", "Service", "kubernetes", "default") or {}
+        ranges = list((kubernetes.get("spec") or {}).get("clusterIPs") or [])
+    for node in cluster.list("v1", "Node", labels="%s!=%s" % (LABEL_TYPE, TYPE_VIRTUAL_NODE)):
+        for address in (node.get("status") or {}).get("addresses") or []:
+            if address.get("type") in ("InternalIP", "ExternalIP"):
+                ranges.append(address["address"])
+    return [str(ipaddress.ip_network(entry, strict=False)) for entry in ranges]

@@ -34,7 +34,9 @@ MANAGED_BY = "catamaran.federation"
 KINDS = {
     ("v1", "Namespace"): ("namespaces", False),
     ("v1", "Node"): ("nodes", False),
+    ("networking.k8s.io/v1", "ServiceCIDR"): ("servicecidrs", False),
     ("v1", "Pod"): ("pods", True),
+    ("v1", "Service"): ("services", True),
     ("v1", "Secret"): ("secrets", True),
     ("v1", "ServiceAccount"): ("serviceaccounts", True),
     ("coordination.k8s.io/v1", "Lease"): ("leases", True),

@@ -303,6 +303,9 @@ options:
         C(catamaran-system/catamaran-fabric-from-<consumer_id>) on the provider); only public keys cross, and no key
         is ever printed or shown in a diff. The provider's gateway listens for this tenant on its own UDP port.
       - Each cluster's gateway (C(catamaran gateway)) builds the tunnel from what this module writes.
+      - Each side sees the other's pods at their own range unless it overlaps what that side uses (its pod ranges,
+        Service ranges, real nodes' addresses, the ranges of its other peers); then at a free range of
+        C(100.64.0.0/10), kept from one run to the next.
       - The consumer's gateway also carries traffic between its providers. So C(spec.consumerPodCIDRs) also
         announces the consumer's other fabric providers' pod ranges, as the consumer sees them, that overlap nothing
         of this provider's. Every range the consumer hands out is kept apart from the others. A provider peered

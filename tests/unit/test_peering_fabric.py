@@ -245,3 +245,27 @@ def test_a_provider_reaches_only_the_peers_it_is_told_to():
     changes = Peering(FakeModule(False), consumer, provider, "c1", "p1").present(params(**fabric))
     assert changes.after[OFFER]["spec"]["consumerPodCIDRs"] == ["10.101.0.0/24"]
     assert present(consumer, provider).after[OFFER]["spec"]["consumerPodCIDRs"] == ["10.101.0.0/24", "10.103.0.0/24"]
+
+
+def service_cidr(*cidrs):
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes"},
+        "spec": {"cidrs": list(cidrs)},
+    }
+
+
+def test_a_pod_range_over_the_other_sides_services_or_nodes_is_remapped_never_routed_there():
+    provider_node = node("p", pod_cidr="10.102.0.0/24")
+    provider_node["status"] = {"addresses": [{"type": "InternalIP", "address": "10.101.0.7"}]}
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24"), service_cidr("10.102.0.0/16")],
+        provider_objects=[tenant_credential(), provider_node, service_cidr("10.0.0.0/24")],
+    )
+    changes = present(consumer, provider)
+    networking = changes.after[FOREIGN]["spec"]["networking"]
+    # The provider's pods sit in the consumer's Service range, the consumer's around a provider node's address:
+    # each side sees the other's at a free range of the pool instead.
+    assert networking["podCIDRRemap"] == "100.64.0.0/24"
+    assert changes.after[OFFER]["spec"]["consumerPodCIDRs"] == ["100.64.0.0/24"]  # the provider's view
