@@ -215,6 +215,35 @@ def test_the_tenant_reaches_no_pod_of_the_provider_but_its_own(lab, fed):
         lab.kubectl(PROVIDER, "delete", "namespace", native, "--wait=false", check=False)
 
 
+def test_the_provider_reaches_only_the_consumers_pods_it_shares(lab, fed):
+    """Through the consumer's gateway the provider opens connections only to pods of namespaces extended to it: a
+    provider workload reaches the consumer's Service in the offloaded namespace (the service offloading case), not a
+    pod of a namespace the consumer keeps to itself."""
+    native = "fabric-caller"
+    apply(lab, CONSUMER, LOCAL, web_pod("hidden", "consumer only", {"app": "hidden"}, remote=False))
+    lab.kubectl(PROVIDER, "create", "namespace", native)
+    try:
+        wait_for(lambda: lab.kubectl(PROVIDER, "-n", native, "get", "sa", "default", check=False).returncode == 0)
+        apply(lab, PROVIDER, native, real_pod("caller", ["sleep", "3600"]))
+        for cluster, namespace, pod in ((PROVIDER, native, "caller"), (CONSUMER, LOCAL, "hidden")):
+            ready = ("-n", namespace, "wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=60s")
+            lab.kubectl(cluster, *ready, timeout=90)
+        remap = networks.remapper(
+            networks.remap_pairs(foreign(lab)["spec"]["networking"].get("localPodCIDRRemap"))
+        )  # the consumer's pods as the provider sees them
+
+        def seen(namespace: str, pod: str) -> str:
+            return remap(get_json(lab, CONSUMER, "pod", "-n", namespace, pod)["status"]["podIP"])
+
+        shared = fetch(lab, PROVIDER, native, "caller", f"http://{seen(NAMESPACE, 'home-1')}:8080/")
+        assert shared.stdout.strip() == f"home on {CONSUMER}", shared.stderr
+        refused = fetch(lab, PROVIDER, native, "caller", f"http://{seen(LOCAL, 'hidden')}:8080/")
+        assert refused.returncode != 0, "the provider reached a consumer pod of a namespace not extended to it"
+    finally:
+        lab.kubectl(PROVIDER, "delete", "namespace", native, "--wait=false", check=False)
+        lab.kubectl(CONSUMER, "-n", LOCAL, "delete", "pod", "hidden", "--wait=false", check=False)
+
+
 def test_a_killed_gateway_turns_the_network_not_ready_and_its_restart_brings_traffic_back(lab, fed):
     fed[PROVIDER].stop()
     condition = wait_for(

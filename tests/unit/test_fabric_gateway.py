@@ -70,3 +70,42 @@ def test_a_tenants_tunnel_opens_only_to_its_own_pods():
     assert tunnels["c2"].allowed_destinations == ("10.102.255.4",)
     assert tunnels["c1"].interface != tunnels["c2"].interface
     assert tunnels["c1"].listen_port == 51820
+
+
+def test_a_providers_tunnel_opens_only_to_the_namespaces_extended_to_it_and_the_providers_relayed_to():
+    built = gateway(
+        foreigns={(NS, "p1"): foreign("p1"), (NS, "p2"): foreign("p2")},
+        keys={(NS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("p1", "p2")},
+        offloadings={("shop", "offloading"): frozenset({"p1", "p2"}), ("billing", "offloading"): frozenset({"p2"})},
+        pods={
+            ("shop", "web"): (None, "10.101.0.5"),
+            ("billing", "ledger"): (None, "10.101.0.6"),
+            ("kube-system", "dns"): (None, "10.101.0.2"),
+            ("shop", "starting"): (None, None),
+        },
+    )
+    built.foreigns.cache[(NS, "p2")]["status"]["network"]["remotePodCIDRs"] = ["100.65.0.0/16"]
+    tunnels = {t.peering: t for t in built.consumer_tunnels()}
+    # p1 reaches the shop's pods and, relayed by this consumer, p2's; never billing's (not shared with p1) or
+    # kube-system's (shared with nobody).
+    assert tunnels["p1"].allowed_destinations == ("10.101.0.5", "100.65.0.0/16")
+    assert tunnels["p2"].allowed_destinations == ("10.101.0.5", "10.101.0.6", "100.64.0.0/16")
+
+
+def test_a_pod_on_its_nodes_network_is_never_a_destination():
+    from types import SimpleNamespace
+
+    from catamaran.fabric.gateway import _pod_address
+
+    def pod(host_network: bool, labels: dict) -> SimpleNamespace:
+        return SimpleNamespace(
+            metadata=SimpleNamespace(labels=labels),
+            spec=SimpleNamespace(hostNetwork=host_network),
+            status=SimpleNamespace(podIP="10.0.0.9"),
+        )
+
+    tenant = {"catamaran.io/managed-by": "catamaran", "catamaran.io/origin-cluster-id": "c1"}
+    assert _pod_address(pod(True, tenant)) == ("c1", None)
+    assert _pod_address(pod(False, tenant)) == ("c1", "10.0.0.9")
+    # The origin label alone, on a pod Catamaran did not make, ties it to no tenant.
+    assert _pod_address(pod(False, {"catamaran.io/origin-cluster-id": "c1"})) == (None, "10.0.0.9")

@@ -10,6 +10,11 @@ It reads what the peering wrote on this cluster and keeps the host's tunnels equ
   (`spec.network.gateway`), the consumer's announced pod ranges (`spec.consumerPodCIDRs`), and the
   tenant's pods here, the only ones its tunnel may open connections to.
 
+Both ways a tunnel opens connections only to what the peering shares. Through a tenant's tunnel: the pods of
+that tenant here. Through a provider's tunnel: the pods of this cluster's namespaces extended to that provider
+(where its offloaded pods and reflected Services lead, the *service offloading* case included), and the other
+providers' pods this consumer relays to. Replies to connections opened from this side always pass.
+
 Every change lands on one work-queue key, so the host is converged by one worker from the caches. The
 health of each consumer-side tunnel (the provider's keepalives arriving) is the ForeignCluster's
 NetworkReady condition.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 
@@ -40,7 +46,7 @@ from ..constants import (
 )
 from ..kube.informer import Informer, changed, enqueue
 from ..kube.ops import patch_status
-from ..kube.resources import ForeignCluster, ResourceOffer
+from ..kube.resources import ForeignCluster, NamespaceOffloading, ResourceOffer
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..networks import remap_pairs
@@ -57,8 +63,17 @@ HEALTH_WINDOW_SECONDS = 3 * KEEPALIVE_SECONDS
 
 
 def _pod_address(pod) -> tuple[str | None, str | None]:
+    """(the tenant a provider's pod runs for, or None; its own IP, or None: none yet, or the node's)."""
     labels = pod.metadata.labels or {}
-    return labels.get(LABEL_ORIGIN_CLUSTER_ID), (pod.status.podIP if pod.status else None)
+    tenant = labels.get(LABEL_ORIGIN_CLUSTER_ID) if labels.get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN else None
+    own_network = not (pod.spec and pod.spec.hostNetwork)
+    return tenant, (pod.status.podIP if pod.status and own_network else None)
+
+
+def _extended_to(offloading) -> frozenset[str]:
+    """The providers a namespace's twins are Ready on."""
+    clusters = ((offloading.get("status") or {}).get("clusters")) or []
+    return frozenset(c.get("clusterID") for c in clusters if c.get("phase") == "Ready")
 
 
 def _remapped(network: dict) -> tuple[tuple[str, str], ...]:
@@ -87,19 +102,24 @@ class Gateway:
         self.keys = Informer(
             client, Secret, name="fabric-keys", namespace=namespace, labels=key_secrets, transform=_private_key
         )
-        self.pods = Informer(
-            client, Pod, name="tenant-pods", labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}, transform=_pod_address
+        # Every pod: a provider's tenant pods and a consumer's own, the destinations each side's tunnels open to.
+        self.pods = Informer(client, Pod, name="pods", transform=_pod_address)
+        self.offloadings = Informer(
+            client, NamespaceOffloading, name="namespace-offloadings", transform=lambda o: _extended_to(as_dict(o))
         )
         self.queue = WorkQueue("fabric", self._reconcile, workers=1)
-        for informer in (self.foreigns, self.offers, self.keys, self.pods):
+        for informer in self._informers:
             informer.on_change(enqueue(self.queue, key=lambda _: DATAPLANE, when=changed))
         self.problems: dict[str, str] = {}  # consumer-side peering -> why its tunnel is not configured
         self._last_rx: dict[str, tuple[int, float]] = {}  # interface -> (bytes received, when they last grew)
 
+    @property
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.foreigns, self.offers, self.keys, self.pods, self.offloadings)
+
     def tasks(self):
-        informers = (self.foreigns, self.offers, self.keys, self.pods)
         loops = [self.queue.run(), self._health_loop(), self._until_stopped()]
-        return [*(informer.run() for informer in informers), *loops]
+        return [*(informer.run() for informer in self._informers), *loops]
 
     async def _until_stopped(self) -> None:
         """A gateway stopped on purpose (SIGTERM: teardown, uninstall) leaves nothing of the fabric on its host; one
@@ -147,7 +167,23 @@ class Gateway:
                 )
             except ValueError as error:  # one peering's bad input leaves the others' tunnels alone
                 self.problems[provider] = str(error)
-        return tunnels
+        return [
+            dataclasses.replace(
+                tunnel,
+                allowed_destinations=self._shared_with(tunnel.peering)
+                + tuple(cidr for other in tunnels if other is not tunnel for cidr in other.remote_cidrs),
+            )
+            for tunnel in tunnels
+        ]
+
+    def _shared_with(self, provider: str) -> tuple[str, ...]:
+        """This cluster's pods in the namespaces extended to `provider`."""
+        extended = {namespace for (namespace, _), providers in self.offloadings.cache.items() if provider in providers}
+        return tuple(
+            sorted(
+                address for (namespace, _), (_, address) in self.pods.cache.items() if address and namespace in extended
+            )
+        )
 
     def provider_tunnels(self) -> list[Tunnel]:
         pods_by_tenant: dict[str, list[str]] = {}
@@ -188,7 +224,7 @@ class Gateway:
         return tunnels
 
     async def _reconcile(self, key: str) -> None:
-        for informer in (self.foreigns, self.offers, self.keys, self.pods):
+        for informer in self._informers:
             await informer.synced.wait()
         tunnels = self.consumer_tunnels() + self.provider_tunnels()
         try:

@@ -16,9 +16,10 @@ are rewritten whole (`iptables-restore --noflush`): a rule is never left behind 
   would masquerade it to the node's address, and the other side could not tell pods apart).
 - nat PREROUTING: what arrives for a remapped address of this side's pods goes to the real one.
 - mangle FORWARD: TCP's MSS clamped to the tunnel's MTU in both directions (pods keep MTU 1500).
-- filter FORWARD and INPUT, provider side: through a tenant's tunnel only connections to the pods of
-  that tenant's twin namespaces are opened; replies to connections opened from this side pass, and
-  nothing of the node itself is reachable.
+- filter FORWARD and INPUT: through a tunnel only connections to what the peering shares are opened
+  (a tenant's: the pods of its twin namespaces; a provider's: the consumer's pods of the namespaces
+  extended to it, and the consumer's other providers it relays to); replies to connections opened from
+  this side pass, and nothing of the node itself is reachable.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Tunnel:
     remote_cidrs: tuple[str, ...]  # the peer's pods as this cluster sees them: routed in, accepted from
     listen_port: int | None = None  # provider side: where the consumer's gateway connects
     peer_endpoint: str | None = None  # consumer side: the provider's gateway, host:port
-    # Provider side: the only addresses the peer may open connections to (its pods here); None: no limit.
+    # The only addresses or ranges the peer may open connections to (what the peering shares); None: no limit.
     allowed_destinations: tuple[str, ...] | None = None
     # This side's pod ranges the peer sees elsewhere: (real range, range the peer sees it as), same size.
     remapped: tuple[tuple[str, str], ...] = ()
@@ -101,7 +102,8 @@ def iptables_restore(tunnels: list[Tunnel]) -> str:
         replies = f"-i {interface} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
         forward = rules["filter", CHAIN]
         forward.append(replies)
-        forward += [f"-i {interface} -d {address}/32 -j ACCEPT" for address in sorted(set(tunnel.allowed_destinations))]
+        destinations = sorted({str(ipaddress.ip_network(d, strict=False)) for d in tunnel.allowed_destinations})
+        forward += [f"-i {interface} -d {destination} -j ACCEPT" for destination in destinations]
         forward.append(f"-i {interface} -j DROP")
         rules["filter", f"{CHAIN}-INPUT"] += [replies, f"-i {interface} -j DROP"]
     lines: list[str] = []
