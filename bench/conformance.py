@@ -46,6 +46,7 @@ from catamaran_lab import e2e
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 from catamaran_lab.lab import Lab
 from tests.integration import federation
+from tests.integration.manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 
 LAB_FILE = harness.REPO / "bench" / "conformance-lab.yaml"
 LAB_DIR = harness.REPO / ".lab-conformance"
@@ -228,20 +229,9 @@ def start_federation(lab: Lab) -> list[federation.ControllerProcess]:
     for cluster in (CONSUMER, PROVIDER):
         federation.install_crds(lab, cluster)
     federation.peer(lab, CONSUMER, PROVIDER)
-    federation.grant_terms(
-        lab,
-        CONSUMER,
-        PROVIDER,
-        field_manager="conformance",
-        podSecurity="privileged",
-        nodeSelector={NODE_KIND_LABEL: "real"},
-        tolerations=[{"key": REAL_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
-    )
-    processes = [
-        federation.consumer_manager(lab, CONSUMER),
-        federation.manager(lab, PROVIDER),
-        federation.virtual_kubelet(lab, CONSUMER, PROVIDER),
-    ]
+    federation.place(lab, CONSUMER, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
+    federation.grant_terms(lab, CONSUMER, PROVIDER, field_manager="conformance", podSecurity="privileged")
+    processes = federation.peering_processes(lab, CONSUMER, PROVIDER)
     for process in processes:
         process.start()
     node = virtual_node_name(PROVIDER)

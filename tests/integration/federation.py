@@ -451,9 +451,15 @@ def one_real_peering(lab: Lab, consumer: str, provider: str, namespace: str, **f
         install_crds(lab, cluster)
     peer(lab, consumer, provider, **foreign_spec)
     place(lab, consumer, provider, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
-    processes = [consumer_manager(lab, consumer), manager(lab, provider), virtual_kubelet(lab, consumer, provider)]
+    processes = peering_processes(lab, consumer, provider)
     with serving(lab, consumer, provider, namespace, processes):
         yield processes
+
+
+def peering_processes(lab: Lab, consumer: str, provider: str) -> list[ControllerProcess]:
+    """The consumer's manager (its pod webhook, the virtual node's serving certificate), the provider's manager and
+    the peering's virtual kubelet, not started."""
+    return [consumer_manager(lab, consumer), manager(lab, provider), virtual_kubelet(lab, consumer, provider)]
 
 
 @contextlib.contextmanager

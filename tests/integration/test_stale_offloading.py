@@ -43,11 +43,7 @@ def test_unpeering_clears_the_entry_and_deletion_completes(lab):
     for cluster in (CONSUMER, PROVIDER):
         federation.install_crds(lab, cluster)
     federation.peer(lab, CONSUMER, PROVIDER)
-    processes = [
-        federation.consumer_manager(lab, CONSUMER),
-        federation.manager(lab, PROVIDER),
-        federation.virtual_kubelet(lab, CONSUMER, PROVIDER),
-    ]
+    processes = federation.peering_processes(lab, CONSUMER, PROVIDER)
     for process in processes:
         process.start()
     try:
