@@ -495,3 +495,67 @@ def test_variables_from_the_pods_namespace_and_uid_keep_the_local_pods_values():
     assert env["NS"] == {"name": "NS", "value": pod["metadata"]["namespace"]}  # not the twin's
     assert env["UID"] == {"name": "UID", "value": pod["metadata"]["uid"]}
     assert env["NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the same on both sides
+
+
+def test_readiness_gates_are_kept_from_the_local_pod_and_gate_ready():
+    shadow_status = {"pod": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    common = {"node_ip": "1.1.1.1", "translate": None, "provider_reachable": True, "now": "t"}
+    gates = ["example.com/feature-1"]
+    status = forge.local_pod_status({}, shadow_status, readiness_gates=gates, **common)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert '"example.com/feature-1" does not exist' in ready["message"]
+    gate = {"type": "example.com/feature-1", "status": "True"}
+    status = forge.local_pod_status({"conditions": [gate]}, shadow_status, readiness_gates=gates, **common)
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Ready": "True", "example.com/feature-1": "True"}
+
+
+def test_a_pod_outliving_its_remote_pod_shows_its_containers_ended():
+    local = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {"name": "app", "ready": True, "state": {"running": {"startedAt": "s"}}},
+            {"name": "done", "ready": False, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+        ],
+    }
+    status = forge.terminated_pod_status(local, now="t")
+    app, done = status["containerStatuses"]
+    assert app["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert (app["state"]["terminated"]["finishedAt"], app["state"]["terminated"]["startedAt"]) == ("t", "s")
+    assert done == local["containerStatuses"][1]  # its own end, as reported, is kept
+    assert status["phase"] == "Failed"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Ready": "False", "PodScheduled": "True"}
+
+
+def test_label_annotation_and_deadline_changes_of_a_running_pod_reach_its_shadowpod():
+    pod = local_pod()
+    shadow = forge.shadowpod_for(pod, twin_namespace="shop-c", consumer_id="c", provider_id="p")
+    sent = {"changeable": objects.changeable_pod_fields(shadow["spec"]["pod"])}
+    assert forge.changed_template(pod, sent, "c", "p") is None
+    pod["metadata"]["labels"] = {"tier": "web"}  # "app" removed, "tier" added
+    pod["spec"]["activeDeadlineSeconds"] = 5
+    patch = forge.changed_template(pod, sent, "c", "p")
+    labels = patch["spec"]["pod"]["metadata"]["labels"]
+    assert (labels["app"], labels["tier"], labels["catamaran.io/origin-cluster-id"]) == (None, "web", "c")
+    assert patch["spec"]["pod"]["metadata"]["annotations"] == {"team": "a"}  # kubectl's own is never sent
+    assert patch["spec"]["pod"]["spec"] == {"activeDeadlineSeconds": 5}
+
+
+def test_the_provider_brings_a_running_pod_to_its_shadowpods_labels_keeping_its_own_annotations():
+    from catamaran.provider.shadowpods import changes_for
+
+    running = {
+        "changeable": {
+            "labels": {"app": "web", "old": "x"},
+            "annotations": {"provider.example/scanned": "yes"},
+            "activeDeadlineSeconds": None,
+        }
+    }
+    wanted = {"metadata": {"labels": {"app": "web", "new": "y"}, "annotations": {"a": "1"}}, "spec": {}}
+    assert changes_for(running, wanted) == {
+        "metadata": {"labels": {"old": None, "app": "web", "new": "y"}, "annotations": {"a": "1"}}
+    }
+    running["changeable"]["labels"] = {"app": "web", "new": "y"}
+    running["changeable"]["annotations"]["a"] = "1"
+    assert changes_for(running, wanted) is None

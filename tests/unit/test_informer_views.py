@@ -39,6 +39,11 @@ def test_a_view_follows_its_source_and_reports_objects_entering_and_leaving_it()
             "ownerReferences": None,
             "deletionTimestamp": None,
         },
+        "changeable": {
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+            "annotations": {},
+            "activeDeadlineSeconds": None,
+        },
         "ephemeralContainers": [],
         "status": {"phase": "Running", "podIP": "10.0.0.1"},
     }

@@ -66,3 +66,14 @@ def merge_patch(old: dict, new: dict) -> dict:
 def status_patch(current: dict, wanted: dict) -> dict:
     """A merge patch setting exactly the `wanted` top-level status fields, leaving the others alone."""
     return merge_patch({key: current[key] for key in wanted if key in current}, wanted)
+
+
+def changeable_pod_fields(template: dict) -> dict:
+    """What of a running pod may still change and the remote pod follows: labels, annotations (the downward API
+    shows them) and activeDeadlineSeconds. The rest of a pod's spec is immutable, ephemeral containers aside."""
+    meta = template.get("metadata") or {}
+    return {
+        "labels": meta.get("labels") or {},
+        "annotations": meta.get("annotations") or {},
+        "activeDeadlineSeconds": (template.get("spec") or {}).get("activeDeadlineSeconds"),
+    }

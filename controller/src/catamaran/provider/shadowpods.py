@@ -24,7 +24,7 @@ from ..kube.ops import patch_status
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, condition, reference, set_condition, status_patch
+from ..objects import as_dict, changeable_pod_fields, condition, reference, set_condition, status_patch
 from . import podsecurity
 from . import terms as tenant_terms
 from .offers import Placement, ResourceOfferController, TenantTerms
@@ -117,15 +117,33 @@ def _managed(pod) -> bool:
 
 
 def compact_pod(pod) -> dict:
-    """What the manager reads of a pod it created: who owns it, whether it is going, and its status."""
+    """What the manager reads of a pod it created: who owns it, whether it is going, what may still change of it,
+    and its status."""
     data = as_dict(pod)
     meta = data["metadata"]
     kept = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
     return {
         "metadata": {key: meta.get(key) for key in kept},
+        "changeable": changeable_pod_fields(data),
         "ephemeralContainers": [c.get("name") for c in (data.get("spec") or {}).get("ephemeralContainers") or []],
         "status": data.get("status") or {},
     }
+
+
+def changes_for(pod: dict, wanted: dict) -> dict | None:
+    """The merge patch that brings a running pod to its ShadowPod's labels (whole), annotations (added or changed:
+    the provider's own controllers may add some) and activeDeadlineSeconds; None when it has them."""
+    have, want = pod.get("changeable") or {}, changeable_pod_fields(wanted)
+    labels = {**{key: None for key in have.get("labels") or {} if key not in want["labels"]}, **want["labels"]}
+    annotations = {k: v for k, v in want["annotations"].items() if (have.get("annotations") or {}).get(k) != v}
+    patch: dict = {}
+    if labels != (have.get("labels") or {}):
+        patch.setdefault("metadata", {})["labels"] = labels
+    if annotations:
+        patch.setdefault("metadata", {})["annotations"] = annotations
+    if want["activeDeadlineSeconds"] != have.get("activeDeadlineSeconds"):
+        patch["spec"] = {"activeDeadlineSeconds": want["activeDeadlineSeconds"]}
+    return patch or None
 
 
 def _evicted(pod: dict) -> bool:
@@ -246,6 +264,9 @@ class ShadowPodController:
         wanted = (shadow["spec"]["pod"].get("spec") or {}).get("ephemeralContainers") or []
         if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
             await self._add_ephemeral_containers(shadow, missing)
+        consumer, _ = self._twin(namespace)
+        if changes := changes_for(pod, pod_from_shadow(shadow, consumer=consumer)):
+            await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
         return await self._copy_status(shadow, pod)
 
     async def _add_ephemeral_containers(self, shadow: dict, containers: list[dict]) -> None:

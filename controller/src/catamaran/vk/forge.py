@@ -22,6 +22,7 @@ from ..constants import (
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
+from ..objects import changeable_pod_fields
 from ..steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
 from .trust import OwnRange, overlaps, provider_networks, sanitised_message, sanitised_reason
 
@@ -271,6 +272,34 @@ def missing_ephemeral_containers(pod: dict, shadow: dict) -> list[dict] | None:
     return copy.deepcopy(local)
 
 
+def template_metadata(pod: dict, consumer_id: str, provider_id: str) -> tuple[dict, dict]:
+    """The labels (the pod's and whose it is) and annotations of the remote pod, and of its ShadowPod."""
+    meta = pod["metadata"]
+    identity = {
+        LABEL_ORIGIN_CLUSTER_ID: consumer_id,
+        LABEL_DESTINATION_CLUSTER_ID: provider_id,
+        LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
+    }
+    annotations = {
+        key: value for key, value in (meta.get("annotations") or {}).items() if key not in DROPPED_ANNOTATIONS
+    }
+    return {**(meta.get("labels") or {}), **identity}, annotations
+
+
+def changed_template(pod: dict, shadow: dict, consumer_id: str, provider_id: str) -> dict | None:
+    """The ShadowPod merge patch carrying the local pod's changes (`changeable_pod_fields`); None when it has them."""
+    labels, annotations = template_metadata(pod, consumer_id, provider_id)
+    wanted = changeable_pod_fields({"metadata": {"labels": labels, "annotations": annotations}, "spec": pod["spec"]})
+    sent = shadow.get("changeable") or {}
+    if wanted == sent:
+        return None
+    metadata = {
+        field: {**{key: None for key in sent.get(field) or {} if key not in wanted[field]}, **wanted[field]}
+        for field in ("labels", "annotations")
+    }
+    return {"spec": {"pod": {"metadata": metadata, "spec": {"activeDeadlineSeconds": wanted["activeDeadlineSeconds"]}}}}
+
+
 def shadowpod_for(
     pod: dict,
     *,
@@ -282,15 +311,7 @@ def shadowpod_for(
 ) -> dict:
     """The ShadowPod for a local pod: same name, in the twin namespace, spec forged for the provider."""
     meta = pod["metadata"]
-    identity = {
-        LABEL_ORIGIN_CLUSTER_ID: consumer_id,
-        LABEL_DESTINATION_CLUSTER_ID: provider_id,
-        LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
-    }
-    annotations = {
-        key: value for key, value in (meta.get("annotations") or {}).items() if key not in DROPPED_ANNOTATIONS
-    }
-    labels = {**(meta.get("labels") or {}), **identity}
+    labels, annotations = template_metadata(pod, consumer_id, provider_id)
     return {
         "apiVersion": f"{OFFLOADING_GROUP}/{VERSION}",
         "kind": "ShadowPod",
@@ -487,6 +508,7 @@ def local_pod_status(
     now: str,
     containers: Sequence[tuple[str, str]] = (),
     network_down: str | None = None,
+    readiness_gates: Sequence[str] = (),
 ) -> dict:
     """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet).
 
@@ -494,7 +516,8 @@ def local_pod_status(
     without IP and with a POD_IP_CONDITION saying why; None: not decided yet, the pod keeps what it shows),
     reasons and messages bounded (vk/trust.py), and its conditions of the types the virtual kubelet sets itself
     are not copied. A pod is not ready while its provider cannot be reached, nor while the network fabric's
-    tunnel to it is down (`network_down` says why): Services then send nothing to it.
+    tunnel to it is down (`network_down` says why): Services then send nothing to it. Its readiness gates
+    (condition types, set on the local pod by the consumer's controllers) are kept and gate Ready, as a kubelet does.
     """
     shadow_status = shadow_status or {}
     remote = shadow_status.get("pod") or {}
@@ -546,7 +569,7 @@ def local_pod_status(
             since = previous.get("lastTransitionTime") if previous.get("status") == "False" else now
             unreachable.append(_condition(kind, "False", unreachable_reason, message, since or now))
         conditions = unreachable
-    status["conditions"] = conditions
+    status["conditions"] = _gated(conditions, local_conditions, readiness_gates, now)
     if remote.get("startTime"):
         status["startTime"] = remote["startTime"]
     recreations = int(shadow_status.get("recreations") or 0)
@@ -575,6 +598,61 @@ def local_pod_status(
             status[field] = failure.get(field, "")
         elif previous_failure is not None and local_status.get(field) == previous_failure.get(field):
             status[field] = None  # set for the failure that is over
+    return status
+
+
+def _gated(conditions: list[dict], local: dict[str, dict], gates: Sequence[str], now: str) -> list[dict]:
+    """The local pod's readiness gate conditions kept, and Ready False while one is not True (the kubelet's rule and
+    words). The remote pod has no gates: nobody there sets their conditions."""
+    if not gates:
+        return conditions
+    kept = [c for c in conditions if c["type"] not in gates] + [local[g] for g in gates if g in local]
+    missing = [g for g in gates if g not in local]
+    unset = [g for g in gates if g in local and local[g].get("status") != "True"]
+    ready = next((c for c in kept if c["type"] == "Ready"), None)
+    if ready is None or ready.get("status") != "True" or not (missing or unset):
+        return kept
+    if missing:
+        message = f'corresponding condition of pod readiness gate "{missing[0]}" does not exist.'
+    else:
+        message = f'the status of pod readiness gate "{unset[0]}" is not "True", but {local[unset[0]].get("status")}'
+    previous = local.get("Ready") or {}
+    since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
+    gated = _condition("Ready", "False", "ReadinessGatesNotReady", message, since or now)
+    return [gated if c["type"] == "Ready" else c for c in kept]
+
+
+def terminated_pod_status(local_status: dict, *, now: str) -> dict:
+    """The last status of a pod whose remote pod is gone while the local one stays (a finalizer holds it): every
+    container not seen ending is terminated now, with the kubelet's words for an end it could not observe."""
+    status = copy.deepcopy(local_status)
+    for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        for entry in status.get(kind) or []:
+            if "terminated" in (entry.get("state") or {}):
+                continue
+            started = ((entry.get("state") or {}).get("running") or {}).get("startedAt")
+            entry["ready"] = False
+            entry["started"] = False
+            entry["state"] = {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "finishedAt": now,
+                    **({"startedAt": started} if started else {}),
+                }
+            }
+    codes = [
+        entry["state"]["terminated"].get("exitCode")
+        for entry in status.get("containerStatuses") or []
+        if "terminated" in (entry.get("state") or {})
+    ]
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        status["phase"] = "Succeeded" if codes and all(code == 0 for code in codes) else "Failed"
+    status["conditions"] = [
+        _condition(c["type"], "False", "PodCompleted", "", now) if c["type"] in ("Ready", "ContainersReady") else c
+        for c in status.get("conditions") or []
+    ]
     return status
 
 

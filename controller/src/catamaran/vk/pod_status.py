@@ -11,7 +11,14 @@ from ..kube.ops import patch_status
 from ..logs import fields
 from ..objects import condition, now_iso, reference, status_patch
 from .context import PeeringContext
-from .forge import HELD_REASONS, POD_IP_CONDITION, REMOTE_CONDITION, held_pod_status, local_pod_status
+from .forge import (
+    HELD_REASONS,
+    POD_IP_CONDITION,
+    REMOTE_CONDITION,
+    held_pod_status,
+    local_pod_status,
+    terminated_pod_status,
+)
 from .node import VirtualNode
 from .pod_ips import PodIPs
 
@@ -89,6 +96,12 @@ class PodStatus:
             )
         await patch_status(self.peering.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
 
+    async def terminated(self, pod: dict) -> None:
+        """The remote pod is gone and the local one stays (a finalizer): its containers show that they ended."""
+        wanted = terminated_pod_status(pod["status"], now=now_iso())
+        if comparable_status(wanted) != comparable_status(pod["status"]):
+            await patch_status(self.peering.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
+
     async def update(self, pod: dict, shadow: dict | None) -> None:
         meta = pod["metadata"]
         shadow_status = (shadow or {}).get("status")
@@ -106,6 +119,7 @@ class PodStatus:
             network_down=self.ips.network_down,
             now=now_iso(),
             containers=[(c["name"], c.get("image", "")) for c in pod["spec"].get("containers") or []],
+            readiness_gates=[g["conditionType"] for g in pod["spec"].get("readinessGates") or []],
         )
         if comparable_status(wanted) == comparable_status(pod["status"]):
             return

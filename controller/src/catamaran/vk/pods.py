@@ -20,11 +20,12 @@ from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, reference
+from ..objects import as_dict, changeable_pod_fields, reference
 from ..steering import is_daemonset_pod
 from .context import PeeringContext
 from .forge import (
     ANNOTATION_LOCAL_NAMESPACE,
+    changed_template,
     missing_ephemeral_containers,
     offload_refusal,
     shadowpod_for,
@@ -81,11 +82,12 @@ def compact_local_pod(pod) -> dict:
 
 def compact_shadow(shadow) -> dict:
     """A ShadowPod without its pod spec, which the virtual kubelet never reads back but for the names of its
-    ephemeral containers."""
+    ephemeral containers and what a running pod may still change."""
     meta = shadow["metadata"]
     pod_spec = ((shadow.get("spec") or {}).get("pod") or {}).get("spec") or {}
     return {
         "ephemeralContainers": [c.get("name") for c in pod_spec.get("ephemeralContainers") or []],
+        "changeable": changeable_pod_fields((shadow.get("spec") or {}).get("pod") or {}),
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
@@ -268,6 +270,10 @@ class PodController:
             await self._create_shadow(pod, twin, token_secret)
         elif shadow is not None and (added := missing_ephemeral_containers(pod, shadow)) is not None:
             await self._add_ephemeral_containers(pod, twin, added)
+        if shadow is not None and (
+            changes := changed_template(pod, shadow, self.peering.consumer_id, self.peering.provider_id)
+        ):
+            await self.peering.provider.patch(ShadowPod, name, changes, namespace=twin, patch_type=PatchType.MERGE)
         await self.status.update(pod, shadow)
         return None
 
@@ -332,8 +338,11 @@ class PodController:
         if shadow is not None:
             if not shadow["metadata"].get("deletionTimestamp"):
                 await self._delete_shadow(twin, meta["name"], grace=meta.get("deletionGracePeriodSeconds"))
+            await self.status.update(pod, shadow)  # the remote pod's way down: readiness lost, containers ending
             return None  # the ShadowPod's DELETED event brings us back
         if twin in self.shadow_informers or self.twins.requests.get(self.peering.tenant_namespace, twin) is None:
+            if meta.get("finalizers"):
+                await self.status.terminated(pod)  # it outlives its containers: show that they ended
             with tolerating(404):
                 await self.peering.local.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
                 log.info("released local pod", extra=fields(pod=f"{meta['namespace']}/{meta['name']}"))
