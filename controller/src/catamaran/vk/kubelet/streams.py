@@ -1,4 +1,5 @@
-"""exec, attach and port-forward: SPDY/3.1 from the API server, WebSockets to the provider.
+"""exec, attach and port-forward: SPDY/3.1 from the API server, WebSockets to the provider. (The WebSockets an API
+server passes on untranslated are relayed as they are: websocket.py.)
 
 The API server speaks SPDY to kubelets (it translates kubectl's WebSockets), so this side is the
 SPDY server of the kubelet's stream protocols: `v4.channel.k8s.io` (and v5, identical over SPDY)
@@ -24,6 +25,7 @@ import aiohttp
 from ... import metrics
 from ...kube.spdy import SpdySession, SpdyStream
 from ...logs import fields
+from . import websocket
 from .channel import ProviderChannel
 from .http import HttpError, Request
 
@@ -97,12 +99,15 @@ async def accept_streams(session: SpdySession, wanted: dict[str, bool]) -> dict[
 async def serve_command(
     request: Request, channel: ProviderChannel, kind: str, twin: str, pod: str, container: str
 ) -> None:
-    protocol = negotiate(request.header_values("x-stream-protocol-version"), COMMAND_PROTOCOLS)
-    if not request.wants_upgrade(SPDY):
-        raise HttpError(400, f"{kind} needs an upgrade to {SPDY}")
     wanted = command_streams(request)
     params = provider_command_params(request, container, wanted, kind)
     path = f"/api/v1/namespaces/{twin}/pods/{pod}/{kind}"
+    if request.wants_upgrade("websocket"):
+        await websocket.relay(request, channel, path, params, kind)
+        return
+    protocol = negotiate(request.header_values("x-stream-protocol-version"), COMMAND_PROTOCOLS)
+    if not request.wants_upgrade(SPDY):
+        raise HttpError(400, f"{kind} needs an upgrade to {SPDY} or websocket")
     async with channel.websocket(path, params, ["v5.channel.k8s.io", "v4.channel.k8s.io"], kind) as socket:
         reader, writer = await request.switch_protocols({"Upgrade": SPDY, "X-Stream-Protocol-Version": protocol})
         session = SpdySession(reader, writer, server=True)
@@ -266,10 +271,15 @@ class WebSocketTransport:
 
 
 async def serve_port_forward(request: Request, channel: ProviderChannel, twin: str, pod: str) -> None:
+    path = f"/api/v1/namespaces/{twin}/pods/{pod}/portforward"
+    if request.wants_upgrade("websocket"):
+        # The API server passes the caller's ports as the kubelet's `port` parameters.
+        ports = [("ports", port) for port in request.query.get("port") or request.query.get("ports") or []]
+        await websocket.relay(request, channel, path, ports, "port-forward")
+        return
     protocol = negotiate(request.header_values("x-stream-protocol-version"), [PORT_FORWARD_PROTOCOL])
     if not request.wants_upgrade(SPDY):
-        raise HttpError(400, f"port-forward needs an upgrade to {SPDY}")
-    path = f"/api/v1/namespaces/{twin}/pods/{pod}/portforward"
+        raise HttpError(400, f"port-forward needs an upgrade to {SPDY} or websocket")
     async with channel.websocket(path, [], [TUNNELED_PORT_FORWARD], "port-forward") as socket:
         tunnel = WebSocketTransport(socket)
         upstream = SpdySession(tunnel.reader, tunnel, server=False)
