@@ -559,3 +559,10 @@ def test_the_provider_brings_a_running_pod_to_its_shadowpods_labels_keeping_its_
     running["changeable"]["labels"] = {"app": "web", "new": "y"}
     running["changeable"]["annotations"]["a"] = "1"
     assert changes_for(running, wanted) is None
+
+
+def test_an_init_containers_restart_alone_is_a_status_change_worth_writing():
+    waiting = {"name": "init1", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+    before = {"phase": "Pending", "initContainerStatuses": [waiting]}
+    after = {"phase": "Pending", "initContainerStatuses": [{**waiting, "restartCount": 2}]}
+    assert comparable_status(before) != comparable_status(after)

@@ -37,6 +37,9 @@ MANAGED_BY_CATAMARAN = "catamaran"
 MANAGED_BY_REFLECTION = "reflection"
 
 ANNOTATION_LOCAL_POD_UID = "catamaran.io/local-pod-uid"
+# On a ShadowPod being deleted: the local pod's grace period when it is not the pod's own (kubectl delete
+# --grace-period, a second delete cutting it short). A custom resource keeps no grace period of its own.
+ANNOTATION_DELETION_GRACE = "catamaran.io/deletion-grace-period-seconds"
 ANNOTATION_TWIN_OF = "catamaran.io/twin-of"
 # Reflection policy, per object: skipped under a DenyList policy, chosen under an AllowList one.
 ANNOTATION_SKIP_REFLECTION = "catamaran.io/skip-reflection"

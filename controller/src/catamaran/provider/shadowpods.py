@@ -17,10 +17,16 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from .. import quantities
-from ..constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_CATAMARAN, tenant_namespace
+from ..constants import (
+    ANNOTATION_DELETION_GRACE,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    MANAGED_BY_CATAMARAN,
+    tenant_namespace,
+)
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, enqueue
-from ..kube.ops import patch_status
+from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -121,7 +127,7 @@ def compact_pod(pod) -> dict:
     and its status."""
     data = as_dict(pod)
     meta = data["metadata"]
-    kept = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
+    kept = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp", "deletionGracePeriodSeconds")
     return {
         "metadata": {key: meta.get(key) for key in kept},
         "changeable": changeable_pod_fields(data),
@@ -230,10 +236,12 @@ class ShadowPodController:
     async def reconcile(self, key) -> float | None:
         namespace, name = key
         shadow = self.shadows.get(namespace, name)
+        pod = self.pods.get(namespace, name)
+        if shadow is not None and shadow["metadata"].get("deletionTimestamp") and pod is not None:
+            await self._pass_on_grace(shadow, pod)
         if shadow is None or shadow["metadata"].get("deletionTimestamp"):
             self._forget(key)
             return None  # garbage collection removes the Pod through its owner reference
-        pod = self.pods.get(namespace, name)
         status = shadow.get("status") or {}
         if pod is None:
             if status.get("phase") in TERMINAL_PHASES:
@@ -268,6 +276,18 @@ class ShadowPodController:
         if changes := changes_for(pod, pod_from_shadow(shadow, consumer=consumer)):
             await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
         return await self._copy_status(shadow, pod)
+
+    async def _pass_on_grace(self, shadow: dict, pod: dict) -> None:
+        """A ShadowPod deleted with the local pod's own grace period (ANNOTATION_DELETION_GRACE) deletes its Pod with
+        it: garbage collection alone would give the Pod its spec's whole terminationGracePeriodSeconds."""
+        value = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_DELETION_GRACE) or ""
+        grace = int(value) if value.isdigit() else None
+        going = pod["metadata"].get("deletionGracePeriodSeconds")
+        if grace is None or (pod["metadata"].get("deletionTimestamp") and going is not None and going <= grace):
+            return
+        meta = pod["metadata"]
+        with tolerating(404):
+            await self.client.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=grace)
 
     async def _add_ephemeral_containers(self, shadow: dict, containers: list[dict]) -> None:
         """`kubectl debug` on the consumer: the containers join the running Pod, held to the tenant's Pod Security

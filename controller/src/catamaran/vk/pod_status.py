@@ -47,7 +47,7 @@ def comparable_status(status: dict) -> dict:
         ),
         "containers": [
             (c["name"], c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()))
-            for kind in ("containerStatuses", "ephemeralContainerStatuses")
+            for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
             for c in status.get(kind) or []
         ],
     }

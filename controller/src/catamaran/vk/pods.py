@@ -14,7 +14,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from ..constants import ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
+from ..constants import ANNOTATION_DELETION_GRACE, ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
 from ..kube.informer import Informer, NamespacedInformers, call
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
@@ -73,6 +73,7 @@ def compact_local_pod(pod) -> dict:
                 "deletionTimestamp",
                 "deletionGracePeriodSeconds",
                 "ownerReferences",
+                "finalizers",
             )
         },
         "spec": data["spec"],
@@ -336,8 +337,18 @@ class PodController:
     async def _terminate(self, pod: dict, twin: str, shadow: dict | None) -> float | None:
         meta = pod["metadata"]
         if shadow is not None:
+            grace = meta.get("deletionGracePeriodSeconds")
+            own = pod["spec"].get("terminationGracePeriodSeconds", 30)
+            if grace is not None and grace != own and _deletion_grace(shadow) != grace:
+                # Not the pod's own grace period (deleted with another, or cut short by a second delete): the
+                # provider's manager deletes the remote pod with it.
+                annotation = {"metadata": {"annotations": {ANNOTATION_DELETION_GRACE: str(grace)}}}
+                with tolerating(404):
+                    await self.peering.provider.patch(
+                        ShadowPod, meta["name"], annotation, namespace=twin, patch_type=PatchType.MERGE
+                    )
             if not shadow["metadata"].get("deletionTimestamp"):
-                await self._delete_shadow(twin, meta["name"], grace=meta.get("deletionGracePeriodSeconds"))
+                await self._delete_shadow(twin, meta["name"], grace=grace)
             await self.status.update(pod, shadow)  # the remote pod's way down: readiness lost, containers ending
             return None  # the ShadowPod's DELETED event brings us back
         if twin in self.shadow_informers or self.twins.requests.get(self.peering.tenant_namespace, twin) is None:
@@ -354,6 +365,11 @@ class PodController:
             await self.peering.provider.delete(
                 ShadowPod, name, namespace=twin, grace_period=grace, cascade=CascadeType.FOREGROUND
             )
+
+
+def _deletion_grace(shadow: dict) -> int | None:
+    value = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_DELETION_GRACE)
+    return int(value) if value and value.isdigit() else None
 
 
 def _placement(offloading: dict | None) -> tuple | None:
