@@ -7,6 +7,7 @@ share one federation and run in file order.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import concurrent.futures
 import contextlib
@@ -26,6 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 from cryptography import x509
@@ -240,6 +242,32 @@ def test_exec_returns_output_and_exit_code(lab, fed):
     assert kubectl(lab, "exec", "talker", "--", "cat", "/tmp/www/index.html").stdout.startswith("served by")
     piped = kubectl(lab, "exec", "-i", "talker", "--", "sh", "-c", "cat; echo done", input="from stdin\n")
     assert piped.stdout == "from stdin\ndone\n"
+
+
+def test_exec_over_a_websocket_the_api_server_passes_on(lab, fed):
+    """`channel.k8s.io` is not translated to SPDY by the API server: the virtual node relays the WebSocket itself."""
+    server = yaml.safe_load(lab.kubeconfig(CONSUMER).read_text())["clusters"][0]["cluster"]["server"]
+    command = "&".join(f"command={part}" for part in ("sh", "-c", "echo%20over-ws%3Bexit%202"))
+    url = f"{server}/api/v1/namespaces/{NAMESPACE}/pods/talker/exec?{command}&stdout=true&stderr=true"
+
+    async def run() -> tuple[str | None, bytes, bytes]:
+        tls = _admin_tls(lab, CONSUMER, with_client_certificate=True)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(url, protocols=["channel.k8s.io"], ssl=tls) as socket,
+        ):
+            out, error = b"", b""
+            async for message in socket:
+                if message.type == aiohttp.WSMsgType.BINARY and message.data[:1] == b"\x01":
+                    out += message.data[1:]
+                elif message.type == aiohttp.WSMsgType.BINARY and message.data[:1] == b"\x03":
+                    error += message.data[1:]
+            return socket.protocol, out, error
+
+    protocol, out, error = asyncio.run(asyncio.wait_for(run(), 30))
+    assert protocol == "channel.k8s.io"
+    assert out == b"over-ws\n"
+    assert b"exit code 2" in error  # the provider kubelet's own words for the command's end
 
 
 def _read_until(fd: int, wanted: str, timeout: float = 20) -> str:
