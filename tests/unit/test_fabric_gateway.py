@@ -92,20 +92,21 @@ def test_a_providers_tunnel_opens_only_to_the_namespaces_extended_to_it_and_the_
     assert tunnels["p2"].allowed_destinations == ("10.101.0.5", "10.101.0.6", "100.64.0.0/16")
 
 
-def test_a_pod_on_its_nodes_network_is_never_a_destination():
+def test_a_pod_on_its_nodes_network_or_finished_is_never_a_destination():
     from types import SimpleNamespace
 
     from catamaran.fabric.gateway import _pod_address
 
-    def pod(host_network: bool, labels: dict) -> SimpleNamespace:
+    def pod(host_network: bool, labels: dict, phase: str = "Running") -> SimpleNamespace:
         return SimpleNamespace(
             metadata=SimpleNamespace(labels=labels),
             spec=SimpleNamespace(hostNetwork=host_network),
-            status=SimpleNamespace(podIP="10.0.0.9"),
+            status=SimpleNamespace(podIP="10.0.0.9", phase=phase),
         )
 
     tenant = {"catamaran.io/managed-by": "catamaran", "catamaran.io/origin-cluster-id": "c1"}
     assert _pod_address(pod(True, tenant)) == ("c1", None)
     assert _pod_address(pod(False, tenant)) == ("c1", "10.0.0.9")
+    assert _pod_address(pod(False, tenant, phase="Succeeded")) == ("c1", None)  # its IP may be reused
     # The origin label alone, on a pod Catamaran did not make, ties it to no tenant.
     assert _pod_address(pod(False, {"catamaran.io/origin-cluster-id": "c1"})) == (None, "10.0.0.9")

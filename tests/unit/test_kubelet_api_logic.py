@@ -381,16 +381,24 @@ def test_websocket_frames_round_trip_masked_and_fragmented():
             head += struct.pack("!BH", 0x80 | 126, length)
         return head + mask + body
 
+    pings = []
+
+    async def ping(payload: bytes) -> None:
+        pings.append(payload)
+
     async def read(data: bytes) -> list:
         reader = asyncio.StreamReader()
         reader.feed_data(data)
         reader.feed_eof()
-        return [await websocket.read_message(reader) for _ in range(3)]
+        return [await websocket.read_message(reader, ping) for _ in range(3)]
 
     big = bytes(range(256)) * 2
-    data = masked(websocket.BINARY, b"\x00ls", fin=False) + masked(0, b" -l")
-    data += masked(websocket.PING, b"hi") + masked(websocket.TEXT, big)
-    assert asyncio.run(read(data)) == [(websocket.BINARY, b"\x00ls -l"), (websocket.PING, b"hi"), (websocket.TEXT, big)]
+    # A ping between a message's fragments is answered and the message still comes whole.
+    data = masked(websocket.BINARY, b"\x00ls", fin=False) + masked(websocket.PING, b"hi") + masked(0, b" -l")
+    data += masked(websocket.TEXT, big) + masked(websocket.CLOSE, b"\x03\xe8")
+    expected = [(websocket.BINARY, b"\x00ls -l"), (websocket.TEXT, big), (websocket.CLOSE, b"\x03\xe8")]
+    assert asyncio.run(read(data)) == expected
+    assert pings == [b"hi"]
     assert websocket.frame(websocket.BINARY, b"\x01out") == b"\x82\x04\x01out"
     assert websocket.frame(websocket.BINARY, big)[:4] == b"\x82\x7e\x02\x00"
     # RFC 6455's own example of the accept key.

@@ -63,17 +63,19 @@ HEALTH_WINDOW_SECONDS = 3 * KEEPALIVE_SECONDS
 
 
 def _pod_address(pod) -> tuple[str | None, str | None]:
-    """(the tenant a provider's pod runs for, or None; its own IP, or None: none yet, or the node's)."""
+    """(the tenant a provider's pod runs for, or None; its own IP, or None: none yet, finished, or the node's)."""
     labels = pod.metadata.labels or {}
     tenant = labels.get(LABEL_ORIGIN_CLUSTER_ID) if labels.get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN else None
     own_network = not (pod.spec and pod.spec.hostNetwork)
-    return tenant, (pod.status.podIP if pod.status and own_network else None)
+    # A finished pod keeps its IP in its status while the object stays: the address may be another pod's by now.
+    running = pod.status is not None and pod.status.phase not in ("Succeeded", "Failed")
+    return tenant, (pod.status.podIP if running and own_network else None)
 
 
 def _extended_to(offloading) -> frozenset[str]:
-    """The providers a namespace's twins are Ready on."""
+    """The providers a namespace's twins are on: Ready, or Draining (its offloaded pods still going)."""
     clusters = ((offloading.get("status") or {}).get("clusters")) or []
-    return frozenset(c.get("clusterID") for c in clusters if c.get("phase") == "Ready")
+    return frozenset(c.get("clusterID") for c in clusters if c.get("phase") in ("Ready", "Draining"))
 
 
 def _remapped(network: dict) -> tuple[tuple[str, str], ...]:

@@ -102,7 +102,9 @@ def iptables_restore(tunnels: list[Tunnel]) -> str:
         replies = f"-i {interface} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
         forward = rules["filter", CHAIN]
         forward.append(replies)
-        destinations = sorted({str(ipaddress.ip_network(d, strict=False)) for d in tunnel.allowed_destinations})
+        # iptables is IPv4's: an IPv6 destination (a dual-stack pod's second IP) is not this table's to allow.
+        networks = {ipaddress.ip_network(d, strict=False) for d in tunnel.allowed_destinations}
+        destinations = sorted(str(n) for n in networks if n.version == 4)
         forward += [f"-i {interface} -d {destination} -j ACCEPT" for destination in destinations]
         forward.append(f"-i {interface} -j DROP")
         rules["filter", f"{CHAIN}-INPUT"] += [replies, f"-i {interface} -j DROP"]

@@ -21,13 +21,17 @@ def tolerating(*codes: int):
             raise
 
 
-async def patch_status(client: AsyncClient, resource, meta: dict, status: dict) -> None:
-    """Merge-patch an object's status subresource; an object deleted meanwhile is no error."""
+async def patch_status(client: AsyncClient, resource, meta: dict, status: dict, *, if_unchanged: bool = False) -> None:
+    """Merge-patch an object's status subresource; an object deleted meanwhile is no error. `if_unchanged`: only if
+    it is still at meta's resourceVersion (409 otherwise), when what is written comes from fields others may set."""
+    body: dict = {"status": status}
+    if if_unchanged:
+        body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
     with tolerating(404):
         await client.patch(
             resource.Status,
             meta["name"],
-            {"status": status},
+            body,
             namespace=meta.get("namespace"),
             patch_type=PatchType.MERGE,
         )

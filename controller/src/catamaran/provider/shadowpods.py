@@ -136,20 +136,30 @@ def compact_pod(pod) -> dict:
     }
 
 
+# A grace period asked through ANNOTATION_DELETION_GRACE is bounded: a day, as no workload needs more.
+MAX_DELETION_GRACE_S = 86400
+
+
 def changes_for(pod: dict, wanted: dict) -> dict | None:
-    """The merge patch that brings a running pod to its ShadowPod's labels (whole), annotations (added or changed:
-    the provider's own controllers may add some) and activeDeadlineSeconds; None when it has them."""
+    """The merge patch that brings a running pod to its ShadowPod's labels and annotations (added or changed, never
+    removed: the provider's own admission and controllers add some, a mesh's for one) and activeDeadlineSeconds;
+    None when it has them."""
     have, want = pod.get("changeable") or {}, changeable_pod_fields(wanted)
-    labels = {**{key: None for key in have.get("labels") or {} if key not in want["labels"]}, **want["labels"]}
+    labels = {k: v for k, v in want["labels"].items() if (have.get("labels") or {}).get(k) != v}
     annotations = {k: v for k, v in want["annotations"].items() if (have.get("annotations") or {}).get(k) != v}
     patch: dict = {}
-    if labels != (have.get("labels") or {}):
+    if labels:
         patch.setdefault("metadata", {})["labels"] = labels
     if annotations:
         patch.setdefault("metadata", {})["annotations"] = annotations
     if want["activeDeadlineSeconds"] != have.get("activeDeadlineSeconds"):
         patch["spec"] = {"activeDeadlineSeconds": want["activeDeadlineSeconds"]}
     return patch or None
+
+
+def _owned_by(pod: dict, shadow: dict) -> bool:
+    owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
+    return owner is not None and owner.get("uid") == shadow["metadata"]["uid"]
 
 
 def _evicted(pod: dict) -> bool:
@@ -238,7 +248,12 @@ class ShadowPodController:
         shadow = self.shadows.get(namespace, name)
         pod = self.pods.get(namespace, name)
         if shadow is not None and shadow["metadata"].get("deletionTimestamp") and pod is not None:
-            await self._pass_on_grace(shadow, pod)
+            if _owned_by(pod, shadow):
+                await self._pass_on_grace(shadow, pod)
+                # Garbage collection removes the Pod (foreground): until then its way down, its containers' real
+                # ends included, still reaches the consumer.
+                await self._copy_status(shadow, pod)
+            return None
         if shadow is None or shadow["metadata"].get("deletionTimestamp"):
             self._forget(key)
             return None  # garbage collection removes the Pod through its owner reference
@@ -248,8 +263,7 @@ class ShadowPodController:
                 self._forget(key)
                 return None
             return await self._create_pod(shadow)
-        owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
-        if owner is None or owner.get("uid") != shadow["metadata"]["uid"]:
+        if not _owned_by(pod, shadow):
             await self._patch_status(
                 shadow,
                 {
@@ -272,16 +286,21 @@ class ShadowPodController:
         wanted = (shadow["spec"]["pod"].get("spec") or {}).get("ephemeralContainers") or []
         if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
             await self._add_ephemeral_containers(shadow, missing)
+        await self._copy_status(shadow, pod)
         consumer, _ = self._twin(namespace)
         if changes := changes_for(pod, pod_from_shadow(shadow, consumer=consumer)):
-            await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
-        return await self._copy_status(shadow, pod)
+            try:
+                await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
+            except ApiError as error:  # e.g. a deadline raised: the API server allows only shortening it
+                message = f"the pod's labels, annotations or deadline not updated: {error.status.message or error}"
+                await self.events.record(reference(shadow), "Warning", "RemotePodUpdateRefused", message)
+        return None
 
     async def _pass_on_grace(self, shadow: dict, pod: dict) -> None:
         """A ShadowPod deleted with the local pod's own grace period (ANNOTATION_DELETION_GRACE) deletes its Pod with
         it: garbage collection alone would give the Pod its spec's whole terminationGracePeriodSeconds."""
         value = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_DELETION_GRACE) or ""
-        grace = int(value) if value.isdigit() else None
+        grace = min(int(value), MAX_DELETION_GRACE_S) if value.isdecimal() and value.isascii() else None
         going = pod["metadata"].get("deletionGracePeriodSeconds")
         if grace is None or (pod["metadata"].get("deletionTimestamp") and going is not None and going <= grace):
             return

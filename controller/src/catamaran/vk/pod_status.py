@@ -142,4 +142,7 @@ class PodStatus:
             and (condition(pod["status"], POD_IP_CONDITION) or {}).get("message") != refused["message"]
         ):
             await self.peering.events.record(involved, "Warning", POD_IP_REFUSED, refused["message"])
-        await patch_status(self.peering.local, Pod, meta, status_patch(pod["status"], wanted))
+        # Readiness gates' conditions are set by the consumer's controllers and written back here whole (a merge
+        # patch replaces the list): only onto the status they were read from.
+        gated = bool(pod["spec"].get("readinessGates")) and bool(meta.get("resourceVersion"))
+        await patch_status(self.peering.local, Pod, meta, status_patch(pod["status"], wanted), if_unchanged=gated)

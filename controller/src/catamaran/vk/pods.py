@@ -74,6 +74,7 @@ def compact_local_pod(pod) -> dict:
                 "deletionGracePeriodSeconds",
                 "ownerReferences",
                 "finalizers",
+                "resourceVersion",
             )
         },
         "spec": data["spec"],
@@ -369,7 +370,7 @@ class PodController:
 
 def _deletion_grace(shadow: dict) -> int | None:
     value = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_DELETION_GRACE)
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and value.isdecimal() and value.isascii() else None
 
 
 def _placement(offloading: dict | None) -> tuple | None:

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import logging
 import struct
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 CONTINUATION, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DRAIN_TIMEOUT_S = 60.0
 
 
 def accept_key(key: str) -> str:
@@ -46,8 +48,18 @@ def frame(opcode: int, payload: bytes) -> bytes:
     return head + payload
 
 
-async def read_message(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    """The next message (continuations joined, client masks removed): (opcode, payload); control frames as they come."""
+def unmask(payload: bytes, mask: bytes) -> bytes:
+    """XOR with the client's 4-byte mask, as one big integer (a byte at a time would hold the event loop)."""
+    if not payload:
+        return payload
+    repeated = (mask * (len(payload) // 4 + 1))[: len(payload)]
+    value = int.from_bytes(payload, "big") ^ int.from_bytes(repeated, "big")
+    return value.to_bytes(len(payload), "big")
+
+
+async def read_message(reader: asyncio.StreamReader, on_ping: Callable[[bytes], Awaitable[None]]) -> tuple[int, bytes]:
+    """The next data message (continuations joined, masks removed) or CLOSE: (opcode, payload). Pings are answered
+    through `on_ping` as they come, between a message's fragments too; pongs are dropped."""
     opcode, parts, size = None, [], 0
     while True:
         first, second = await reader.readexactly(2)
@@ -57,15 +69,19 @@ async def read_message(reader: asyncio.StreamReader) -> tuple[int, bytes]:
             (length,) = struct.unpack("!H", await reader.readexactly(2))
         elif length == 127:
             (length,) = struct.unpack("!Q", await reader.readexactly(8))
-        size += length
-        if size > MAX_MESSAGE_BYTES:
+        if frame_opcode < CLOSE:
+            size += length
+        if size > MAX_MESSAGE_BYTES or length > MAX_MESSAGE_BYTES:
             raise ConnectionError(f"WebSocket message larger than {MAX_MESSAGE_BYTES} bytes")
         mask = await reader.readexactly(4) if second & 0x80 else b""
-        payload = await reader.readexactly(length)
-        if mask:
-            payload = bytes(byte ^ mask[index % 4] for index, byte in enumerate(payload))
-        if frame_opcode >= CLOSE:
-            return frame_opcode, payload
+        payload = unmask(await reader.readexactly(length), mask) if mask else await reader.readexactly(length)
+        if frame_opcode == CLOSE:
+            return CLOSE, payload
+        if frame_opcode == PING:
+            await on_ping(payload)
+            continue
+        if frame_opcode == PONG:
+            continue
         if frame_opcode != CONTINUATION:
             opcode = frame_opcode
         parts.append(payload)
@@ -82,8 +98,9 @@ async def relay(
     if not key or not offered:
         raise HttpError(400, f"{kind} over WebSocket needs Sec-WebSocket-Key and Sec-WebSocket-Protocol")
     async with channel.websocket(path, params, offered, kind) as socket:
-        chosen = socket.protocol or offered[0]
-        headers = {"Upgrade": "websocket", "Sec-WebSocket-Accept": accept_key(key), "Sec-WebSocket-Protocol": chosen}
+        headers = {"Upgrade": "websocket", "Sec-WebSocket-Accept": accept_key(key)}
+        if socket.protocol:  # the provider's choice, which the caller then speaks to it
+            headers["Sec-WebSocket-Protocol"] = socket.protocol
         reader, writer = await request.switch_protocols(headers)
         directions = [
             asyncio.ensure_future(_to_provider(reader, writer, socket)),
@@ -95,23 +112,24 @@ async def relay(
             for task in directions:
                 task.cancel()
             await asyncio.gather(*directions, return_exceptions=True)
-            with contextlib.suppress(ConnectionError, RuntimeError):
+            with contextlib.suppress(ConnectionError, RuntimeError, TimeoutError):
                 writer.write(frame(CLOSE, struct.pack("!H", 1000)))
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), DRAIN_TIMEOUT_S)
             writer.close()
             log.info("WebSocket stream ended", extra=fields(kind=kind, path=path))
 
 
 async def _to_provider(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, socket) -> None:
-    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+    async def pong(payload: bytes) -> None:
+        writer.write(frame(PONG, payload))
+        await asyncio.wait_for(writer.drain(), DRAIN_TIMEOUT_S)
+
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, TimeoutError):
         while True:
-            opcode, payload = await read_message(reader)
+            opcode, payload = await read_message(reader, pong)
             if opcode == CLOSE:
                 return
-            if opcode == PING:
-                writer.write(frame(PONG, payload))
-                await writer.drain()
-            elif opcode == TEXT:
+            if opcode == TEXT:
                 await socket.send_str(payload.decode("utf-8", errors="replace"))
             elif opcode == BINARY:
                 await socket.send_bytes(payload)
@@ -125,4 +143,5 @@ async def _to_caller(socket, writer: asyncio.StreamWriter) -> None:
             writer.write(frame(TEXT, message.data.encode()))
         else:
             return  # closed or failed: the caller's side ends too
-        await writer.drain()
+        # A caller that stops reading ends the relay, instead of holding the provider's stream open for ever.
+        await asyncio.wait_for(writer.drain(), DRAIN_TIMEOUT_S)
