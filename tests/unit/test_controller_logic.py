@@ -565,3 +565,9 @@ def test_an_init_containers_restart_alone_is_a_status_change_worth_writing():
     before = {"phase": "Pending", "initContainerStatuses": [waiting]}
     after = {"phase": "Pending", "initContainerStatuses": [{**waiting, "restartCount": 2}]}
     assert comparable_status(before) != comparable_status(after)
+
+
+def test_a_deletion_grace_annotation_is_read_only_when_a_whole_number():
+    key = "catamaran.io/deletion-grace-period-seconds"
+    assert objects.deletion_grace({key: "30"}) == 30
+    assert [objects.deletion_grace(a) for a in ({key: "²"}, {key: "-1"}, {key: ""}, {}, None)] == [None] * 5

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from .constants import ANNOTATION_DELETION_GRACE
+
 
 def as_dict(obj) -> dict:
     """lightkube models and generic resources alike, as the API's JSON form."""
@@ -77,3 +79,9 @@ def changeable_pod_fields(template: dict) -> dict:
         "annotations": meta.get("annotations") or {},
         "activeDeadlineSeconds": (template.get("spec") or {}).get("activeDeadlineSeconds"),
     }
+
+
+def deletion_grace(annotations: dict | None) -> int | None:
+    """The grace period a ShadowPod's ANNOTATION_DELETION_GRACE asks for; None when unset or not a whole number."""
+    value = (annotations or {}).get(ANNOTATION_DELETION_GRACE) or ""
+    return int(value) if value.isdecimal() and value.isascii() else None

@@ -18,7 +18,6 @@ from lightkube.types import PatchType
 
 from .. import quantities
 from ..constants import (
-    ANNOTATION_DELETION_GRACE,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
@@ -30,7 +29,15 @@ from ..kube.ops import patch_status, tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, changeable_pod_fields, condition, reference, set_condition, status_patch
+from ..objects import (
+    as_dict,
+    changeable_pod_fields,
+    condition,
+    deletion_grace,
+    reference,
+    set_condition,
+    status_patch,
+)
 from . import podsecurity
 from . import terms as tenant_terms
 from .offers import Placement, ResourceOfferController, TenantTerms
@@ -299,8 +306,8 @@ class ShadowPodController:
     async def _pass_on_grace(self, shadow: dict, pod: dict) -> None:
         """A ShadowPod deleted with the local pod's own grace period (ANNOTATION_DELETION_GRACE) deletes its Pod with
         it: garbage collection alone would give the Pod its spec's whole terminationGracePeriodSeconds."""
-        value = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_DELETION_GRACE) or ""
-        grace = min(int(value), MAX_DELETION_GRACE_S) if value.isdecimal() and value.isascii() else None
+        asked = deletion_grace(shadow["metadata"].get("annotations"))
+        grace = min(asked, MAX_DELETION_GRACE_S) if asked is not None else None
         going = pod["metadata"].get("deletionGracePeriodSeconds")
         if grace is None or (pod["metadata"].get("deletionTimestamp") and going is not None and going <= grace):
             return

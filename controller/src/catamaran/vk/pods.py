@@ -20,7 +20,7 @@ from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, changeable_pod_fields, reference
+from ..objects import as_dict, changeable_pod_fields, deletion_grace, reference
 from ..steering import is_daemonset_pod
 from .context import PeeringContext
 from .forge import (
@@ -340,7 +340,7 @@ class PodController:
         if shadow is not None:
             grace = meta.get("deletionGracePeriodSeconds")
             own = pod["spec"].get("terminationGracePeriodSeconds", 30)
-            if grace is not None and grace != own and _deletion_grace(shadow) != grace:
+            if grace is not None and grace != own and deletion_grace(shadow["metadata"].get("annotations")) != grace:
                 # Not the pod's own grace period (deleted with another, or cut short by a second delete): the
                 # provider's manager deletes the remote pod with it.
                 annotation = {"metadata": {"annotations": {ANNOTATION_DELETION_GRACE: str(grace)}}}
@@ -366,11 +366,6 @@ class PodController:
             await self.peering.provider.delete(
                 ShadowPod, name, namespace=twin, grace_period=grace, cascade=CascadeType.FOREGROUND
             )
-
-
-def _deletion_grace(shadow: dict) -> int | None:
-    value = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_DELETION_GRACE)
-    return int(value) if value and value.isdecimal() and value.isascii() else None
 
 
 def _placement(offloading: dict | None) -> tuple | None:
