@@ -36,6 +36,9 @@ MANAGED_BY_SHADOWPOD = "shadowpod"
 MANAGED_BY_CATAMARAN = "catamaran"
 MANAGED_BY_REFLECTION = "reflection"
 
+# A pod in one of these phases runs nothing any more (its IP may be another pod's by now).
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
 ANNOTATION_LOCAL_POD_UID = "catamaran.io/local-pod-uid"
 # On a ShadowPod being deleted: the local pod's grace period when it is not the pod's own (kubectl delete
 # --grace-period, a second delete cutting it short). A custom resource keeps no grace period of its own.

@@ -25,6 +25,7 @@ from ..constants import (
     LABEL_TYPE,
     MANAGED_BY_CATAMARAN,
     SYSTEM_NAMESPACE,
+    TERMINAL_PHASES,
     TYPE_VIRTUAL_NODE,
     VK_REFLECTION_ROLE,
 )
@@ -262,7 +263,7 @@ class NamespaceOffloadingController:
             pod.metadata.name
             async for pod in self.client.list(Pod, namespace=namespace)
             if STRATEGY_ANNOTATION not in (pod.metadata.annotations or {})
-            and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed"))
+            and (pod.status is None or pod.status.phase not in TERMINAL_PHASES)
         ]
         if not names:
             return

@@ -43,6 +43,7 @@ from ..constants import (
     NETWORK_READY_CONDITION,
     SYSTEM_NAMESPACE,
     TENANT_NAMESPACE_PREFIX,
+    TERMINAL_PHASES,
 )
 from ..kube.informer import Informer, changed, enqueue
 from ..kube.ops import patch_status
@@ -68,7 +69,7 @@ def _pod_address(pod) -> tuple[str | None, str | None]:
     tenant = labels.get(LABEL_ORIGIN_CLUSTER_ID) if labels.get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN else None
     own_network = not (pod.spec and pod.spec.hostNetwork)
     # A finished pod keeps its IP in its status while the object stays: the address may be another pod's by now.
-    running = pod.status is not None and pod.status.phase not in ("Succeeded", "Failed")
+    running = pod.status is not None and pod.status.phase not in TERMINAL_PHASES
     return tenant, (pod.status.podIP if running and own_network else None)
 
 

@@ -40,6 +40,7 @@ from ..constants import (
     RESOURCE_OFFER_NAME,
     TENANT_NAMESPACE_PREFIX,
     TENANT_PRIORITY_CLASS,
+    TERMINAL_PHASES,
     TWIN_NAME_POLICIES,
     TYPE_VIRTUAL_NODE,
     VERSION,
@@ -190,7 +191,7 @@ def summarize_node(node) -> NodeSummary:
 
 def summarize_pod(pod) -> PodSummary | None:
     """What a pod takes from its node and its tenant; None for a finished pod, which holds nothing."""
-    if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+    if pod.status is not None and pod.status.phase in TERMINAL_PHASES:
         return None
     spec = pod.spec.to_dict() if pod.spec else {}
     return PodSummary(

@@ -21,6 +21,7 @@ from ..constants import (
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
+    TERMINAL_PHASES,
     tenant_namespace,
 )
 from ..kube.events import EventRecorder
@@ -44,7 +45,6 @@ from .offers import Placement, ResourceOfferController, TenantTerms
 
 log = logging.getLogger(__name__)
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 # A refused ShadowPod is retried when its tenant's terms or usage change; this is only a safety net.
 REFUSED_RETRY_S = 300
 

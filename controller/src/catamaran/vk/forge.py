@@ -19,6 +19,7 @@ from ..constants import (
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
     ROOT_CA_CONFIGMAP,
+    TERMINAL_PHASES,
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
@@ -647,7 +648,7 @@ def terminated_pod_status(local_status: dict, *, now: str) -> dict:
         for entry in status.get("containerStatuses") or []
         if "terminated" in (entry.get("state") or {})
     ]
-    if status.get("phase") not in ("Succeeded", "Failed"):
+    if status.get("phase") not in TERMINAL_PHASES:
         status["phase"] = "Succeeded" if codes and all(code == 0 for code in codes) else "Failed"
     status["conditions"] = [
         _condition(c["type"], "False", "PodCompleted", "", now) if c["type"] in ("Ready", "ContainersReady") else c

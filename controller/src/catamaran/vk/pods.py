@@ -14,7 +14,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from ..constants import ANNOTATION_DELETION_GRACE, ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP
+from ..constants import ANNOTATION_DELETION_GRACE, ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, TERMINAL_PHASES
 from ..kube.informer import Informer, NamespacedInformers, call
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
@@ -265,7 +265,7 @@ class PodController:
                 await self._delete_shadow(twin, name, grace=0)
             return 1
 
-        if shadow is None and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+        if shadow is None and pod["status"].get("phase") not in TERMINAL_PHASES:
             token_secret, wait = self._token_secret(pod, twin)
             if wait is not None:
                 return wait
