@@ -23,6 +23,8 @@ PROVIDER_LABEL = "catamaran.io/lab-provider"
 # also tainted with it, so only workloads that ask for real containers (and tolerate it) land there.
 NODE_KIND_LABEL = "catamaran.io/lab-node-kind"
 REAL_NODE_TAINT = {"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}
+# The manager named on EndpointSlices the lab writes for its host processes (cluster DNS, metrics-server).
+LAB_ENDPOINT_SLICE_MANAGER = "lab.catamaran.io"
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 

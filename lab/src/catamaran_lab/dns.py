@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import CLUSTER_DNS_IP, CLUSTER_DOMAIN, ClusterSpec
+from .config import CLUSTER_DNS_IP, CLUSTER_DOMAIN, LAB_ENDPOINT_SLICE_MANAGER, ClusterSpec
 from .pki import COREDNS_USER
 
 COMPONENT = "coredns"
@@ -19,7 +19,6 @@ DNS_PORT = 53
 DIR = "dns"
 # Short, so names of pods that come and go resolve to their current Service endpoints at once in tests.
 TTL_SECONDS = 5
-ENDPOINT_SLICE_MANAGER = "lab.catamaran.io"
 
 
 def corefile(cluster: ClusterSpec, kubeconfig: Path) -> str:
@@ -92,7 +91,7 @@ def manifests(cluster: ClusterSpec) -> list[dict]:
                 "namespace": "kube-system",
                 "labels": {
                     "kubernetes.io/service-name": "kube-dns",
-                    "endpointslice.kubernetes.io/managed-by": ENDPOINT_SLICE_MANAGER,
+                    "endpointslice.kubernetes.io/managed-by": LAB_ENDPOINT_SLICE_MANAGER,
                 },
             },
             "addressType": "IPv4",

@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 
 from . import dns
-from .config import MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
+from .config import LAB_ENDPOINT_SLICE_MANAGER, MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
 from .pki import FRONT_PROXY_CLIENT, KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT, ClusterPKI
 
 CONFIG_GROUP = "config.kwok.x-k8s.io/v1alpha1"
@@ -63,18 +63,21 @@ def kube_apiserver_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
         args += [
             {"key": "bind-address", "value": "0.0.0.0", "override": True},
             {"key": "advertise-address", "value": cluster.real_node.host_ip},
+            # Webhooks and aggregated APIs served by pods (Catamaran in deployment mode) are dialled at their
+            # endpoints, which the host routes to, instead of ClusterIPs, which nothing on the host serves.
+            {"key": "enable-aggregator-routing", "value": "true"},
         ]
     return args
 
 
-def metrics_server_args(pki: ClusterPKI) -> list[dict]:
+def metrics_server_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
     """kwokctl's metrics-server, made to verify kubelets and to scrape them as its own identity.
 
     kwokctl passes --kubelet-insecure-tls (without a value, so no override matches it); a later
     `=false` wins. The API-facing kubeconfig stays kwokctl's admin one: it is read before the lab can
     create any RBAC, and only the kubelet-facing identity is seen by kubelets.
     """
-    return [
+    args = [
         {"key": "kubelet-insecure-tls", "value": "false"},
         {"key": "kubelet-certificate-authority", "value": str(pki.ca_cert)},
         {"key": "kubelet-client-certificate", "value": str(pki.cert("metrics-server-kubelet-client"))},
@@ -83,6 +86,45 @@ def metrics_server_args(pki: ClusterPKI) -> list[dict]:
         # Serving as metrics-server.kube-system.svc, so the aggregator verifies it with the APIService's caBundle.
         {"key": "tls-cert-file", "value": str(pki.cert("metrics-server")), "override": True},
         {"key": "tls-private-key-file", "value": str(pki.key("metrics-server")), "override": True},
+    ]
+    if cluster.real_node:
+        # Reached at the real node link's host end, where its Service's endpoint points (see metrics_server_endpoint).
+        args.append({"key": "bind-address", "value": "0.0.0.0", "override": True})
+    return args
+
+
+def metrics_server_endpoint(cluster: ClusterSpec) -> list[dict]:
+    """metrics-server's Service as endpoints, for an API server with aggregator routing (a cluster with a real node).
+
+    The endpoint resolver refuses the ExternalName Service kwokctl makes (127.0.0.1, which no endpoint may name
+    either); this one keeps its name and the APIService's port and points at the host end of the real node's link.
+    """
+    assert cluster.real_node is not None
+    port = cluster.ports["metrics-server"]
+    labels = {"k8s-app": "metrics-server"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "metrics-server", "namespace": "kube-system", "labels": labels},
+            "spec": {"type": "ClusterIP", "ports": [{"name": "https", "port": port, "targetPort": port}]},
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "metrics-server-host",
+                "namespace": "kube-system",
+                "labels": {
+                    **labels,
+                    "kubernetes.io/service-name": "metrics-server",
+                    "endpointslice.kubernetes.io/managed-by": LAB_ENDPOINT_SLICE_MANAGER,
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [cluster.real_node.host_ip], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        },
     ]
 
 
@@ -186,7 +228,7 @@ def kwokctl_documents(
                     # kwokctl passes no --config, so these flags are the scheduler's client settings.
                     "extraArgs": [{"key": "leader-elect", "value": "false"}, *client_rate_args(control_plane)],
                 },
-                {"name": "metrics-server", "extraArgs": metrics_server_args(pki)},
+                {"name": "metrics-server", "extraArgs": metrics_server_args(cluster, pki)},
             ],
         },
         {

@@ -27,6 +27,7 @@ from .kwok import (
     container_log_file,
     kwokctl_documents,
     lab_rbac,
+    metrics_server_endpoint,
     metrics_server_manifests,
 )
 from .nodeconfig import NodeLayout, underlay_bridge
@@ -332,7 +333,11 @@ class Lab:
             )
         self._write_kubeconfig(cluster)
         # Before any kubelet is dialled: the API server's and metrics-server's rights on kubelets; and cluster DNS.
-        items = lab_rbac() + (dns.manifests(cluster) if cluster.real_node else [])
+        items = lab_rbac()
+        if cluster.real_node:
+            # kwokctl's ExternalName Service cannot become one with endpoints in place: it goes first.
+            self.kubectl(cluster.name, "-n", "kube-system", "delete", "service", "metrics-server", "--ignore-not-found")
+            items += dns.manifests(cluster) + metrics_server_endpoint(cluster)
         self.kubectl(
             cluster.name, "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
         )
