@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from catamaran_lab import config as lab_config
+from catamaran_lab import controller_image as controller_image_build
 from catamaran_lab.errors import LabError
+from catamaran_lab.images import Image
 from catamaran_lab.lab import Lab
 
 from . import collection
@@ -56,6 +58,15 @@ def installed_collections(collection_artifact, tmp_path_factory):
 @pytest.fixture(scope="session")
 def lab_config_in_use(lab):
     return lab.recorded_config()
+
+
+@pytest.fixture(scope="session")
+def controller_image(lab, tmp_path_factory) -> str:
+    """The controller's image as `make image` builds it (no container engine), imported into every real node of the
+    lab, as users load it into their nodes or registry; its reference."""
+    archive = controller_image_build.build(tmp_path_factory.mktemp("image"), log=lambda message: None)
+    lab.import_images([Image(controller_image_build.image_reference(), archive)])
+    return controller_image_build.image_reference()
 
 
 @pytest.fixture(params=[c.name for c in lab_config.load().clusters])

@@ -7,22 +7,19 @@ kubelet's readiness probe reaches the manager's /readyz (informers synced, the w
 elect a leader on a Lease: the standby is a ready hot spare, only the leader's pod carries the label the webhook's
 Service selects, and the standby takes over when the leader's pod is killed.
 
-Not here yet: the API server calling the webhook through its Service. The lab's API servers run on the host, where
-no kube-proxy makes ClusterIPs reachable, and `--enable-aggregator-routing` (pod IPs instead) breaks kwokctl's
-metrics-server APIService (an ExternalName Service).
+The whole federation in deployment mode (webhook through its Service, virtual kubelet pods, kubectl top, a liveness
+restart) is test_deployment_federation.py.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
 import yaml
 
 from catamaran.constants import LEADER_LABEL
-from catamaran_lab import controller_image
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from . import federation
@@ -52,8 +49,8 @@ def role_playbook(directory) -> str:
                     "controller_virtual_kubelets": [],
                     "controller_webhook": True,
                     "controller_replicas": 2,
-                    # The lab's API servers run on the host, which reaches no ClusterIP: an APIService through
-                    # the manager's Service would stay unavailable (and hold up namespace deletion meanwhile).
+                    # This module's own namespace: an APIService left pointing there by a failed run would hold up
+                    # other tests' namespace deletions; test_deployment_federation.py serves the counters.
                     "controller_pod_counters": False,
                     "controller_image_pull_policy": "Never",  # imported, never pulled
                     "controller_node_selector": {NODE_KIND_LABEL: "real"},
@@ -68,16 +65,9 @@ def role_playbook(directory) -> str:
 
 
 @pytest.fixture(scope="module")
-def deployed(lab, lab_config_in_use, installed_collections, tmp_path_factory):
+def deployed(lab, lab_config_in_use, installed_collections, controller_image, tmp_path_factory):
     require_real_node(lab_config_in_use.cluster(CLUSTER))
     directory = tmp_path_factory.mktemp("deployment")
-    archive = controller_image.build(directory / "image")
-    socket = lab.cluster_dir(CLUSTER) / "node" / "containerd.sock"
-    subprocess.run(
-        ["ctr", "--address", str(socket), "--namespace", "k8s.io", "images", "import", "--snapshotter", "overlayfs",
-         str(archive)],
-        check=True, capture_output=True,
-    )  # fmt: skip
     inventory = directory / "inventory.yml"
     hosts = {CLUSTER: {"catamaran_cluster_id": CLUSTER, "catamaran_kubeconfig": str(lab.kubeconfig(CLUSTER))}}
     local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
@@ -121,13 +111,13 @@ def leader_and_standby(lab) -> tuple[dict, dict] | None:
     return labelled[0], standby
 
 
-def test_the_manager_runs_on_the_real_node_from_the_engine_less_image_and_turns_ready(lab, deployed):
+def test_the_manager_runs_on_the_real_node_from_the_engine_less_image_and_turns_ready(lab, deployed, controller_image):
     leader, _ = wait_for(
         lambda: leader_and_standby(lab), timeout=180, what="one manager replica leading, one standing by"
     )
     assert leader["spec"]["nodeName"] == f"{CLUSTER}-real"
     (status,) = leader["status"]["containerStatuses"]
-    assert status["image"] == "ghcr.io/catamaran/controller:0.1.0"
+    assert status["image"] == controller_image
     assert status["restartCount"] == 0
     command = ["python", "-c", "import os; print(os.getuid())"]
     uid = lab.kubectl(CLUSTER, "-n", NAMESPACE, "exec", leader["metadata"]["name"], "--", *command, check=False)

@@ -117,6 +117,11 @@ def controller_version() -> str:
         raise LabError(str(error)) from None
 
 
+def image_reference() -> str:
+    """What the archive is tagged: the controller role's default image for this version."""
+    return f"{IMAGE_REPOSITORY}:{controller_version()}"
+
+
 def container_config() -> dict:
     """controller/Containerfile's LABEL, ENV, USER, WORKDIR, EXPOSE, ENTRYPOINT and CMD (its base's LANG too)."""
     project = tomllib.loads((REPO_ROOT / "controller" / "pyproject.toml").read_text())["project"]
@@ -172,10 +177,10 @@ def build(output_dir: Path, log=print) -> Path:
         },
     ]
     partial = archive.with_name(archive.name + ".partial")
-    images._write(images.Image(f"{IMAGE_REPOSITORY}:{version}", partial), layers, container_config(), history, created)
+    images._write(images.Image(image_reference(), partial), layers, container_config(), history, created)
     partial.replace(archive)
     sizes = " + ".join(f"{len(layer) / 2**20:.1f} MiB" for layer in layers)
-    log(f"image: {IMAGE_REPOSITORY}:{version} in {archive} ({archive.stat().st_size / 2**20:.1f} MiB; layers {sizes})")
+    log(f"image: {image_reference()} in {archive} ({archive.stat().st_size / 2**20:.1f} MiB; layers {sizes})")
     return archive
 
 
