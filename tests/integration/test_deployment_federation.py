@@ -2,13 +2,17 @@
 process as a pod from the engine-less image (`make image`), as users install it.
 
 cluster-1 consumes cluster-2. Each cluster's manager, and cluster-1's virtual kubelet for cluster-2, run on
-their cluster's real node; the lab's API servers (on the host) reach them at their pod IPs, through their
-Services' endpoints (the lab turns on aggregator routing). So what is proven here goes through pods only:
+their cluster's real node, two replicas each electing a leader on a Lease; the lab's API servers (on the host)
+reach them at their pod IPs, through their Services' endpoints (the lab turns on aggregator routing). So what is
+proven here goes through pods only:
+  - the image runs as its non-root user, and only the leaders act;
   - the API server calls the pod webhook through its Service;
   - the virtual kubelet pod dials the provider's API server from the pod network and serves the kubelet API
     (logs, exec, port-forward, stats) with a serving certificate from a CSR the consumer's manager pod approved;
   - `kubectl top` reads an offloaded pod's figures from the virtual kubelet pod, which reads them from the
     provider's manager pod through its aggregated API;
+  - killing the acting virtual kubelet or manager hands over to its standby (the hand-over times are printed) with
+    50 pods offloaded: the virtual node stays Ready, no remote pod is recreated;
   - the kubelet restarts a virtual kubelet whose event loop is blocked, and no remote pod is recreated.
 
 The network stays flat (no gateways): the fabric's own gateways do not run as pods yet.
@@ -16,20 +20,28 @@ The network stays flat (no gateways): the fabric's own gateways do not run as po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 
 import pytest
 
-from catamaran.constants import SYSTEM_NAMESPACE, default_twin_namespace, virtual_node_name
+from catamaran.constants import (
+    MANAGER_LEASE,
+    SYSTEM_NAMESPACE,
+    VK_SERVICE_ACCOUNT_PREFIX,
+    default_twin_namespace,
+    virtual_node_name,
+)
 from catamaran.health import TEST_HOOKS_ENV
 from catamaran.steering import VIRTUAL_NODE_TOLERATION
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
-from .conftest import get_json, require_real_node, wait_for
+from .conftest import get_json, kill_container_process, require_real_node, wait_for
 from .federation import node_ready
 from .manifests import BUSYBOX
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
@@ -39,6 +51,9 @@ pytestmark = pytest.mark.integration
 CONSUMER, PROVIDER = "cluster-1", "cluster-2"
 NAMESPACE = "deployed-app"
 VIRTUAL_NODE = virtual_node_name(PROVIDER)
+VK_LEASE = f"{VK_SERVICE_ACCOUNT_PREFIX}{PROVIDER}"
+TWIN = default_twin_namespace(NAMESPACE, CONSUMER)
+PODS = 50  # offloaded during the hand-overs, the server included
 SERVE = (
     'mkdir -p /tmp/www && echo "served from $HOSTNAME" > /tmp/www/index.html && exec httpd -f -v -p 8080 -h /tmp/www'
 )
@@ -58,6 +73,7 @@ def deployment_inventory(lab) -> dict:
     settings.update(
         controller_mode="deployment",
         controller_image_pull_policy="Never",  # imported into the real nodes, never pulled
+        controller_replicas=2,
         controller_node_selector={NODE_KIND_LABEL: "real"},
         controller_tolerations=[{**REAL_NODE_TAINT, "operator": "Equal"}],
         controller_gateway=False,
@@ -106,11 +122,29 @@ def is_ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 
 
-def vk_pod(lab) -> dict | None:
-    """The virtual kubelet's pod; None while there is none, or two (the Deployment is replaced)."""
-    found = [p for p in pods(lab, CONSUMER, "-l", "app.kubernetes.io/component=virtual-kubelet")
+def lease_holder(lab, cluster: str, lease: str) -> str | None:
+    """The pod whose replica holds `lease` (identities are `<pod>_<random>`, one per start)."""
+    result = lab.kubectl(cluster, "-n", SYSTEM_NAMESPACE, "get", "lease", lease, "-o", "json", check=False)
+    holder = json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
+    return holder.rpartition("_")[0] if holder else None
+
+
+def leader(lab, cluster: str, name: str, lease: str) -> dict | None:
+    """The Ready pod of component `name` that holds its Lease, once its Deployment's two replicas run."""
+    found = [p for p in pods(lab, cluster, "-l", f"app.kubernetes.io/component={name}")
              if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
-    return found[0] if len(found) == 1 else None
+    holder = lease_holder(lab, cluster, lease)
+    acting = [p for p in found if p["metadata"]["name"] == holder and is_ready(p)]
+    return acting[0] if len(found) == 2 and acting else None
+
+
+def vk_pod(lab) -> dict | None:
+    """The acting virtual kubelet's pod (the standby stays not ready)."""
+    return leader(lab, CONSUMER, "virtual-kubelet", VK_LEASE)
+
+
+def consumer_manager(lab) -> dict | None:
+    return leader(lab, CONSUMER, "manager", MANAGER_LEASE)
 
 
 @pytest.fixture(scope="module")
@@ -140,25 +174,32 @@ def server(lab, federation):
 
 
 def remote_pod(lab) -> dict:
-    return get_json(lab, PROVIDER, "-n", default_twin_namespace(NAMESPACE, CONSUMER), "pod", "server")
+    return get_json(lab, PROVIDER, "-n", TWIN, "pod", "server")
+
+
+def remote_pods(lab) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in get_json(lab, PROVIDER, "-n", TWIN, "pods")["items"]}
 
 
 def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, controller_image):
-    expected = {CONSUMER: {"manager", "virtual-kubelet"}, PROVIDER: {"manager"}}
-    for cluster, components in expected.items():
-        running = wait_for(
-            lambda cluster=cluster: (
-                (found := [p for p in pods(lab, cluster) if is_ready(p)])
-                and {component(p) for p in found} == expected[cluster]
-                and found
-            ),
-            timeout=120,
-            what=f"{sorted(components)} Ready on {cluster}",
-        )
-        for pod in running:
-            assert pod["spec"]["nodeName"] == f"{cluster}-real"
-            assert pod["spec"]["containers"][0]["image"] == controller_image
-    # The virtual node is the virtual kubelet pod: its address is the pod's, where the API server dials it.
+    acting = {
+        (CONSUMER, "manager"): lambda: consumer_manager(lab),
+        (PROVIDER, "manager"): lambda: leader(lab, PROVIDER, "manager", MANAGER_LEASE),
+        (CONSUMER, "virtual-kubelet"): lambda: vk_pod(lab),
+    }
+    for (cluster, name), find in acting.items():
+        pod = wait_for(find, timeout=180, what=f"two {name} replicas on {cluster}, one leading")
+        assert pod["spec"]["nodeName"] == f"{cluster}-real"
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["image"] == controller_image
+        assert status["restartCount"] == 0
+    assert {component(p) for p in pods(lab, PROVIDER)} == {"manager"}
+    uid = lab.kubectl(
+        CONSUMER, "-n", SYSTEM_NAMESPACE, "exec", consumer_manager(lab)["metadata"]["name"], "--",
+        "python", "-c", "import os; print(os.getuid())",
+    )  # fmt: skip
+    assert uid.stdout.strip() == "65532"
+    # The virtual node is the acting virtual kubelet pod: its address is the pod's, where the API server dials it.
     addresses = get_json(lab, CONSUMER, "node", VIRTUAL_NODE)["status"]["addresses"]
     assert {"type": "InternalIP", "address": vk_pod(lab)["status"]["podIP"]} in addresses
 
@@ -225,33 +266,147 @@ def test_kubectl_top_reads_the_offloaded_pod_through_both_managers_and_the_virtu
     assert available["status"] == "True", available
 
 
+def filler(replicas: int) -> dict:
+    """Pods offloaded beside the server, each sleeping on the provider's real node."""
+    pod_spec = {
+        "terminationGracePeriodSeconds": 1,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "86400"],
+                "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "filler", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "filler"}},
+            "template": {"metadata": {"labels": {"app": "filler"}}, "spec": pod_spec},
+        },
+    }
+
+
+def running_offloaded(lab) -> int:
+    local = get_json(lab, CONSUMER, "-n", NAMESPACE, "pods")["items"]
+    return sum(1 for p in local if p["spec"].get("nodeName") == VIRTUAL_NODE and p["status"].get("phase") == "Running")
+
+
+@contextlib.contextmanager
+def node_readiness_samples(lab):
+    """The virtual node's Ready status, sampled every second while the block runs."""
+    samples: list[str | None] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(1.0):
+            samples.append(node_ready(lab, CONSUMER, VIRTUAL_NODE))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def hand_over(lab, what: str, find, lease: str, cluster: str = CONSUMER) -> dict:
+    """SIGKILL the acting replica's container from the host (it cannot release its Lease); returns the new leader
+    once it acts, after printing how long that took."""
+    acting = wait_for(find, timeout=120, what=f"the acting {what}")
+    (status,) = acting["status"]["containerStatuses"]
+    assert kill_container_process(status["containerID"]) > 0
+    killed = time.monotonic()
+    wait_for(
+        lambda: lease_holder(lab, cluster, lease) not in (None, acting["metadata"]["name"]),
+        timeout=60,
+        interval=0.5,
+        what=f"the standby {what} to take the Lease",
+    )
+    took_lease = time.monotonic() - killed
+    new = wait_for(
+        lambda: (p := find()) and p["metadata"]["name"] != acting["metadata"]["name"] and p,
+        timeout=60,
+        interval=0.5,
+        what=f"the new {what} to act",
+    )
+    acted = time.monotonic() - killed
+    print(f"{what} hand-over: Lease taken after {took_lease:.1f}s, the new leader acting after {acted:.1f}s")
+    return new
+
+
+def test_killing_the_acting_virtual_kubelet_or_manager_hands_over_with_50_pods_offloaded(lab, federation, server):
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(filler(PODS - 1)))
+    wait_for(lambda: running_offloaded(lab) == PODS, timeout=300, interval=2, what=f"{PODS} pods offloaded and Running")
+    before = remote_pods(lab)
+    assert len(before) == PODS
+    with node_readiness_samples(lab) as samples:
+        new_vk = hand_over(lab, "virtual kubelet", lambda: vk_pod(lab), VK_LEASE)
+        wait_for(
+            lambda: (
+                {"type": "InternalIP", "address": new_vk["status"]["podIP"]}
+                in get_json(lab, CONSUMER, "node", VIRTUAL_NODE)["status"]["addresses"]
+            ),
+            what="the virtual node to name the new virtual kubelet's address",
+        )
+        hand_over(lab, "consumer manager", lambda: consumer_manager(lab), MANAGER_LEASE)
+        # The webhook's Service follows the new leader: a pod created now is steered to the virtual node.
+        late = filler(1)
+        late["metadata"]["name"] = "late"
+        late["spec"]["selector"]["matchLabels"]["app"] = late["spec"]["template"]["metadata"]["labels"]["app"] = "late"
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(late))
+        wait_for(lambda: running_offloaded(lab) == PODS + 1, timeout=120, what="a pod created after the hand-overs")
+    assert samples, "no sample of the virtual node's readiness"
+    assert set(samples) == {"True"}, f"the virtual node was not Ready in {samples.count('True')} of {len(samples)}"
+    after = remote_pods(lab)
+    assert {name: after.get(name) for name in before} == before  # no remote pod recreated
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", "filler", "late")
+    wait_for(lambda: running_offloaded(lab) == 1, timeout=120, what="only the server left")
+
+
 def test_a_blocked_event_loop_gets_the_virtual_kubelet_restarted_and_no_remote_pod_recreated(lab, federation, server):
     remote_uid = remote_pod(lab)["metadata"]["uid"]
-    # The test hook, never set by the role: a new virtual kubelet pod (Recreate), itself a restart to survive.
-    deployment = vk_pod(lab)["metadata"]["labels"]["app.kubernetes.io/instance"]
+    # The test hook, never set by the role: both replicas are replaced, one at a time (itself a hand-over to survive).
+    deployment = wait_for(lambda: vk_pod(lab), what="the acting virtual kubelet")["metadata"]["labels"][
+        "app.kubernetes.io/instance"
+    ]
     lab.kubectl(CONSUMER, "-n", SYSTEM_NAMESPACE, "set", "env", f"deployment/{deployment}", f"{TEST_HOOKS_ENV}=1")
+
+    def hooked(pod: dict) -> bool:
+        return any(e.get("name") == TEST_HOOKS_ENV for e in pod["spec"]["containers"][0].get("env") or [])
+
     pod = wait_for(
         lambda: (
             (p := vk_pod(lab))
-            and any(e.get("name") == TEST_HOOKS_ENV for e in p["spec"]["containers"][0].get("env") or [])
-            and is_ready(p)
+            and all(hooked(q) for q in pods(lab, CONSUMER, "-l", "app.kubernetes.io/component=virtual-kubelet"))
             and p
         ),
-        timeout=120,
-        what="a virtual kubelet pod with the test hook, Ready",
+        timeout=180,
+        what="both virtual kubelet replicas with the test hook, one acting",
     )
     metrics_port = next(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"] if p["name"] == "metrics")
     url = f"http://{pod['status']['podIP']}:{metrics_port}/debug/block-event-loop?seconds=600"
     urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10).read()
     blocked = time.monotonic()
-    restarted = wait_for(
-        lambda: (p := vk_pod(lab)) and p["status"]["containerStatuses"][0]["restartCount"] >= 1 and is_ready(p) and p,
-        timeout=180,
-        interval=2,
-        what="the kubelet to restart the blocked virtual kubelet",
-    )
-    assert restarted["metadata"]["uid"] == pod["metadata"]["uid"]  # the same pod: a liveness restart
-    print(f"virtual kubelet restarted by its liveness probe and Ready again {time.monotonic() - blocked:.0f}s after")
+
+    def restarted() -> bool:
+        replicas = pods(lab, CONSUMER, "-l", "app.kubernetes.io/component=virtual-kubelet")
+        (status,) = [p["status"] for p in replicas if p["metadata"]["uid"] == pod["metadata"]["uid"]]
+        container = (status.get("containerStatuses") or [{}])[0]
+        return container.get("restartCount", 0) >= 1 and "running" in container.get("state", {})
+
+    wait_for(restarted, timeout=180, interval=2, what="the kubelet to restart the blocked virtual kubelet in its pod")
+    print(f"blocked virtual kubelet restarted by its liveness probe {time.monotonic() - blocked:.0f}s after")
+    acting = wait_for(lambda: vk_pod(lab), timeout=60, what="a virtual kubelet acting")
+    print(f"acting virtual kubelet: {acting['metadata']['name']} (the blocked one was {pod['metadata']['name']})")
     wait_for(lambda: node_ready(lab, CONSUMER, VIRTUAL_NODE) == "True", timeout=60, what=f"{VIRTUAL_NODE} Ready")
     assert remote_pod(lab)["metadata"]["uid"] == remote_uid
     local = get_json(lab, CONSUMER, "-n", NAMESPACE, "pod", "server")
