@@ -227,13 +227,17 @@ class ControllerProcess(ChildProcess):
 
 
 def manager(lab: Lab, cluster: str, metrics_port: int = 0) -> ControllerProcess:
-    """A provider's manager, serving its tenants' pod counters on a free local port the API server reaches."""
+    """A provider's manager, serving its tenants' pod counters on a free local port the API server reaches.
+
+    With a real node, the API server dials aggregated APIs at their endpoints, which may not be loopback: it reaches
+    this host at the host end of the node's link instead."""
+    spec = lab.recorded_config().cluster(cluster)
     args = ["--kubeconfig", str(lab.kubeconfig(cluster)), "--cluster-id", cluster, "--metrics-port", str(metrics_port)]
     counters = [
         "--counters-port",
         str(free_port()),
         "--counters-external-name",
-        "127.0.0.1",
+        spec.real_node.host_ip if spec.real_node else "127.0.0.1",
         "--cert-dir",
         str(lab.root / "certs" / f"manager-{cluster}"),
     ]

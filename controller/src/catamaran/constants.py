@@ -34,6 +34,12 @@ LABEL_OFFLOADING_POLICY = "catamaran.io/offloading-policy"
 
 MANAGED_BY_SHADOWPOD = "shadowpod"
 MANAGED_BY_CATAMARAN = "catamaran"
+# The Kubernetes labels of an EndpointSlice: its Service, and the controller owning it (the API server's own
+# EndpointSlice controller leaves slices with another manager alone).
+ENDPOINT_SLICE_SERVICE_LABEL = "kubernetes.io/service-name"
+ENDPOINT_SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+# The manager writing the pod counters' EndpointSlice for an out-of-cluster manager (provider/counters.py).
+COUNTERS_SLICE_MANAGER = "counters.catamaran.io"
 MANAGED_BY_REFLECTION = "reflection"
 
 # A pod in one of these phases runs nothing any more (its IP may be another pod's by now).

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import json
 import logging
 import ssl
@@ -31,6 +32,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.apiregistration_v1 import APIService
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..certs import CertificateStore
@@ -38,6 +40,9 @@ from ..constants import (
     COUNTERS_API_SERVICE,
     COUNTERS_GROUP,
     COUNTERS_RESOURCE,
+    COUNTERS_SLICE_MANAGER,
+    ENDPOINT_SLICE_MANAGED_BY_LABEL,
+    ENDPOINT_SLICE_SERVICE_LABEL,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TENANT,
@@ -208,22 +213,54 @@ def api_service(options: CounterOptions, ca_bundle: bytes) -> dict:
     }
 
 
-def external_service(options: CounterOptions) -> dict:
-    """Local mode: the manager runs beside the API server, which reaches it through this name."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": options.service_name,
-            "namespace": options.service_namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
-        },
-        "spec": {
+def external_service(options: CounterOptions) -> list[dict]:
+    """Local mode: the manager runs outside the cluster, and the API server reaches it at `external_name`.
+
+    An address other than a loopback one becomes the endpoint of a Service without selector, which an API server
+    resolves both ways: by ClusterIP, or by endpoints (`--enable-aggregator-routing`). A host name or a loopback
+    address (which no endpoint may hold) becomes an ExternalName Service, which only the ClusterIP way resolves.
+    """
+    assert options.external_name
+    metadata = {
+        "name": options.service_name,
+        "namespace": options.service_namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+    }
+    try:
+        address = ipaddress.ip_address(options.external_name)
+    except ValueError:
+        address = None
+    if address is None or address.is_loopback:
+        spec = {
             "type": "ExternalName",
             "externalName": options.external_name,
             "ports": [{"port": options.service_port}],
-        },
+        }
+        return [{"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}]
+    port = {"name": "https", "port": options.service_port, "targetPort": options.port, "protocol": "TCP"}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {"type": "ClusterIP", "ports": [port]},
     }
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{options.service_name}-external",
+            "namespace": options.service_namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
+                ENDPOINT_SLICE_SERVICE_LABEL: options.service_name,
+                ENDPOINT_SLICE_MANAGED_BY_LABEL: COUNTERS_SLICE_MANAGER,
+            },
+        },
+        "addressType": f"IPv{address.version}",
+        "endpoints": [{"addresses": [str(address)], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": options.port, "protocol": "TCP"}],
+    }
+    return [service, endpoints]
 
 
 class CountersServer:
@@ -347,9 +384,9 @@ class CountersServer:
             # Local mode: the Service lives in the controller namespace, which nothing else may have made yet.
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.options.service_namespace}}
             await self.client.apply(Namespace.from_dict(namespace), field_manager=FIELD_MANAGER)
-            await self.client.apply(
-                Service.from_dict(external_service(self.options)), field_manager=FIELD_MANAGER, force=True
-            )
+            for manifest in external_service(self.options):
+                kind = EndpointSlice if manifest["kind"] == "EndpointSlice" else Service
+                await self.client.apply(kind.from_dict(manifest), field_manager=FIELD_MANAGER, force=True)
         await self.client.apply(
             APIService.from_dict(api_service(self.options, self.store.ca_bundle())),
             field_manager=FIELD_MANAGER,

@@ -10,10 +10,9 @@ import ipaddress
 
 from lightkube.resources.discovery_v1 import EndpointSlice
 
+from ...constants import ENDPOINT_SLICE_MANAGED_BY_LABEL, ENDPOINT_SLICE_SERVICE_LABEL
 from .kind import Context, ReflectedKind, present
 
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 # The provider's EndpointSlice controller leaves slices with another manager alone.
 REFLECTED_SLICE_MANAGER = "reflection.catamaran.io"
 
@@ -37,12 +36,12 @@ class EndpointSlices(ReflectedKind):
 
     def skipped(self, local: dict, context: Context) -> bool:
         meta = local["metadata"]
-        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        service = (meta.get("labels") or {}).get(ENDPOINT_SLICE_SERVICE_LABEL)
         return not service or (meta.get("namespace"), service) == ("default", "kubernetes")
 
     def content(self, obj: dict, context: Context, *, local: bool) -> dict:
         metadata = self.metadata(obj, context)
-        metadata["labels"] = {**metadata.get("labels", {}), MANAGED_BY_LABEL: REFLECTED_SLICE_MANAGER}
+        metadata["labels"] = {**metadata.get("labels", {}), ENDPOINT_SLICE_MANAGED_BY_LABEL: REFLECTED_SLICE_MANAGER}
         endpoints = []
         for endpoint in obj.get("endpoints") or []:
             if local and endpoint.get("nodeName") == context.node_name:
