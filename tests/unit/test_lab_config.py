@@ -193,7 +193,8 @@ def test_with_a_real_node_the_api_server_dials_endpoints_and_metrics_server_has_
     service, endpoints = kwok.metrics_server_endpoint(cluster)
     # The endpoint resolver finds the Service's port by the APIService's port (kwokctl sets metrics-server's own).
     assert service["spec"]["ports"][0]["port"] == cluster.ports["metrics-server"]
-    assert "selector" not in service["spec"] and service["spec"]["type"] == "ClusterIP"
+    assert "selector" not in service["spec"]
+    assert service["spec"]["type"] == "ClusterIP"
     assert endpoints["metadata"]["labels"]["kubernetes.io/service-name"] == service["metadata"]["name"]
     assert endpoints["endpoints"][0]["addresses"] == [cluster.real_node.host_ip]
     assert endpoints["ports"][0]["name"] == service["spec"]["ports"][0]["name"]
