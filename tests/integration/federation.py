@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -492,3 +493,33 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
         for process in processes:
             process.stop()
         unpeer(lab, consumer, provider)
+
+
+@contextlib.contextmanager
+def watching(lab: Lab, consumer: str, node: str, namespace: str):
+    """Sample every second, until the block ends, the virtual node's Ready condition and the phase of every pod of
+    `namespace`: yields counts of samples and of NotReady ones, and the pods seen going back from Running."""
+    seen: dict = {"samples": 0, "not_ready": 0, "backwards": []}
+    done = threading.Event()
+    last: dict[str, str] = {}
+
+    def sample():
+        while not done.is_set():
+            if node_ready(lab, consumer, node) != "True":
+                seen["not_ready"] += 1
+            listed = lab.kubectl(consumer, "get", "pods", "-n", namespace, "-o", "json", check=False)
+            for pod in json.loads(listed.stdout)["items"] if listed.returncode == 0 else []:
+                name, phase = pod["metadata"]["name"], pod["status"].get("phase")
+                if last.get(name) == "Running" and phase != "Running":
+                    seen["backwards"].append((name, phase))
+                last[name] = phase
+            seen["samples"] += 1
+            time.sleep(1)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join(timeout=30)

@@ -48,16 +48,27 @@ REAL_NODE_SELECTOR = {NODE_KIND_LABEL: "real"}
 REAL_NODE_TOLERATION = {**REAL_NODE_TAINT, "operator": "Equal"}
 
 
+def restricted_busybox(command: list[str], **container) -> dict:
+    """A pod spec: one busybox container (on every real node, never pulled) running `command`, as nobody,
+    restricted."""
+    return {
+        "terminationGracePeriodSeconds": 1,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "Never",
+                "command": command,
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                **container,
+            }
+        ],
+    }
+
+
 def real_pod(name: str, command: list[str], labels: dict | None = None, **spec) -> dict:
     """A pod for the real node: one busybox container running `command`, as nobody, restricted."""
-    container = {
-        "name": "main",
-        "image": BUSYBOX,
-        "imagePullPolicy": "Never",
-        "command": command,
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        **spec.pop("container", {}),
-    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -65,9 +76,7 @@ def real_pod(name: str, command: list[str], labels: dict | None = None, **spec) 
         "spec": {
             "nodeSelector": REAL_NODE_SELECTOR,
             "tolerations": [REAL_NODE_TOLERATION],
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [container],
+            **restricted_busybox(command, **spec.pop("container", {})),
             **spec,
         },
     }

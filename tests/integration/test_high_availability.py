@@ -8,10 +8,8 @@ is recreated and no local pod's status goes backwards.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
-import threading
 import time
 
 import pytest
@@ -80,33 +78,6 @@ def running(lab, app: str) -> int:
     return sum(1 for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == NODE)
 
 
-@contextlib.contextmanager
-def watching(lab):
-    """Sample, until the block ends, the virtual node's Ready condition and every local pod's phase."""
-    seen = {"not_ready": 0, "backwards": []}
-    done = threading.Event()
-    last: dict[str, str] = {}
-
-    def sample():
-        while not done.is_set():
-            if federation.node_ready(lab, CONSUMER, NODE) != "True":
-                seen["not_ready"] += 1
-            for pod in get_json(lab, CONSUMER, "pods", "-n", NAMESPACE)["items"]:
-                name, phase = pod["metadata"]["name"], pod["status"].get("phase")
-                if last.get(name) == "Running" and phase != "Running":
-                    seen["backwards"].append((name, phase))
-                last[name] = phase
-            time.sleep(1)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        thread.join(timeout=30)
-
-
 def hand_over(lab, cluster: str, lease: str, processes: dict[str, federation.ControllerProcess]) -> tuple[str, float]:
     """SIGKILL the replica holding `lease`; (the other's identity, seconds until it holds the Lease)."""
     leader = wait_for(lambda: holder(lab, cluster, lease), what=f"a holder of Lease {lease}")
@@ -124,7 +95,7 @@ def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(
     before = remote_pods(lab)
     assert len(before) == PODS
 
-    with watching(lab) as seen:
+    with federation.watching(lab, CONSUMER, NODE, NAMESPACE) as seen:
         vk_standby, vk_seconds = hand_over(lab, CONSUMER, VK_LEASE, fed["vks"])
         # The new leader acts: a pod created now is offloaded by it.
         lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloaded("after-vk", 1)))

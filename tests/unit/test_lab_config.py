@@ -181,15 +181,18 @@ def test_fake_nodes_name_their_resource_metrics_path():
     assert annotations[config.RESOURCE_METRICS_PATH_ANNOTATION] == f"/metrics/nodes/{node.name}/metrics/resource"
 
 
-def test_with_a_real_node_the_api_server_dials_endpoints_and_metrics_server_has_one(tmp_path):
-    cluster = config.load(real_nodes=True).clusters[0]
+def component_args(cluster, tmp_path) -> dict[str, dict[str, str]]:
+    """Each kwokctl component's extra arguments for `cluster`, as flag -> value."""
     paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
     documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
-    patches = {p["name"]: p for p in documents[0]["componentsPatches"]}
-    args = {a["key"]: a["value"] for a in patches["kube-apiserver"]["extraArgs"]}
-    assert args["enable-aggregator-routing"] == "true"  # webhooks served by pods, through their Services
-    metrics_args = {a["key"]: a["value"] for a in patches["metrics-server"]["extraArgs"]}
-    assert metrics_args["bind-address"] == "0.0.0.0"
+    return {p["name"]: {a["key"]: a["value"] for a in p["extraArgs"]} for p in documents[0]["componentsPatches"]}
+
+
+def test_with_a_real_node_the_api_server_dials_endpoints_and_metrics_server_has_one(tmp_path):
+    cluster = config.load(real_nodes=True).clusters[0]
+    args = component_args(cluster, tmp_path)
+    assert args["kube-apiserver"]["enable-aggregator-routing"] == "true"  # webhooks served by pods, through Services
+    assert args["metrics-server"]["bind-address"] == "0.0.0.0"
     service, endpoints = kwok.metrics_server_endpoint(cluster)
     # The endpoint resolver finds the Service's port by the APIService's port (kwokctl sets metrics-server's own).
     assert service["spec"]["ports"][0]["port"] == cluster.ports["metrics-server"]
@@ -203,12 +206,10 @@ def test_with_a_real_node_the_api_server_dials_endpoints_and_metrics_server_has_
 def test_without_real_nodes_the_api_server_stays_on_loopback(tmp_path):
     cluster = config.load(real_nodes=False).clusters[0]
     assert cluster.real_node is None
-    paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}
-    documents = kwok.kwokctl_documents(cluster, paths, tmp_path, tmp_path / "pki")
-    patches = {p["name"]: p for p in documents[0]["componentsPatches"]}
-    assert "bind-address" not in {a["key"] for a in patches["kube-apiserver"]["extraArgs"]}
-    assert "enable-aggregator-routing" not in {a["key"] for a in patches["kube-apiserver"]["extraArgs"]}
-    assert "bind-address" not in {a["key"] for a in patches["metrics-server"]["extraArgs"]}
+    args = component_args(cluster, tmp_path)
+    assert "bind-address" not in args["kube-apiserver"]
+    assert "enable-aggregator-routing" not in args["kube-apiserver"]
+    assert "bind-address" not in args["metrics-server"]
     assert cluster.node_facing_server == cluster.server
 
 
