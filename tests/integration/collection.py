@@ -17,6 +17,8 @@ BUILD_SCRIPT = REPO_ROOT / "tools" / "build-collection"
 
 # What must never ship: the developer's lab and bench state holds admin kubeconfigs, keys and tokens.
 STATE_DIRECTORIES = re.compile(r"^(\.lab|\.lab-[^/]+|\.venv[^/]*|\.collections|\.sanity|\.git|dist)(/|$)")
+# Tools' caches (linters, type checker, tests), at any depth.
+TOOL_CACHES = re.compile(r"(^|/)\.(mypy|ruff|pytest|import_linter)_cache(/|$)")
 SECRET_NAMES = re.compile(r"(^|/)([^/]*kubeconfig[^/]*|[^/]*\.(key|pem|crt|p12|pfx|kubeconfig))$", re.IGNORECASE)
 SECRET_CONTENT = re.compile(
     rb"-----BEGIN [A-Z ]*PRIVATE KEY-----|client-key-data:|client-certificate-data:|^\s*token:\s*\S{20,}",
@@ -76,6 +78,8 @@ def forbidden_members(artifact: Path) -> list[str]:
             name = member.name.removeprefix("./")
             if STATE_DIRECTORIES.match(name):
                 found.append(f"{name}: developer state directory")
+            elif TOOL_CACHES.search(name):
+                found.append(f"{name}: a tool's cache")
             elif SECRET_NAMES.search(name):
                 found.append(f"{name}: named like a kubeconfig, key or certificate")
             elif member.isfile():
