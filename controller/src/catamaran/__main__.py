@@ -52,19 +52,20 @@ def _counters(args) -> CounterOptions | None:
     if not args.counters_port:
         return None
     service_namespace = args.controller_namespace
-    service_port = 443
+    service_name, service_port = COUNTERS_SERVICE, 443
     if args.counters_external_name:  # local mode: the API server reaches this host's port by that name
-        service_port = args.counters_port
+        # A name of its own: the Service of a manager later deployed in the cluster never meets this one's ports.
+        service_name, service_port = f"{COUNTERS_SERVICE}-external", args.counters_port
     return CounterOptions(
         port=args.counters_port,
         cert_dir=Path(args.cert_dir) / "counters",
         # The aggregator checks the name <service>.<namespace>.svc, whatever the Service's kind.
         hosts=[
-            f"{COUNTERS_SERVICE}.{service_namespace}.svc",
+            f"{service_name}.{service_namespace}.svc",
             *([args.counters_external_name] if args.counters_external_name else []),
         ],
         service_namespace=service_namespace,
-        service_name=COUNTERS_SERVICE,
+        service_name=service_name,
         service_port=service_port,
         external_name=args.counters_external_name,
     )

@@ -213,6 +213,9 @@ def api_service(options: CounterOptions, ca_bundle: bytes) -> dict:
     }
 
 
+EXTERNAL_KINDS = {"Service": Service, "EndpointSlice": EndpointSlice}
+
+
 def external_service(options: CounterOptions) -> list[dict]:
     """Local mode: the manager runs outside the cluster, and the API server reaches it at `external_name`.
 
@@ -385,7 +388,7 @@ class CountersServer:
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.options.service_namespace}}
             await self.client.apply(Namespace.from_dict(namespace), field_manager=FIELD_MANAGER)
             for manifest in external_service(self.options):
-                kind = EndpointSlice if manifest["kind"] == "EndpointSlice" else Service
+                kind = EXTERNAL_KINDS[manifest["kind"]]
                 await self.client.apply(kind.from_dict(manifest), field_manager=FIELD_MANAGER, force=True)
         await self.client.apply(
             APIService.from_dict(api_service(self.options, self.store.ca_bundle())),
@@ -398,4 +401,12 @@ class CountersServer:
         deletion waits: a manager that stops on purpose takes it away."""
         with tolerating(404):
             await self.client.delete(APIService, COUNTERS_API_SERVICE)
+        if self.options.external_name:
+            # Its Service and endpoint name this host, which may not run a manager again.
+            for manifest in reversed(external_service(self.options)):
+                kind = EXTERNAL_KINDS[manifest["kind"]]
+                with tolerating(404):
+                    await self.client.delete(
+                        kind, manifest["metadata"]["name"], namespace=self.options.service_namespace
+                    )
         log.info("pod counters API unregistered")
