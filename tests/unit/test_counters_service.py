@@ -17,7 +17,7 @@ def options(external_name: str) -> CounterOptions:
         hosts=[],
         service_namespace="catamaran-system",
         service_name="catamaran-pod-counters",
-        service_port=26017,
+        service_port=443,
         external_name=external_name,
     )
 
@@ -34,7 +34,8 @@ def test_an_address_becomes_the_endpoint_of_a_service_without_selector():
     assert endpoints["endpoints"][0]["addresses"] == ["172.31.40.165"]
     # The endpoint resolver matches the slice's port to the Service's by name.
     assert endpoints["ports"][0]["name"] == service["spec"]["ports"][0]["name"]
-    assert endpoints["ports"][0]["port"] == 26017
+    assert endpoints["ports"][0]["port"] == 26017  # where the manager listens, not the Service's port
+    assert service["spec"]["ports"][0]["port"] == 443
 
 
 def test_an_ipv6_address_gets_an_ipv6_slice():
@@ -42,8 +43,8 @@ def test_an_ipv6_address_gets_an_ipv6_slice():
     assert endpoints["addressType"] == "IPv6"
 
 
-@pytest.mark.parametrize("name", ["127.0.0.1", "::1", "manager.example.com"])
-def test_a_host_name_or_a_loopback_address_stays_an_external_name(name):
-    # No endpoint may hold a loopback address; a name can only be an ExternalName.
+@pytest.mark.parametrize("name", ["127.0.0.1", "::1", "0.0.0.0", "169.254.1.1", "fe80::1", "manager.example.com"])
+def test_a_host_name_or_an_address_no_endpoint_may_hold_stays_an_external_name(name):
+    # No endpoint may hold a loopback, unspecified, link-local or multicast address; a name can only be an ExternalName.
     (service,) = external_service(options(name))
-    assert service["spec"] == {"type": "ExternalName", "externalName": name, "ports": [{"port": 26017}]}
+    assert service["spec"] == {"type": "ExternalName", "externalName": name, "ports": [{"port": 443}]}

@@ -219,9 +219,10 @@ EXTERNAL_KINDS = {"Service": Service, "EndpointSlice": EndpointSlice}
 def external_service(options: CounterOptions) -> list[dict]:
     """Local mode: the manager runs outside the cluster, and the API server reaches it at `external_name`.
 
-    An address other than a loopback one becomes the endpoint of a Service without selector, which an API server
-    resolves both ways: by ClusterIP, or by endpoints (`--enable-aggregator-routing`). A host name or a loopback
-    address (which no endpoint may hold) becomes an ExternalName Service, which only the ClusterIP way resolves.
+    An address that an endpoint may hold becomes the endpoint of a Service without selector: an API server with
+    `--enable-aggregator-routing` dials it directly, one without dials the ClusterIP (kube-proxy on its host). A host
+    name, or a loopback, unspecified, link-local or multicast address (which no endpoint may hold), becomes an
+    ExternalName Service, which only an API server without aggregator routing resolves.
     """
     assert options.external_name
     metadata = {
@@ -233,7 +234,13 @@ def external_service(options: CounterOptions) -> list[dict]:
         address = ipaddress.ip_address(options.external_name)
     except ValueError:
         address = None
-    if address is None or address.is_loopback:
+    if (
+        address is None
+        or address.is_loopback
+        or address.is_unspecified
+        or address.is_link_local
+        or address.is_multicast
+    ):
         spec = {
             "type": "ExternalName",
             "externalName": options.external_name,
