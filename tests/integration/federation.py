@@ -499,16 +499,22 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
 def watching(lab: Lab, consumer: str, node: str, namespace: str):
     """Sample every second, until the block ends, the virtual node's Ready condition and the phase of every pod of
     `namespace`: yields counts of samples and of NotReady ones, and the pods seen going back from Running."""
-    seen: dict = {"samples": 0, "not_ready": 0, "backwards": []}
+    seen: dict = {"samples": 0, "not_ready": 0, "backwards": [], "errors": []}
     done = threading.Event()
     last: dict[str, str] = {}
 
     def sample():
         while not done.is_set():
-            if node_ready(lab, consumer, node) != "True":
+            try:
+                ready = node_ready(lab, consumer, node)
+                listed = lab.kubectl(consumer, "get", "pods", "-n", namespace, "-o", "json")
+            except (LabError, subprocess.TimeoutExpired) as error:  # a failed read is no sample, not a NotReady one
+                seen["errors"].append(str(error)[:200])
+                time.sleep(1)
+                continue
+            if ready != "True":
                 seen["not_ready"] += 1
-            listed = lab.kubectl(consumer, "get", "pods", "-n", namespace, "-o", "json", check=False)
-            for pod in json.loads(listed.stdout)["items"] if listed.returncode == 0 else []:
+            for pod in json.loads(listed.stdout)["items"]:
                 name, phase = pod["metadata"]["name"], pod["status"].get("phase")
                 if last.get(name) == "Running" and phase != "Running":
                     seen["backwards"].append((name, phase))

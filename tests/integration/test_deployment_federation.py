@@ -29,6 +29,8 @@ import urllib.request
 import pytest
 
 from catamaran.constants import (
+    COUNTERS_API_SERVICE,
+    LEADER_LABEL,
     MANAGER_LEASE,
     SYSTEM_NAMESPACE,
     VK_SERVICE_ACCOUNT_PREFIX,
@@ -87,6 +89,9 @@ def deployment_inventory(lab) -> dict:
 def federation(lab, lab_config_in_use, installed_collections, controller_image, tmp_path_factory):
     for name in (CONSUMER, PROVIDER):
         require_real_node(lab_config_in_use.cluster(name))
+    if lab_config_in_use.overlapping_pod_cidrs:
+        pytest.fail("deployment mode needs a lab whose pod ranges do not overlap: the host, where the API servers run, "
+                    "routes to the pods only then (unset CATAMARAN_LAB_OVERLAP)", pytrace=False)  # fmt: skip
     INSTALLED["collections"] = installed_collections
     inventory = write_inventory(tmp_path_factory.mktemp("deployed"), deployment_inventory(lab), lab)
     run = run_playbook(inventory, collections=installed_collections)
@@ -104,8 +109,11 @@ def federation(lab, lab_config_in_use, installed_collections, controller_image, 
                 "clusterrolebindings,mutatingwebhookconfigurations,apiservices", "-A", "-o", "name",
                 "-l", "app.kubernetes.io/managed-by=catamaran.federation",
             ).stdout.split()  # fmt: skip
+            # The manager's own registrations carry no label of the role's: by name (or, for webhooks, none at all).
             webhooks = lab.kubectl(cluster, "get", "mutatingwebhookconfigurations", "-o", "name").stdout.split()
+            counters = lab.kubectl(cluster, "get", "apiservice", COUNTERS_API_SERVICE, "-o", "name", check=False)
             assert (left, webhooks) == ([], []), f"{cluster} keeps {left + webhooks} after the teardown"
+            assert counters.returncode != 0, f"{cluster} keeps {counters.stdout.strip()} after the teardown"
 
 
 def pods(lab, cluster: str, *selector: str) -> list[dict]:
@@ -137,7 +145,7 @@ def leader(lab, cluster: str, name: str, lease: str) -> dict | None:
 
 
 def vk_pod(lab) -> dict | None:
-    """The acting virtual kubelet's pod (the standby stays not ready)."""
+    """The acting virtual kubelet's pod (the standby is a ready hot spare that does nothing)."""
     return leader(lab, CONSUMER, "virtual-kubelet", VK_LEASE)
 
 
@@ -180,6 +188,15 @@ def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, 
         assert status["image"] == controller_image
         assert status["restartCount"] == 0
     assert {component(p) for p in pods(lab, PROVIDER)} == {"manager"}
+    # Only the acting manager's pod carries the label its Services (webhook, pod counters) select.
+    wait_for(
+        lambda: (
+            [p["metadata"]["name"] for p in pods(lab, CONSUMER, "-l", f"{LEADER_LABEL}=true")]
+            == [consumer_manager(lab)["metadata"]["name"]]
+        ),
+        timeout=30,
+        what="the leader label on the acting manager's pod only",
+    )
     uid = lab.kubectl(
         CONSUMER, "-n", SYSTEM_NAMESPACE, "exec", consumer_manager(lab)["metadata"]["name"], "--",
         "python", "-c", "import os; print(os.getuid())",
