@@ -498,22 +498,24 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
 @contextlib.contextmanager
 def watching(lab: Lab, consumer: str, node: str, namespace: str):
     """Sample every second, until the block ends, the virtual node's Ready condition and the phase of every pod of
-    `namespace`: yields counts of samples and of NotReady ones, and the pods seen going back from Running."""
-    seen: dict = {"samples": 0, "not_ready": 0, "backwards": [], "errors": []}
+    `namespace`: yields the count of samples, the NotReady ones (time, status, reason), the pods seen going back from
+    Running, and the reads that failed (no sample)."""
+    seen: dict = {"samples": 0, "not_ready": [], "backwards": [], "errors": []}
     done = threading.Event()
     last: dict[str, str] = {}
 
     def sample():
         while not done.is_set():
             try:
-                ready = node_ready(lab, consumer, node)
+                conditions = json.loads(lab.kubectl(consumer, "get", "node", node, "-o", "json").stdout)["status"]
                 listed = lab.kubectl(consumer, "get", "pods", "-n", namespace, "-o", "json")
             except (LabError, subprocess.TimeoutExpired) as error:  # a failed read is no sample, not a NotReady one
                 seen["errors"].append(str(error)[:200])
                 time.sleep(1)
                 continue
-            if ready != "True":
-                seen["not_ready"] += 1
+            ready = next((c for c in conditions.get("conditions") or [] if c["type"] == "Ready"), {})
+            if ready.get("status") != "True":
+                seen["not_ready"].append((time.strftime("%H:%M:%S"), ready.get("status"), ready.get("reason")))
             for pod in json.loads(listed.stdout)["items"]:
                 name, phase = pod["metadata"]["name"], pod["status"].get("phase")
                 if last.get(name) == "Running" and phase != "Running":
