@@ -23,7 +23,7 @@ PROVIDER_LABEL = "catamaran.io/lab-provider"
 # also tainted with it, so only workloads that ask for real containers (and tolerate it) land there.
 NODE_KIND_LABEL = "catamaran.io/lab-node-kind"
 REAL_NODE_TAINT = {"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}
-# The manager named on EndpointSlices the lab writes for its host processes (cluster DNS, metrics-server).
+# The manager named on EndpointSlices the lab writes for its host processes (ClusterSpec.host_endpoints).
 LAB_ENDPOINT_SLICE_MANAGER = "lab.catamaran.io"
 REGION_LABEL = "topology.kubernetes.io/region"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -128,6 +128,26 @@ class ClusterSpec:
         """Where processes in the real node's network (kubelet, pods) reach the kube-apiserver."""
         host = self.real_node.host_ip if self.real_node else "127.0.0.1"
         return f"https://{host}:{self.ports['kube-apiserver']}"
+
+    def host_endpoints(self, service: str, ports: list[dict]) -> dict:
+        """The EndpointSlice of kube-system's selectorless `service` served by a lab process on the host: at the host
+        end of the real node's link, where the node's pods and the API server's endpoint routing reach it."""
+        assert self.real_node is not None
+        return {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-host",
+                "namespace": "kube-system",
+                "labels": {
+                    "kubernetes.io/service-name": service,
+                    "endpointslice.kubernetes.io/managed-by": LAB_ENDPOINT_SLICE_MANAGER,
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [self.real_node.host_ip], "conditions": {"ready": True}}],
+            "ports": ports,
+        }
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import CLUSTER_DNS_IP, CLUSTER_DOMAIN, LAB_ENDPOINT_SLICE_MANAGER, ClusterSpec
+from .config import CLUSTER_DNS_IP, CLUSTER_DOMAIN, ClusterSpec
 from .pki import COREDNS_USER
 
 COMPONENT = "coredns"
@@ -59,7 +59,10 @@ def manifests(cluster: ClusterSpec) -> list[dict]:
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
     ]
     labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
-    ports = [("dns", "UDP"), ("dns-tcp", "TCP")]
+    ports = [
+        {"name": name, "port": DNS_PORT, "protocol": protocol}
+        for name, protocol in (("dns", "UDP"), ("dns-tcp", "TCP"))
+    ]
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -80,22 +83,8 @@ def manifests(cluster: ClusterSpec) -> list[dict]:
             "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
             "spec": {
                 "clusterIP": CLUSTER_DNS_IP,
-                "ports": [{"name": name, "port": DNS_PORT, "protocol": protocol} for name, protocol in ports],
+                "ports": ports,
             },
         },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": "kube-dns-host",
-                "namespace": "kube-system",
-                "labels": {
-                    "kubernetes.io/service-name": "kube-dns",
-                    "endpointslice.kubernetes.io/managed-by": LAB_ENDPOINT_SLICE_MANAGER,
-                },
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [cluster.real_node.host_ip], "conditions": {"ready": True}}],
-            "ports": [{"name": name, "port": DNS_PORT, "protocol": protocol} for name, protocol in ports],
-        },
+        cluster.host_endpoints("kube-dns", ports),
     ]

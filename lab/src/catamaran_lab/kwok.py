@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 
 from . import dns
-from .config import LAB_ENDPOINT_SLICE_MANAGER, MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
+from .config import MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
 from .pki import FRONT_PROXY_CLIENT, KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT, ClusterPKI
 
 CONFIG_GROUP = "config.kwok.x-k8s.io/v1alpha1"
@@ -99,7 +99,6 @@ def metrics_server_endpoint(cluster: ClusterSpec) -> list[dict]:
     The endpoint resolver refuses the ExternalName Service kwokctl makes (127.0.0.1, which no endpoint may name
     either); this one keeps its name and the APIService's port and points at the host end of the real node's link.
     """
-    assert cluster.real_node is not None
     port = cluster.ports["metrics-server"]
     labels = {"k8s-app": "metrics-server"}
     return [
@@ -109,22 +108,7 @@ def metrics_server_endpoint(cluster: ClusterSpec) -> list[dict]:
             "metadata": {"name": "metrics-server", "namespace": "kube-system", "labels": labels},
             "spec": {"type": "ClusterIP", "ports": [{"name": "https", "port": port, "targetPort": port}]},
         },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": "metrics-server-host",
-                "namespace": "kube-system",
-                "labels": {
-                    **labels,
-                    "kubernetes.io/service-name": "metrics-server",
-                    "endpointslice.kubernetes.io/managed-by": LAB_ENDPOINT_SLICE_MANAGER,
-                },
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [cluster.real_node.host_ip], "conditions": {"ready": True}}],
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-        },
+        cluster.host_endpoints("metrics-server", [{"name": "https", "port": port, "protocol": "TCP"}]),
     ]
 
 
