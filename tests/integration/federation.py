@@ -405,6 +405,18 @@ def place(lab: Lab, consumer: str, provider: str, node_selector: dict, toleratio
     grant_terms(lab, consumer, provider, field_manager="tests", nodeSelector=node_selector, tolerations=tolerations)
 
 
+def lease_holder(lab: Lab, cluster: str, lease: str) -> str | None:
+    """The identity holding a Lease of the controller namespace; None when there is no Lease or no holder."""
+    result = lab.kubectl(cluster, "-n", SYSTEM_NAMESPACE, "get", "lease", lease, "-o", "json", check=False)
+    return json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
+
+
+def pod_uids(lab: Lab, cluster: str, namespace: str) -> dict[str, str]:
+    """Pod name -> UID in `namespace`: a pod recreated under its name shows a new UID."""
+    listed = json.loads(lab.kubectl(cluster, "get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in listed}
+
+
 def node_ready(lab: Lab, cluster: str, node: str) -> str | None:
     """The node's Ready status ("True", "False", "Unknown"), None when it is not there."""
     result = lab.kubectl(cluster, "get", "node", node, "-o", "json", check=False)

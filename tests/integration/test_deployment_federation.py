@@ -42,7 +42,7 @@ from catamaran.steering import VIRTUAL_NODE_TOLERATION
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from .conftest import get_json, kill_container_process, require_real_node, wait_for
-from .federation import node_ready, watching
+from .federation import lease_holder, node_ready, pod_uids, watching
 from .manifests import restricted_busybox
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 
@@ -128,18 +128,16 @@ def is_ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 
 
-def lease_holder(lab, cluster: str, lease: str) -> str | None:
+def holding_pod(lab, cluster: str, lease: str) -> str | None:
     """The pod whose replica holds `lease` (identities are `<pod>_<random>`, one per start)."""
-    result = lab.kubectl(cluster, "-n", SYSTEM_NAMESPACE, "get", "lease", lease, "-o", "json", check=False)
-    holder = json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
-    return holder.rpartition("_")[0] if holder else None
+    return (lease_holder(lab, cluster, lease) or "").rpartition("_")[0] or None
 
 
 def leader(lab, cluster: str, name: str, lease: str) -> dict | None:
     """The Ready pod of component `name` that holds its Lease, once its Deployment's two replicas run."""
     found = [p for p in pods(lab, cluster, "-l", f"app.kubernetes.io/component={name}")
              if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
-    holder = lease_holder(lab, cluster, lease)
+    holder = holding_pod(lab, cluster, lease)
     acting = [p for p in found if p["metadata"]["name"] == holder and is_ready(p)]
     return acting[0] if len(found) == 2 and acting else None
 
@@ -169,10 +167,6 @@ def server(lab, federation):
 
 def remote_pod(lab) -> dict:
     return get_json(lab, PROVIDER, "-n", TWIN, "pod", "server")
-
-
-def remote_pods(lab) -> dict[str, str]:
-    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in get_json(lab, PROVIDER, "-n", TWIN, "pods")["items"]}
 
 
 def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, controller_image):
@@ -297,7 +291,7 @@ def hand_over(lab, what: str, find, lease: str, cluster: str = CONSUMER) -> dict
     assert kill_container_process(status["containerID"]) > 0
     killed = time.monotonic()
     wait_for(
-        lambda: lease_holder(lab, cluster, lease) not in (None, acting["metadata"]["name"]),
+        lambda: holding_pod(lab, cluster, lease) not in (None, acting["metadata"]["name"]),
         timeout=60,
         interval=0.5,
         what=f"the standby {what} to take the Lease",
@@ -317,7 +311,7 @@ def hand_over(lab, what: str, find, lease: str, cluster: str = CONSUMER) -> dict
 def test_killing_the_acting_virtual_kubelet_or_manager_hands_over_with_50_pods_offloaded(lab, federation, server):
     lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(filler(PODS - 1)))
     wait_for(lambda: running_offloaded(lab) == PODS, timeout=300, interval=2, what=f"{PODS} pods offloaded and Running")
-    before = remote_pods(lab)
+    before = pod_uids(lab, PROVIDER, TWIN)
     assert len(before) == PODS
     with watching(lab, CONSUMER, VIRTUAL_NODE, NAMESPACE) as seen:
         new_vk = hand_over(lab, "virtual kubelet", lambda: vk_pod(lab), VK_LEASE)
@@ -338,7 +332,7 @@ def test_killing_the_acting_virtual_kubelet_or_manager_hands_over_with_50_pods_o
     assert seen["samples"] >= 3, seen  # it sampled, however slow the reads under load
     assert seen["not_ready"] == [], seen  # the virtual node stayed Ready
     assert seen["backwards"] == [], seen  # no local pod's phase went back from Running
-    after = remote_pods(lab)
+    after = pod_uids(lab, PROVIDER, TWIN)
     assert {name: after.get(name) for name in before} == before  # no remote pod recreated
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", "filler", "late")
     wait_for(lambda: running_offloaded(lab) == 1, timeout=120, what="only the server left")

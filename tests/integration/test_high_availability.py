@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from catamaran.constants import MANAGER_LEASE, SYSTEM_NAMESPACE, VK_SERVICE_ACCOUNT_PREFIX, virtual_node_name
+from catamaran.constants import MANAGER_LEASE, VK_SERVICE_ACCOUNT_PREFIX, virtual_node_name
 
 from . import federation
 from .conftest import get_json, wait_for
@@ -64,15 +64,6 @@ def fed(lab):
         yield {"managers": managers, "vks": vks}
 
 
-def holder(lab, cluster: str, lease: str) -> str | None:
-    result = lab.kubectl(cluster, "-n", SYSTEM_NAMESPACE, "get", "lease", lease, "-o", "json", check=False)
-    return json.loads(result.stdout)["spec"].get("holderIdentity") if result.returncode == 0 else None
-
-
-def remote_pods(lab) -> dict[str, str]:
-    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in get_json(lab, PROVIDER, "pods", "-n", TWIN)["items"]}
-
-
 def running(lab, app: str) -> int:
     pods = get_json(lab, CONSUMER, "pods", "-n", NAMESPACE, "-l", f"app={app}")["items"]
     return sum(1 for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == NODE)
@@ -80,19 +71,24 @@ def running(lab, app: str) -> int:
 
 def hand_over(lab, cluster: str, lease: str, processes: dict[str, federation.ControllerProcess]) -> tuple[str, float]:
     """SIGKILL the replica holding `lease`; (the other's identity, seconds until it holds the Lease)."""
-    leader = wait_for(lambda: holder(lab, cluster, lease), what=f"a holder of Lease {lease}")
+    leader = wait_for(lambda: federation.lease_holder(lab, cluster, lease), what=f"a holder of Lease {lease}")
     (standby,) = set(processes) - {leader}
     processes[leader].process.send_signal(signal.SIGKILL)
     processes[leader].process.wait(timeout=10)
     killed = time.monotonic()
-    wait_for(lambda: holder(lab, cluster, lease) == standby, timeout=30, interval=0.2, what=f"{standby} to lead")
+    wait_for(
+        lambda: federation.lease_holder(lab, cluster, lease) == standby,
+        timeout=30,
+        interval=0.2,
+        what=f"{standby} to lead",
+    )
     return standby, time.monotonic() - killed
 
 
 def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(lab, fed):
     lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloaded("web", PODS)))
     wait_for(lambda: running(lab, "web") == PODS, timeout=120, what=f"{PODS} offloaded pods Running")
-    before = remote_pods(lab)
+    before = federation.pod_uids(lab, PROVIDER, TWIN)
     assert len(before) == PODS
 
     with federation.watching(lab, CONSUMER, NODE, NAMESPACE) as seen:
@@ -104,7 +100,7 @@ def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(
         manager_standby, manager_seconds = hand_over(lab, PROVIDER, MANAGER_LEASE, fed["managers"])
         lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloaded("after-manager", 1)))
         wait_for(lambda: running(lab, "after-manager") == 1, timeout=60, what="a pod made by the new manager")
-        after = remote_pods(lab)
+        after = federation.pod_uids(lab, PROVIDER, TWIN)
 
     print(f"hand-over: virtual kubelet to {vk_standby} in {vk_seconds:.1f}s, manager to {manager_standby} in "
           f"{manager_seconds:.1f}s (Lease duration 10 s)")  # fmt: skip
