@@ -258,7 +258,7 @@ def external_service(options: CounterOptions) -> list[dict]:
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {
-            "name": f"{options.service_name}-external",
+            "name": options.service_name,
             "namespace": options.service_namespace,
             "labels": {
                 LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
