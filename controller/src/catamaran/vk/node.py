@@ -91,6 +91,15 @@ def failing_watches_message(failing: list) -> str:
     return "; ".join(informers.describe_failure(i) for i in failing)
 
 
+def reach(settings: NodeSettings) -> dict:
+    """Where the API server reaches this virtual kubelet: its address and kubelet port."""
+    return {
+        # No Hostname address: API servers prefer it by default, and nothing resolves a virtual node's name.
+        "addresses": [{"type": "InternalIP", "address": settings.node_ip}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+    }
+
+
 def node_status(
     settings: NodeSettings,
     offer: dict | None,
@@ -138,9 +147,7 @@ def node_status(
         "capacity": capacity,
         "allocatable": capacity,
         "conditions": conditions,
-        # No Hostname address: API servers prefer it by default, and nothing resolves a virtual node's name.
-        "addresses": [{"type": "InternalIP", "address": settings.node_ip}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+        **reach(settings),
         "nodeInfo": {
             "architecture": "amd64",
             "operatingSystem": "linux",
@@ -177,6 +184,10 @@ class VirtualNode:
         self._node_uid: str | None = None
         self._node_exists = asyncio.Event()
         self._status_published = asyncio.Event()
+        # Set once the provider's offer has been read (the runner hands in its informer's `synced`); until then no
+        # offer means "not read yet", not "none published".
+        self.offer_synced = asyncio.Event()
+        self.offer_synced.set()
 
     @property
     def name(self) -> str:
@@ -195,7 +206,18 @@ class VirtualNode:
         await self._status_published.wait()
 
     def tasks(self):
-        return [self._health_loop(), self._lease_loop(), self._status_loop(), self._watch_informers()]
+        return [
+            self._health_loop(),
+            self._lease_loop(),
+            self._status_loop(),
+            self._watch_informers(),
+            self._offer_read(),
+        ]
+
+    async def _offer_read(self) -> None:
+        """Publish the whole status once the offer has been read, even when there is none."""
+        await self.offer_synced.wait()
+        self._changed.set()
 
     @property
     def not_ready(self) -> tuple[str, str] | None:
@@ -338,6 +360,14 @@ class VirtualNode:
                 Node, self.name, {"metadata": {"labels": wanted_labels}}, patch_type=PatchType.MERGE
             )
         previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
+        if previous and not self.offer_synced.is_set() and self.not_ready is None:
+            # A restart or a new leader: the status the last process published stands until the offer is read (a
+            # NoResourceOffer now would turn a serving node NotReady); only where to reach this process changes.
+            await self.peering.local.patch(
+                Node.Status, self.name, {"status": reach(self.settings)}, patch_type=PatchType.MERGE
+            )
+            self._status_published.set()
+            return
         status, vanished = node_status(
             self.settings, self.offer, self.healthy, self.unhealthy_reason, previous, self.problems
         )

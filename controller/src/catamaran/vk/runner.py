@@ -220,6 +220,7 @@ class VirtualKubelet:
                 reflection.update_terms(*reflection_terms(new))
 
         offers.on_change(offer_changed)
+        node.offer_synced = offers.synced
         foreigns = watch.foreigns  # running since run() began
 
         removed = asyncio.Event()
