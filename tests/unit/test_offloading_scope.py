@@ -164,6 +164,50 @@ def test_invalid_node_labels_are_named(labels, fragment):
     assert fragment in problems[0]
 
 
+COSTLY = {"key": "example.com/costly", "value": "true", "effect": "NoSchedule"}
+
+
+def test_valid_node_taints_have_no_problem():
+    spec = {
+        "nodeTaints": [
+            COSTLY,
+            {"key": "example.com/costly", "effect": "NoExecute"},  # the same key with another effect
+            {"key": "spot", "value": "", "effect": "PreferNoSchedule"},
+        ]
+    }
+    assert foreign_spec_problems(spec) == []
+
+
+@pytest.mark.parametrize(
+    ("taints", "fragment"),
+    [
+        ([{"key": "bad key", "effect": "NoSchedule"}], "spec.nodeTaints[0]: the key name 'bad key' must be"),
+        ([{"key": "Example.COM/x", "effect": "NoSchedule"}], "spec.nodeTaints[0]: the key prefix 'Example.COM'"),
+        ([{"effect": "NoSchedule"}], "spec.nodeTaints[0]: the key must be a non-empty string"),
+        ([{"key": "k", "value": "has space", "effect": "NoSchedule"}], "spec.nodeTaints[0]: the value 'has space'"),
+        ([{"key": "k", "value": 5, "effect": "NoSchedule"}], "spec.nodeTaints[0]: the value must be a string"),
+        (
+            [{"key": "k", "effect": "NoEntry"}],
+            "spec.nodeTaints[0]: the effect 'NoEntry' is none of NoSchedule, PreferNoSchedule, NoExecute",
+        ),
+        ([{"key": "k"}], "spec.nodeTaints[0]: the effect None is none of"),
+        (
+            [COSTLY, {"key": "example.com/costly", "value": "x", "effect": "NoSchedule"}],
+            "spec.nodeTaints[1]: a taint with key 'example.com/costly' and effect NoSchedule is listed before",
+        ),
+        (
+            [{"key": "virtual-node.catamaran.io/not-allowed", "effect": "NoSchedule"}],
+            "spec.nodeTaints[0]: the virtual kubelet sets the taint virtual-node.catamaran.io/not-allowed itself",
+        ),
+        (["k=v:NoSchedule"], "spec.nodeTaints[0]: must be a mapping of key, value and effect"),
+    ],
+)
+def test_invalid_node_taints_are_named(taints, fragment):
+    problems = foreign_spec_problems({"nodeTaints": taints})
+    assert len(problems) == 1
+    assert fragment in problems[0]
+
+
 def test_every_problem_is_reported_at_once():
     spec = {"nodeLabels": {"ok": "fine", "bad key": "x", "k": "bad value"}, "networking": {"podCIDRRemap": "nope"}}
     problems = foreign_spec_problems(spec)

@@ -67,6 +67,7 @@ CONSUMER_ROOT_CA_CONFIGMAP = "catamaran-root-ca.crt"
 
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.catamaran.io/not-allowed"
 VIRTUAL_NODE_TAINT = {"key": VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # The signer of kubelet serving certificates: the virtual kubelet asks it (CSR), the consumer's manager approves.
 KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"

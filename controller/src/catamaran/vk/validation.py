@@ -1,7 +1,7 @@
 """What a ForeignCluster's spec must satisfy before a virtual kubelet serves it. Pure.
 
-The CRD's schema checks types and ranges; what it cannot say (label syntax, keys the virtual
-kubelet sets itself) is checked here, so a bad spec is reported on the ForeignCluster, naming the
+The CRD's schema checks types and ranges; what it cannot say (label and taint syntax, keys the
+virtual kubelet sets itself) is checked here, so a bad spec is reported on the ForeignCluster, naming the
 field, instead of a virtual node that can never be created while the peering looks Ready.
 """
 
@@ -11,7 +11,7 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
-from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE
+from ..constants import LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE, TAINT_EFFECTS, VIRTUAL_NODE_TAINT_KEY
 
 # Kubernetes' own rules (apimachinery validation: IsQualifiedName, IsValidLabelValue, IsDNS1123Subdomain).
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -66,6 +66,7 @@ def foreign_spec_problems(spec: dict) -> list[str]:
             problems.append(f"{field}: the value must be a string")
         elif (problem := label_value_problem(value)) is not None:
             problems.append(f"{field}: the value {value!r} {problem}")
+    problems += taint_problems(spec.get("nodeTaints") or [])
     remap = (spec.get("networking") or {}).get("podCIDRRemap")
     if remap:
         try:
@@ -77,6 +78,37 @@ def foreign_spec_problems(spec: dict) -> list[str]:
             home_api_server(spec)
         except ValueError as error:
             problems.append(f"spec.homeAPIServer: {error}")
+    return problems
+
+
+def taint_problems(taints: list) -> list[str]:
+    """Problems of spec.nodeTaints: a taint as the API server accepts it on a Node, each key and effect once, and
+    not the virtual kubelet's own taint."""
+    problems = []
+    seen = set()
+    for index, taint in enumerate(taints):
+        field = f"spec.nodeTaints[{index}]"
+        if not isinstance(taint, dict):
+            problems.append(f"{field}: must be a mapping of key, value and effect")
+            continue
+        key, value, effect = taint.get("key"), taint.get("value"), taint.get("effect")
+        if not isinstance(key, str) or not key:
+            problems.append(f"{field}: the key must be a non-empty string")
+        elif (problem := label_key_problem(key)) is not None:
+            problems.append(f"{field}: the key {problem}")
+        elif key == VIRTUAL_NODE_TAINT_KEY:
+            problems.append(f"{field}: the virtual kubelet sets the taint {key} itself; remove it")
+        if value is not None:
+            if not isinstance(value, str):
+                problems.append(f"{field}: the value must be a string")
+            elif (problem := label_value_problem(value)) is not None:
+                problems.append(f"{field}: the value {value!r} {problem}")
+        if effect not in TAINT_EFFECTS:
+            problems.append(f"{field}: the effect {effect!r} is none of {', '.join(TAINT_EFFECTS)}")
+        if isinstance(key, str) and isinstance(effect, str):
+            if (key, effect) in seen:
+                problems.append(f"{field}: a taint with key {key!r} and effect {effect} is listed before")
+            seen.add((key, effect))
     return problems
 
 
