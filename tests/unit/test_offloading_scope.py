@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from catamaran.constants import ANNOTATION_OWNED_TAINTS, VIRTUAL_NODE_TAINT
 from catamaran.vk import forge
+from catamaran.vk.node import merged_taints, node_taints, owned_taints, owned_taints_annotation
 from catamaran.vk.pod_status import comparable_status
 from catamaran.vk.pods import create_refusal
+from catamaran.vk.runner import settings_from
 from catamaran.vk.validation import foreign_spec_problems, home_api_server
 
 NODE = "catamaran-cluster-2"
@@ -165,6 +168,7 @@ def test_invalid_node_labels_are_named(labels, fragment):
 
 
 COSTLY = {"key": "example.com/costly", "value": "true", "effect": "NoSchedule"}
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": NOW}
 
 
 def test_valid_node_taints_have_no_problem():
@@ -206,6 +210,65 @@ def test_invalid_node_taints_are_named(taints, fragment):
     problems = foreign_spec_problems({"nodeTaints": taints})
     assert len(problems) == 1
     assert fragment in problems[0]
+
+
+def test_the_node_settings_take_the_taints_of_the_spec():
+    spec = {"clusterID": "cluster-2", "nodeTaints": [COSTLY]}
+    settings, _ = settings_from({"spec": spec}, "10.0.0.1", 10250)
+    assert settings.taints == [COSTLY]
+    assert settings_from({"spec": {"clusterID": "cluster-2"}}, "10.0.0.1", 10250)[0].taints == []
+
+
+def test_a_node_carries_a_taint_without_an_empty_value():
+    assert node_taints([{"key": "spot", "value": "", "effect": "NoSchedule"}, COSTLY]) == [
+        {"key": "spot", "effect": "NoSchedule"},
+        COSTLY,
+    ]
+
+
+def test_the_owned_taints_annotation_round_trips_and_never_owns_the_registration_taint():
+    value = owned_taints_annotation([COSTLY, {"key": "spot", "effect": "NoExecute"}])
+    assert value == "example.com/costly:NoSchedule,spot:NoExecute"
+    assert owned_taints(value) == {("example.com/costly", "NoSchedule"), ("spot", "NoExecute")}
+    assert owned_taints_annotation([]) is None
+    assert owned_taints(None) == set()
+    assert owned_taints(f"{VIRTUAL_NODE_TAINT['key']}:NoExecute, junk") == set()
+    assert ANNOTATION_OWNED_TAINTS.startswith("catamaran.io/")
+
+
+def test_configured_taints_are_added_next_to_everyone_elses():
+    admin = {"key": "maintenance", "value": "soon", "effect": "NoSchedule"}
+    current = [VIRTUAL_NODE_TAINT, UNREACHABLE, admin]
+    assert merged_taints(current, set(), [COSTLY]) == [VIRTUAL_NODE_TAINT, UNREACHABLE, admin, COSTLY]
+
+
+def test_taints_already_in_place_need_no_patch():
+    current = [VIRTUAL_NODE_TAINT, {**COSTLY, "timeAdded": NOW}, UNREACHABLE]
+    assert merged_taints(current, {("example.com/costly", "NoSchedule")}, [COSTLY]) is None
+    assert merged_taints([VIRTUAL_NODE_TAINT], set(), []) is None
+    # An empty value in the spec is no value on the node.
+    spot = {"key": "spot", "effect": "NoSchedule"}
+    assert merged_taints([spot], {("spot", "NoSchedule")}, [{**spot, "value": ""}]) is None
+
+
+def test_a_taint_removed_from_the_spec_goes_but_only_if_the_virtual_kubelet_set_it():
+    admin = {"key": "maintenance", "effect": "NoSchedule"}
+    current = [VIRTUAL_NODE_TAINT, COSTLY, admin, UNREACHABLE]
+    owned = {("example.com/costly", "NoSchedule")}
+    assert merged_taints(current, owned, []) == [VIRTUAL_NODE_TAINT, admin, UNREACHABLE]
+    # Not recorded as its own (a node of an older virtual kubelet, or an admin's taint of that key): kept.
+    assert merged_taints(current, set(), []) is None
+    # The same key with another effect is another taint.
+    other_effect = {**COSTLY, "effect": "NoExecute"}
+    assert merged_taints([VIRTUAL_NODE_TAINT, other_effect, COSTLY], owned, []) == [VIRTUAL_NODE_TAINT, other_effect]
+
+
+def test_a_changed_value_replaces_the_taint_and_the_registration_taint_is_never_removed():
+    current = [VIRTUAL_NODE_TAINT, {**COSTLY, "value": "old"}, UNREACHABLE]
+    owned = {("example.com/costly", "NoSchedule"), (VIRTUAL_NODE_TAINT["key"], "NoExecute")}
+    assert merged_taints(current, owned, [COSTLY]) == [VIRTUAL_NODE_TAINT, UNREACHABLE, COSTLY]
+    # Removed by hand (the conformance bench does), the registration taint is not put back.
+    assert merged_taints([COSTLY], owned, [COSTLY]) is None
 
 
 def test_every_problem_is_reported_at_once():

@@ -68,6 +68,9 @@ CONSUMER_ROOT_CA_CONFIGMAP = "catamaran-root-ca.crt"
 VIRTUAL_NODE_TAINT_KEY = "virtual-node.catamaran.io/not-allowed"
 VIRTUAL_NODE_TAINT = {"key": VIRTUAL_NODE_TAINT_KEY, "value": "true", "effect": "NoExecute"}
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# On the virtual node: the taints of the ForeignCluster's spec.nodeTaints the virtual kubelet put there, as
+# comma-separated key:effect pairs; it removes only those when they leave the spec, never a taint others added.
+ANNOTATION_OWNED_TAINTS = "catamaran.io/owned-taints"
 
 # The signer of kubelet serving certificates: the virtual kubelet asks it (CSR), the consumer's manager approves.
 KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"

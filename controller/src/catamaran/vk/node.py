@@ -21,6 +21,7 @@ from lightkube.types import PatchType
 from .. import __version__, quantities
 from .. import health as process_health
 from ..constants import (
+    ANNOTATION_OWNED_TAINTS,
     DEFAULT_SHARING_PERCENTAGE,
     LABEL_REMOTE_CLUSTER_ID,
     LABEL_TYPE,
@@ -29,6 +30,7 @@ from ..constants import (
     NODE_LEASE_RENEW_SECONDS,
     TYPE_VIRTUAL_NODE,
     VIRTUAL_NODE_TAINT,
+    VIRTUAL_NODE_TAINT_KEY,
     virtual_node_name,
 )
 from ..kube import informer as informers
@@ -62,6 +64,7 @@ class NodeSettings:
     node_ip: str
     sharing_percentage: int = DEFAULT_SHARING_PERCENTAGE
     suggested_labels: dict = field(default_factory=dict)
+    taints: list = field(default_factory=list)  # spec.nodeTaints, besides VIRTUAL_NODE_TAINT
     kubelet_port: int = 0
 
 
@@ -76,6 +79,50 @@ def node_labels(settings: NodeSettings) -> dict:
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
     }
+
+
+def node_taints(taints: list[dict]) -> list[dict]:
+    """spec.nodeTaints as a Node carries them: key, value unless empty, effect."""
+    return [
+        {"key": t["key"], **({"value": t["value"]} if t.get("value") else {}), "effect": t["effect"]} for t in taints
+    ]
+
+
+def owned_taints(annotation: str | None) -> set[tuple[str, str]]:
+    """The (key, effect) pairs of the ANNOTATION_OWNED_TAINTS value; never the virtual kubelet's registration
+    taint, which is set once when the node is created (as a kubelet's --register-with-taints) and not put back."""
+    owned = set()
+    for item in (annotation or "").split(","):
+        key, colon, effect = item.strip().rpartition(":")
+        if colon and key and key != VIRTUAL_NODE_TAINT_KEY:
+            owned.add((key, effect))
+    return owned
+
+
+def owned_taints_annotation(taints: list[dict]) -> str | None:
+    """The ANNOTATION_OWNED_TAINTS value for spec.nodeTaints; None (no annotation) when there are none."""
+    return ",".join(sorted({f"{t['key']}:{t['effect']}" for t in taints})) or None
+
+
+def merged_taints(current: list[dict], owned: set[tuple[str, str]], wanted: list[dict]) -> list[dict] | None:
+    """The node's taints once `wanted` (spec.nodeTaints) are in place, or None when it carries them already.
+
+    A taint of the node with the key and effect of a wanted one takes its value; one the virtual kubelet set
+    (`owned`, from the node's annotation) that is no longer wanted goes; every other taint stays as it is (the
+    registration taint, kube-controller-manager's node.kubernetes.io/unreachable, an admin's kubectl taint).
+    """
+    wanted_by_pair = {(t["key"], t["effect"]): t for t in node_taints(wanted)}
+    taints, present = [], set()
+    for taint in current:
+        pair = (taint.get("key"), taint.get("effect"))
+        if pair in wanted_by_pair:
+            if (taint.get("value") or "") == wanted_by_pair[pair].get("value", ""):
+                taints.append(taint)  # as it is, timeAdded included
+                present.add(pair)
+        elif pair not in owned or pair[0] == VIRTUAL_NODE_TAINT_KEY:
+            taints.append(taint)
+    taints += [t for pair, t in wanted_by_pair.items() if pair not in present]
+    return None if taints == current else taints
 
 
 def top_problem(problems: dict[str, str]) -> tuple[str, str] | None:
@@ -342,12 +389,12 @@ class VirtualNode:
         except ApiError as error:
             if error.status.code != 404:
                 raise
+            metadata = {"name": self.name, "labels": node_labels(self.settings)}
+            if owned := owned_taints_annotation(self.settings.taints):
+                metadata["annotations"] = {ANNOTATION_OWNED_TAINTS: owned}
             node = await self.peering.local.create(
                 Node.from_dict(
-                    {
-                        "metadata": {"name": self.name, "labels": node_labels(self.settings)},
-                        "spec": {"taints": [VIRTUAL_NODE_TAINT]},
-                    }
+                    {"metadata": metadata, "spec": {"taints": [VIRTUAL_NODE_TAINT, *node_taints(self.settings.taints)]}}
                 )
             )
             log.info("virtual node created", extra=fields(node=self.name))
@@ -356,9 +403,10 @@ class VirtualNode:
         wanted_labels = node_labels(self.settings)
         current_labels = node.metadata.labels or {}
         if any(current_labels.get(k) != v for k, v in wanted_labels.items()):
-            await self.peering.local.patch(
+            node = await self.peering.local.patch(
                 Node, self.name, {"metadata": {"labels": wanted_labels}}, patch_type=PatchType.MERGE
             )
+        await self._sync_taints(node)
         previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
         if previous and not self.offer_synced.is_set() and self.not_ready is None:
             # A restart or a new leader: the status the last process published stands until the offer is read (a
@@ -381,6 +429,38 @@ class VirtualNode:
                 next(c["message"] for c in status["conditions"] if c["type"] == ROUNDED_TO_ZERO),
             )
         self._reported_zero = set(vanished)
+
+    async def _sync_taints(self, node: Node) -> None:
+        """Put spec.nodeTaints on the node, and take off those the virtual kubelet set that left it."""
+        annotations = node.metadata.annotations or {}
+        current = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
+        taints = merged_taints(current, owned_taints(annotations.get(ANNOTATION_OWNED_TAINTS)), self.settings.taints)
+        owned = owned_taints_annotation(self.settings.taints)
+        if taints is None and annotations.get(ANNOTATION_OWNED_TAINTS) == owned:
+            return
+        # The whole list is replaced: the resourceVersion makes the API server refuse the patch (409) when the
+        # node changed since it was read, so no taint added meanwhile is lost.
+        patch: dict = {
+            "metadata": {
+                "resourceVersion": node.metadata.resourceVersion,
+                "annotations": {ANNOTATION_OWNED_TAINTS: owned},
+            }
+        }
+        if taints is not None:
+            patch["spec"] = {"taints": taints}
+        try:
+            await self.peering.local.patch(Node, self.name, patch, patch_type=PatchType.MERGE)
+        except ApiError as error:
+            if error.status.code != 409:
+                raise
+            log.info("virtual node changed while its taints were synced; syncing again", extra=fields(node=self.name))
+            self._changed.set()
+            return
+        if taints is not None:
+            log.info(
+                "virtual node taints updated",
+                extra=fields(node=self.name, taints=[f"{t['key']}:{t['effect']}" for t in taints]),
+            )
 
     async def _lease_loop(self) -> None:
         await self._node_exists.wait()  # the Lease is owned by the Node, so the Node comes first

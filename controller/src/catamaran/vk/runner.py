@@ -93,6 +93,7 @@ def settings_from(foreign: dict, node_ip: str, kubelet_port: int):
         node_ip=node_ip,
         sharing_percentage=int(spec.get("sharingPercentage", DEFAULT_SHARING_PERCENTAGE)),
         suggested_labels=dict(spec.get("nodeLabels") or {}),
+        taints=[dict(t) for t in spec.get("nodeTaints") or []],
         kubelet_port=kubelet_port,
     )
     checks = HealthSettings(
