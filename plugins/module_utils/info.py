@@ -68,6 +68,7 @@ def peerings_report(cluster):
                 name=foreign["metadata"]["name"],
                 sharing_percentage=spec.get("sharingPercentage"),
                 node_labels=spec.get("nodeLabels") or {},
+                node_taints=spec.get("nodeTaints") or [],
                 ready=ready.get("status") == "True",
                 reason=ready.get("reason"),
                 message=ready.get("message"),

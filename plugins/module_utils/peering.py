@@ -38,6 +38,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     OFFLOADING_GROUP,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
+    TAINT_EFFECTS,
     TENANT_CREDENTIAL_SECRET,
     TENANT_PRIORITY_CLASS,
     TYPE_VIRTUAL_NODE,
@@ -72,7 +73,6 @@ TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
 
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def check_toleration(toleration, where):
@@ -96,6 +96,11 @@ def api_toleration(toleration):
     """A module toleration (snake_case options) as the API writes it."""
     names = {"toleration_seconds": "tolerationSeconds"}
     return dict((names.get(key, key), value) for key, value in toleration.items() if value is not None)
+
+
+def api_taint(taint):
+    """A module taint as the ForeignCluster's spec.nodeTaints holds it (no unset value)."""
+    return dict((key, taint[key]) for key in ("key", "value", "effect") if taint.get(key) is not None)
 
 
 def terms(params):
@@ -163,6 +168,7 @@ class Peering:
             check_toleration(toleration, "provider_tolerations[%d]" % index)
         try:
             validation.labels(params.get("node_labels"), "node_labels")
+            validation.taints(params.get("node_taints"), "node_taints")
             validation.labels(params.get("provider_node_selector"), "provider_node_selector")
             if params.get("pod_cidr_remap"):
                 validation.cidr(params["pod_cidr_remap"], "pod_cidr_remap")
@@ -334,6 +340,8 @@ class Peering:
             spec["sharingPercentage"] = params["sharing_percentage"]
         if params.get("node_labels"):
             spec["nodeLabels"] = params["node_labels"]
+        if params.get("node_taints"):
+            spec["nodeTaints"] = [api_taint(t) for t in params["node_taints"]]
         if params.get("home_api_server"):
             spec["homeAPIServer"] = params["home_api_server"]
         health = params.get("health_check") or {}

@@ -23,7 +23,9 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     MIN_CREDENTIAL_LIFETIME_SECONDS,
     POD_SECURITY_LEVELS,
     SERVICE_TYPES,
+    TAINT_EFFECTS,
     TWIN_NAME_POLICIES,
+    VIRTUAL_NODE_TAINT_KEY,
 )
 
 # k8s.io/apimachinery validation: a qualified name is [prefix/]name, the prefix a DNS-1123 subdomain.
@@ -31,6 +33,7 @@ QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 HEALTH_CHECK_FIELDS = ("period_seconds", "timeout_seconds", "failure_threshold")
 CONTAINER_DEFAULTS_FIELDS = ("requests", "limits")
+TAINT_FIELDS = ("key", "value", "effect")
 
 
 class InvalidSetting(ValueError):
@@ -61,13 +64,13 @@ def label_key(key, where):
     return qualified_name(key, where, "label key")
 
 
-def label_value(value, where):
+def label_value(value, where, what="label value"):
     if not isinstance(value, str):
-        raise InvalidSetting("%s: label value must be a string, got %r" % (where, value))
+        raise InvalidSetting("%s: %s must be a string, got %r" % (where, what, value))
     if value and (len(value) > 63 or not QUALIFIED_NAME.match(value)):
         raise InvalidSetting(
-            "%s: label value %r must be at most 63 letters, digits, '-', '_' or '.', "
-            "starting and ending with a letter or digit" % (where, value)
+            "%s: %s %r must be at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit" % (where, what, value)
         )
     return value
 
@@ -82,6 +85,35 @@ def labels(mapping, where):
         label_key(key, where)
         label_value(value, "%s.%s" % (where, key))
     return mapping
+
+
+def taints(items, where):
+    """Taints of the virtual node besides its own (ForeignCluster spec.nodeTaints), as a Node holds them: a label
+    key (not the virtual kubelet's own taint), an optional label value, an effect, each key and effect once."""
+    if items is None:
+        return []
+    if not isinstance(items, (list, tuple)):
+        raise InvalidSetting("%s must be a list of taints (key, value, effect), got %r" % (where, items))
+    seen = set()
+    for index, taint in enumerate(items):
+        here = "%s[%d]" % (where, index)
+        if not isinstance(taint, dict):
+            raise InvalidSetting("%s must be a mapping of key, value and effect, got %r" % (here, taint))
+        unknown = sorted(str(key) for key in taint if key not in TAINT_FIELDS)
+        if unknown:
+            raise InvalidSetting("%s: unknown %s (allowed: %s)" % (here, ", ".join(unknown), ", ".join(TAINT_FIELDS)))
+        key, effect = taint.get("key"), taint.get("effect")
+        qualified_name(key, here, "taint key")
+        if key == VIRTUAL_NODE_TAINT_KEY:
+            raise InvalidSetting("%s: the virtual kubelet sets the taint %s itself; remove it" % (here, key))
+        if taint.get("value") is not None:
+            label_value(taint["value"], here + ".value", "taint value")
+        if effect not in TAINT_EFFECTS:
+            raise InvalidSetting("%s.effect must be one of %s, got %r" % (here, ", ".join(TAINT_EFFECTS), effect))
+        if (key, effect) in seen:
+            raise InvalidSetting("%s: a taint with key %s and effect %s is listed before" % (here, key, effect))
+        seen.add((key, effect))
+    return items
 
 
 def home_api_server(value, where):

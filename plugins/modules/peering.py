@@ -246,6 +246,32 @@ options:
         characters), values valid label values.
     type: dict
     default: {}
+  node_taints:
+    description:
+      - Taints the virtual node carries besides Catamaran's own (the ForeignCluster's C(spec.nodeTaints)), for
+        instance to keep pods that do not tolerate them off a costly provider; a V(NoExecute) one also evicts such
+        pods already there. The pod webhook adds only the toleration of Catamaran's own taint, so pods must
+        tolerate these themselves.
+      - The virtual kubelet keeps them on the node and removes one that leaves this list; taints others put on the
+        node stay. Each key and effect may be listed once, and the key C(virtual-node.catamaran.io/not-allowed) is
+        Catamaran's own.
+    type: list
+    elements: dict
+    default: []
+    version_added: 0.3.0
+    suboptions:
+      key:
+        description: The taint key, a valid label key.
+        type: str
+        required: true
+      value:
+        description: The taint value, a valid label value; unset, empty.
+        type: str
+      effect:
+        description: What the taint does to pods that do not tolerate it.
+        type: str
+        required: true
+        choices: [NoSchedule, PreferNoSchedule, NoExecute]
   provider_node_selector:
     description:
       - Labels a provider node must carry to run this consumer's offloaded pods.
@@ -474,6 +500,11 @@ EXAMPLES = r"""
     sharing_percentage: 50
     node_labels:
       topology.kubernetes.io/region: region-b
+    # Only pods that tolerate it are scheduled to this provider's virtual node.
+    node_taints:
+      - key: example.com/costly
+        value: "true"
+        effect: NoSchedule
     # Only the provider's GPU nodes, which are tainted for borrowed workloads.
     provider_node_selector:
       node.example.com/pool: gpu
@@ -670,6 +701,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     POD_SECURITY_LEVELS,
     SERVICE_TYPES,
     SYSTEM_NAMESPACE,
+    TAINT_EFFECTS,
     TENANT_PRIORITY_CLASS,
     TWIN_NAME_POLICIES,
 )
@@ -731,6 +763,16 @@ def argument_spec():
         rotate_credential=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),
+        node_taints=dict(
+            type="list",
+            elements="dict",
+            default=[],
+            options=dict(
+                key=dict(type="str", required=True, no_log=False),
+                value=dict(type="str"),
+                effect=dict(type="str", required=True, choices=list(TAINT_EFFECTS)),
+            ),
+        ),
         provider_node_selector=dict(type="dict", default={}),
         provider_tolerations=dict(
             type="list",

@@ -56,6 +56,12 @@ peerings:
       description: Labels suggested for the virtual node.
       type: dict
       sample: {"topology.kubernetes.io/region": "region-b"}
+    node_taints:
+      description: Taints of the virtual node besides Catamaran's own (C(key), C(value), C(effect)).
+      type: list
+      elements: dict
+      sample: [{"key": "example.com/costly", "value": "true", "effect": "NoSchedule"}]
+      version_added: 0.3.0
     ready:
       description: The ForeignCluster's Ready condition is True.
       type: bool

@@ -16,6 +16,7 @@ from ansible_collections.catamaran.federation.plugins.filter.federation_model im
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import comparable, redacted
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import TENANT_WORKLOAD_CLUSTER_ROLE
+from ansible_collections.catamaran.federation.plugins.module_utils.info import peerings_report
 from ansible_collections.catamaran.federation.plugins.module_utils.kube import ClusterError, ClusterUnreachable
 from ansible_collections.catamaran.federation.plugins.module_utils.networks import covering_networks
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import (
@@ -460,6 +461,20 @@ def test_the_tenant_reflects_with_exactly_the_verbs_reflection_uses():
         ({"node_labels": {"Example.com/zone": "x"}}, "the prefix 'Example.com' must be a DNS-1123 subdomain"),
         ({"node_labels": {"x" * 64: "v"}}, "the name 'x{64}' must be at most 63"),
         ({"node_labels": {"tier": "-gold"}}, "node_labels.tier: label value '-gold'"),
+        ({"node_taints": [{"key": "bad key", "effect": "NoSchedule"}]}, r"node_taints\[0\]: taint key 'bad key'"),
+        (
+            {"node_taints": [{"key": "k", "value": "a b", "effect": "NoSchedule"}]},
+            r"node_taints\[0\]\.value: taint value 'a b' must",
+        ),
+        ({"node_taints": [{"key": "k", "effect": "Never"}]}, r"node_taints\[0\].effect must be one of NoSchedule"),
+        (
+            {"node_taints": [{"key": "k", "effect": "NoSchedule"}, {"key": "k", "value": "v", "effect": "NoSchedule"}]},
+            r"node_taints\[1\]: a taint with key k and effect NoSchedule is listed before",
+        ),
+        (
+            {"node_taints": [{"key": "virtual-node.catamaran.io/not-allowed", "effect": "NoExecute"}]},
+            "the virtual kubelet sets the taint virtual-node.catamaran.io/not-allowed itself",
+        ),
         ({"provider_node_selector": {"pool/": "real"}}, "provider_node_selector: label key 'pool/'"),
         ({"pod_cidr_remap": "10.200.0.0"}, "pod_cidr_remap: '10.200.0.0' is not a CIDR"),
         ({"pod_cidr_remap": "banana/16"}, "pod_cidr_remap: 'banana/16' is not a CIDR"),
@@ -518,6 +533,39 @@ def test_node_pod_ranges_are_covered_per_family_as_the_provider_reports_them():
     assert covering_networks(ranges) == ["10.244.0.0/22", "fd00:1::/64"]
 
 
+def test_node_taints_become_the_foreign_clusters_spec_without_unset_values():
+    taints = [
+        {"key": "example.com/costly", "value": "true", "effect": "NoSchedule"},
+        {"key": "example.com/costly", "value": None, "effect": "NoExecute"},  # the argument spec's unset value
+    ]
+    Peering.validate(peering_params(node_taints=taints))
+    assert foreign_spec(peering_params(node_taints=taints))["nodeTaints"] == [
+        {"key": "example.com/costly", "value": "true", "effect": "NoSchedule"},
+        {"key": "example.com/costly", "effect": "NoExecute"},
+    ]
+    # None set: no field, so applying removes one an earlier run wrote.
+    assert "nodeTaints" not in foreign_spec(peering_params(node_taints=[]))
+
+
+def test_the_peerings_report_shows_the_node_taints():
+    class Cluster:
+        def get(self, *args):
+            return {"kind": "CustomResourceDefinition"}
+
+        def list(self, api_version, kind, namespace=None, labels=None):
+            if kind == "Node":
+                return []
+            taint = {"key": "example.com/costly", "effect": "NoSchedule"}
+            return [
+                {"metadata": {"name": "p1"}, "spec": {"clusterID": "p1", "nodeTaints": [taint]}},
+                {"metadata": {"name": "p2"}, "spec": {"clusterID": "p2"}},
+            ]
+
+    first, second = peerings_report(Cluster())
+    assert first["node_taints"] == [{"key": "example.com/costly", "effect": "NoSchedule"}]
+    assert second["node_taints"] == []
+
+
 def test_the_resource_offer_carries_the_tenants_terms_with_defaults():
     peering = Peering(None, None, None, "c1", "p1")
     spec = peering.resource_offer(peering_params())["spec"]
@@ -541,6 +589,12 @@ def test_the_resource_offer_carries_the_tenants_terms_with_defaults():
         ({"sharing": 5}, "sharing. Supported parameters include"),
         ({"health_check": {"period": 5}}, "health_check.period. Supported parameters include"),
         ({"credential_lifetime": "a day"}, "credential_lifetime"),
+        ({"node_taints": [{"key": "k"}]}, "missing required arguments: effect found in node_taints"),
+        (
+            {"node_taints": [{"key": "k", "effect": "Never"}]},
+            "effect must be one of: NoSchedule, PreferNoSchedule, NoExecute, got: Never",
+        ),
+        ({"node_taints": [{"key": "k", "effect": "NoSchedule", "operator": "Exists"}]}, "node_taints.operator."),
     ],
 )
 def test_the_modules_argument_spec_refuses_unknown_options_and_levels(given, message):
