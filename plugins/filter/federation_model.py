@@ -38,9 +38,10 @@ description:
   - Fails with a message naming the host and the field on an invalid cluster id, a duplicate id, a peering that names
     an unknown cluster or the consumer itself, a sharing percentage outside 1-100, a Pod Security level that is
     unknown or that the provider does not allow, a credential lifetime under 600 seconds, an invalid label key or
-    value (cluster labels, C(node_labels), C(provider_node_selector)), a C(pod_cidr_remap) that is not a CIDR,
-    health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, offloaded
-    namespaces, offloading policies), an offloading policy without a name or with an empty C(namespace_selector),
+    value (cluster labels, C(node_labels), C(provider_node_selector)), an invalid C(node_taints) entry (key, value
+    or effect invalid, a key and effect listed twice, Catamaran's own taint), a C(pod_cidr_remap) that is not a CIDR,
+    health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, taints,
+    offloaded namespaces, offloading policies), an offloading policy without a name or with an empty C(namespace_selector),
     invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
     outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer or priority
     class that is not a valid name, a container default or object quota that is not a quantity, a default request
@@ -109,6 +110,7 @@ PEERING_KEYS = {
     "provider",
     "sharing_percentage",
     "node_labels",
+    "node_taints",
     "health_check",
     "pod_cidr_remap",
     "provider_node_selector",
@@ -337,6 +339,7 @@ def _peering(consumer, entry, clusters, where):
     _checked(validation.labels, entry.get("node_labels"), where + ": node_labels")
     node_labels = dict(provider["labels"])
     node_labels.update(entry.get("node_labels") or {})
+    node_taints = list(_checked(validation.taints, entry.get("node_taints"), where + ": node_taints"))
     health = _checked(validation.health_check, entry.get("health_check"), where + ": health_check")
     if entry.get("pod_cidr_remap") is not None:
         _checked(validation.cidr, entry["pod_cidr_remap"], where + ": pod_cidr_remap")
@@ -362,6 +365,7 @@ def _peering(consumer, entry, clusters, where):
         api_server=provider["api_server"],
         sharing_percentage=sharing,
         node_labels=node_labels,
+        node_taints=node_taints,
         health_check=health,
         pod_cidr_remap=entry.get("pod_cidr_remap"),
         home_api_server=consumer["home_api_server"],

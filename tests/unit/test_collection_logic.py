@@ -50,6 +50,7 @@ def test_peerings_resolve_the_providers_connection_and_labels():
     assert peering["context"] == "ctx-2"
     assert peering["sharing_percentage"] == 90
     assert peering["node_labels"] == {"topology.kubernetes.io/region": "region-b", "tier": "gold"}
+    assert peering["node_taints"] == []
     assert model["peerings"]["cluster-2"] == []
     assert model["hosts"] == {"h1": "cluster-1", "h2": "cluster-2"}
 
@@ -659,6 +660,13 @@ def test_privileged_only_when_the_providers_inventory_allows_it():
     assert (peering["pod_security"], peering["credential_lifetime"]) == ("privileged", 3600)
 
 
+def test_a_peerings_node_taints_reach_the_resolved_model():
+    taints = [{"key": "example.com/costly", "value": "true", "effect": "NoSchedule"}]
+    entry = {"provider": "cluster-2", "node_taints": taints}
+    (peering,) = federation_model(inventory(catamaran_peerings=[entry]), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert peering["node_taints"] == taints
+
+
 def test_a_provider_can_lend_less_than_the_default():
     variables = inventory(catamaran_peerings=[{"provider": "cluster-2", "pod_security": "baseline"}])
     variables["h2"]["catamaran_allowed_pod_security"] = ["restricted"]
@@ -678,6 +686,12 @@ def test_a_provider_can_lend_less_than_the_default():
         ({"health_check": {"period_seconds": 0}}, r"health_check.period_seconds must be a positive integer, got 0"),
         ({"health_check": {"period": 5}}, r"catamaran_peerings\[0\]: health_check: unknown period"),
         ({"provider_tolerations": [{"key": "k", "efect": "NoSchedule"}]}, r"provider_tolerations\[0\]: unknown keys"),
+        (
+            {"node_taints": [{"key": "k", "efect": "NoSchedule"}]},
+            r"catamaran_peerings\[0\]: node_taints\[0\]: unknown efect \(allowed: key, value, effect\)",
+        ),
+        ({"node_taints": {"key": "k"}}, r"catamaran_peerings\[0\]: node_taints must be a list of taints"),
+        ({"node_taints": [{"key": "k", "effect": "NoSchedule"}] * 2}, r"node_taints\[1\]: a taint with key k"),
     ],
 )
 def test_bad_peering_settings_in_the_inventory_name_the_host_and_field(entry, message):
