@@ -508,10 +508,11 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
 
 
 @contextlib.contextmanager
-def watching(lab: Lab, consumer: str, node: str, namespace: str):
-    """Sample every second, until the block ends, the virtual node's Ready condition and the phase of every pod of
-    `namespace`: yields the count of samples, the NotReady ones (time, status, reason), the pods seen going back from
-    Running, and the reads that failed (no sample)."""
+def watching(lab: Lab, consumer: str, nodes: str | tuple[str, ...], namespace: str):
+    """Sample every second, until the block ends, the virtual nodes' Ready condition and the phase of every pod of
+    `namespace`: yields the count of samples, the NotReady ones (time, node, status, reason), the pods seen going back
+    from Running, and the reads that failed (no sample)."""
+    nodes = (nodes,) if isinstance(nodes, str) else nodes
     seen: dict = {"samples": 0, "not_ready": [], "backwards": [], "errors": []}
     done = threading.Event()
     last: dict[str, str] = {}
@@ -519,15 +520,19 @@ def watching(lab: Lab, consumer: str, node: str, namespace: str):
     def sample():
         while not done.is_set():
             try:
-                conditions = json.loads(lab.kubectl(consumer, "get", "node", node, "-o", "json").stdout)["status"]
+                listed_nodes = lab.kubectl(consumer, "get", "nodes", *nodes, "-o", "json").stdout
                 listed = lab.kubectl(consumer, "get", "pods", "-n", namespace, "-o", "json")
             except (LabError, subprocess.TimeoutExpired) as error:  # a failed read is no sample, not a NotReady one
                 seen["errors"].append(str(error)[:200])
                 time.sleep(1)
                 continue
-            ready = next((c for c in conditions.get("conditions") or [] if c["type"] == "Ready"), {})
-            if ready.get("status") != "True":
-                seen["not_ready"].append((time.strftime("%H:%M:%S"), ready.get("status"), ready.get("reason")))
+            listed_nodes = json.loads(listed_nodes)  # one name gives the object, several a List
+            for node in listed_nodes.get("items", [listed_nodes]):
+                ready = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
+                if ready.get("status") != "True":
+                    seen["not_ready"].append(
+                        (time.strftime("%H:%M:%S"), node["metadata"]["name"], ready.get("status"), ready.get("reason"))
+                    )
             for pod in json.loads(listed.stdout)["items"]:
                 name, phase = pod["metadata"]["name"], pod["status"].get("phase")
                 if last.get(name) == "Running" and phase != "Running":
