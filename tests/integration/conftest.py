@@ -21,7 +21,7 @@ from catamaran_lab.errors import LabError
 from catamaran_lab.images import Image
 from catamaran_lab.lab import Lab
 
-from . import collection
+from . import collection, release
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +67,12 @@ def controller_image(lab, tmp_path_factory) -> str:
     archive = controller_image_build.build(tmp_path_factory.mktemp("image"), log=lambda message: None)
     lab.import_images([Image(controller_image_build.image_reference(), archive)])
     return controller_image_build.image_reference()
+
+
+@pytest.fixture(scope="session")
+def previous_release(tmp_path_factory) -> release.Release:
+    """The previous release's artifact and image, built from its commit (for the upgrade tests)."""
+    return release.build_previous(tmp_path_factory.mktemp("previous-release"))
 
 
 @pytest.fixture(params=[c.name for c in lab_config.load().clusters])
