@@ -1,10 +1,13 @@
 """A federation in deployment mode on real nodes: site.yml, from the installed artifact, runs every Catamaran
 process as a pod from the engine-less image (`make image`), as users install it.
 
-cluster-1 consumes cluster-2. Each cluster's manager, and cluster-1's virtual kubelet for cluster-2, run on
-their cluster's real node, two replicas each electing a leader on a Lease; the lab's API servers (on the host)
-reach them at their pod IPs, through their Services' endpoints (the lab turns on aggregator routing). So what is
-proven here goes through pods only:
+cluster-1 consumes cluster-2 (whose offloaded pods run on its real node) and cluster-3 (on its kwok nodes). Each
+cluster's manager, and cluster-1's virtual kubelet for each provider, run on their cluster's real node, two replicas
+each electing a leader on a Lease; the lab's API servers (on the host) reach them at their pod IPs, through their
+Services' endpoints (the lab turns on aggregator routing). So what is proven here goes through pods only:
+  - the federation is installed by the previous release (its artifact and image, built from its commit) and upgraded
+    by this checkout's site.yml with 100 pods offloaded: no remote pod recreated, no container restarted, the
+    virtual nodes Ready within the health threshold, the CRDs' new fields served and existing objects still valid;
   - the image runs as its non-root user, and only the leaders act;
   - the API server calls the pod webhook through its Service;
   - the virtual kubelet pod dials the provider's API server from the pod network and serves the kubelet API
@@ -12,7 +15,7 @@ proven here goes through pods only:
   - `kubectl top` reads an offloaded pod's figures from the virtual kubelet pod, which reads them from the
     provider's manager pod through its aggregated API;
   - killing the acting virtual kubelet or manager hands over to its standby (the hand-over times are printed) with
-    50 pods offloaded: the virtual node stays Ready, no remote pod is recreated;
+    100 pods offloaded: the virtual node stays Ready, no remote pod is recreated;
   - the kubelet restarts a virtual kubelet whose event loop is blocked, and no remote pod is recreated.
 
 The network stays flat (no gateways): the fabric's own gateways do not run as pods yet.
@@ -30,6 +33,7 @@ import pytest
 
 from catamaran.constants import (
     COUNTERS_API_SERVICE,
+    LABEL_REMOTE_CLUSTER_ID,
     LEADER_LABEL,
     MANAGER_LEASE,
     SYSTEM_NAMESPACE,
@@ -41,6 +45,7 @@ from catamaran.health import TEST_HOOKS_ENV
 from catamaran.steering import VIRTUAL_NODE_TOLERATION
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
+from . import collection
 from .conftest import get_json, kill_container_process, require_real_node, wait_for
 from .federation import lease_holder, node_ready, pod_uids, watching
 from .manifests import restricted_busybox
@@ -48,24 +53,29 @@ from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 
 pytestmark = pytest.mark.integration
 
-CONSUMER, PROVIDER = "cluster-1", "cluster-2"
+CONSUMER, PROVIDER, KWOK_PROVIDER = "cluster-1", "cluster-2", "cluster-3"
+CLUSTERS = (CONSUMER, PROVIDER, KWOK_PROVIDER)
 NAMESPACE = "deployed-app"
-VIRTUAL_NODE = virtual_node_name(PROVIDER)
+VIRTUAL_NODE, KWOK_VIRTUAL_NODE = virtual_node_name(PROVIDER), virtual_node_name(KWOK_PROVIDER)
 VK_LEASE = f"{VK_SERVICE_ACCOUNT_PREFIX}{PROVIDER}"
-TWIN = default_twin_namespace(NAMESPACE, CONSUMER)
-PODS = 50  # offloaded during the hand-overs, the server included
+VK_SELECTOR = f"app.kubernetes.io/component=virtual-kubelet,{LABEL_REMOTE_CLUSTER_ID}={PROVIDER}"
+TWIN = default_twin_namespace(NAMESPACE, CONSUMER)  # on both providers
+LOAD = 50  # pods offloaded to each provider during the upgrade and the hand-overs
 SERVE = (
     'mkdir -p /tmp/www && echo "served from $HOSTNAME" > /tmp/www/index.html && exec httpd -f -v -p 8080 -h /tmp/www'
 )
 INSTALLED: dict = {}
+UPGRADE: dict = {}
 
 
 def deployment_inventory(lab) -> dict:
-    """The lab's inventory with two clusters, every process a pod on its cluster's real node."""
+    """The lab's inventory, every process a pod on its cluster's real node; cluster-3 runs offloaded pods on its kwok
+    nodes (no node selector in its offer)."""
     inventory = lab_inventory()
     clusters = hosts(inventory)
-    del clusters["cluster-3"]
-    clusters[CONSUMER]["catamaran_peerings"] = clusters[CONSUMER]["catamaran_peerings"][:1]
+    for peering in clusters[CONSUMER]["catamaran_peerings"]:
+        if peering["provider"] == KWOK_PROVIDER:
+            del peering["provider_node_selector"], peering["provider_tolerations"]
     clusters[CONSUMER]["catamaran_offloaded_namespaces"] = [
         {"namespace": NAMESPACE, "pod_offloading_strategy": "Remote"}
     ]
@@ -85,25 +95,40 @@ def deployment_inventory(lab) -> dict:
     return inventory
 
 
+KWOK_TAINT = {"key": "example.com/burst-capacity", "value": "kwok", "effect": "NoSchedule"}
+
+
 @pytest.fixture(scope="module")
-def federation(lab, lab_config_in_use, installed_collections, controller_image, tmp_path_factory):
-    for name in (CONSUMER, PROVIDER):
+def federation(lab, lab_config_in_use, installed_collections, controller_image, previous_release, tmp_path_factory):
+    """The previous release's federation, upgraded by this checkout's site.yml with 100 pods offloaded (what the
+    upgrade changed and took is in UPGRADE); the upgrade's inventory also uses a field new in this release."""
+    for name in CLUSTERS:
         require_real_node(lab_config_in_use.cluster(name))
     if lab_config_in_use.overlapping_pod_cidrs:
         pytest.fail("deployment mode needs a lab whose pod ranges do not overlap: the host, where the API servers run, "
                     "routes to the pods only then (unset CATAMARAN_LAB_OVERLAP)", pytrace=False)  # fmt: skip
     INSTALLED["collections"] = installed_collections
-    inventory = write_inventory(tmp_path_factory.mktemp("deployed"), deployment_inventory(lab), lab)
-    run = run_playbook(inventory, collections=installed_collections)
+    lab.import_images([previous_release.image])
+    previous_collections = tmp_path_factory.mktemp("previous-collections")
+    collection.install_artifact(previous_release.artifact, previous_collections)
+    declared = deployment_inventory(lab)
+    previous_inventory = write_inventory(tmp_path_factory.mktemp("previous"), declared, lab)
+    for peering in hosts(declared)[CONSUMER]["catamaran_peerings"]:
+        if peering["provider"] == KWOK_PROVIDER:
+            peering["node_taints"] = [KWOK_TAINT]
+    inventory = write_inventory(tmp_path_factory.mktemp("deployed"), declared, lab)
     try:
-        assert run.returncode == 0, run.failures()
-        wait_for(lambda: node_ready(lab, CONSUMER, VIRTUAL_NODE) == "True", timeout=120, what=f"{VIRTUAL_NODE} Ready")
+        run = run_playbook(previous_inventory, collections=previous_collections)
+        assert run.returncode == 0, f"release {previous_release.version}'s site.yml: {run.failures()}"
+        for node in (VIRTUAL_NODE, KWOK_VIRTUAL_NODE):
+            wait_for(lambda node=node: node_ready(lab, CONSUMER, node) == "True", timeout=120, what=f"{node} Ready")
+        UPGRADE.update(upgrade(lab, inventory, installed_collections, previous_release.image.name, controller_image))
         yield inventory
     finally:
         lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, "--timeout=120s", check=False, timeout=150)
         teardown = run_playbook(inventory, playbook="teardown.yml", collections=installed_collections)
         assert teardown.returncode == 0, teardown.failures()
-        for cluster in (CONSUMER, PROVIDER):
+        for cluster in CLUSTERS:
             left = lab.kubectl(
                 cluster, "get", "deployments,pods,services,serviceaccounts,roles,rolebindings,clusterroles,"
                 "clusterrolebindings,mutatingwebhookconfigurations,apiservices", "-A", "-o", "name",
@@ -133,10 +158,9 @@ def holding_pod(lab, cluster: str, lease: str) -> str | None:
     return (lease_holder(lab, cluster, lease) or "").rpartition("_")[0] or None
 
 
-def leader(lab, cluster: str, name: str, lease: str) -> dict | None:
-    """The Ready pod of component `name` that holds its Lease, once its Deployment's two replicas run."""
-    found = [p for p in pods(lab, cluster, "-l", f"app.kubernetes.io/component={name}")
-             if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+def leader(lab, cluster: str, selector: str, lease: str) -> dict | None:
+    """The Ready pod of a Deployment (its pods' label `selector`) that holds its Lease, once its two replicas run."""
+    found = [p for p in pods(lab, cluster, "-l", selector) if not p["metadata"].get("deletionTimestamp")]
     holder = holding_pod(lab, cluster, lease)
     acting = [p for p in found if p["metadata"]["name"] == holder and is_ready(p)]
     return acting[0] if len(found) == 2 and acting else None
@@ -144,11 +168,114 @@ def leader(lab, cluster: str, name: str, lease: str) -> dict | None:
 
 def vk_pod(lab) -> dict | None:
     """The acting virtual kubelet's pod (the standby is a ready hot spare that does nothing)."""
-    return leader(lab, CONSUMER, "virtual-kubelet", VK_LEASE)
+    return leader(lab, CONSUMER, VK_SELECTOR, VK_LEASE)
 
 
 def consumer_manager(lab) -> dict | None:
-    return leader(lab, CONSUMER, "manager", MANAGER_LEASE)
+    return leader(lab, CONSUMER, "app.kubernetes.io/component=manager", MANAGER_LEASE)
+
+
+def acting_replicas(lab) -> dict:
+    """Every Deployment of the federation, (its cluster, what it runs) -> a function returning its acting pod (None
+    until there is one)."""
+    provider_manager = "app.kubernetes.io/component=manager"
+    return {
+        (CONSUMER, "manager"): lambda: consumer_manager(lab),
+        (PROVIDER, "manager"): lambda: leader(lab, PROVIDER, provider_manager, MANAGER_LEASE),
+        (KWOK_PROVIDER, "manager"): lambda: leader(lab, KWOK_PROVIDER, provider_manager, MANAGER_LEASE),
+        (CONSUMER, f"virtual kubelet for {PROVIDER}"): lambda: vk_pod(lab),
+        (CONSUMER, f"virtual kubelet for {KWOK_PROVIDER}"): lambda: leader(
+            lab,
+            CONSUMER,
+            f"app.kubernetes.io/component=virtual-kubelet,{LABEL_REMOTE_CLUSTER_ID}={KWOK_PROVIDER}",
+            f"{VK_SERVICE_ACCOUNT_PREFIX}{KWOK_PROVIDER}",
+        ),
+    }
+
+
+def filler(name: str, replicas: int, node: str) -> dict:
+    """Pods offloaded to `node` beside the server, each sleeping on its provider."""
+    pod_spec = restricted_busybox(["sleep", "86400"], resources={"requests": {"cpu": "1m", "memory": "8Mi"}})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {**pod_spec, "nodeSelector": {"kubernetes.io/hostname": node}},
+            },
+        },
+    }
+
+
+def running_offloaded(lab, node: str = VIRTUAL_NODE) -> int:
+    local = get_json(lab, CONSUMER, "-n", NAMESPACE, "pods")["items"]
+    return sum(1 for p in local if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running")
+
+
+def containers(lab, cluster: str, namespace: str) -> dict[str, tuple[str, int]]:
+    """Pod name -> (UID, restarts of its containers) in `namespace`."""
+    listed = get_json(lab, cluster, "-n", namespace, "pods")["items"]
+    return {
+        p["metadata"]["name"]: (
+            p["metadata"]["uid"],
+            sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or []),
+        )
+        for p in listed
+    }
+
+
+def federation_pods(lab) -> dict:
+    """What the upgrade must keep: the consumer's offloaded pods and both providers' remote pods (UIDs, restarts)."""
+    return {(CONSUMER, NAMESPACE): containers(lab, CONSUMER, NAMESPACE)} | {
+        (provider, TWIN): containers(lab, provider, TWIN) for provider in (PROVIDER, KWOK_PROVIDER)
+    }
+
+
+def foreign_cluster_fields(lab) -> set[str]:
+    crd = get_json(lab, CONSUMER, "crd", "foreignclusters.core.catamaran.io")
+    (version,) = crd["spec"]["versions"]
+    return set(version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+
+
+def upgrade(lab, inventory, collections, previous_image: str, image: str) -> dict:
+    """With LOAD pods offloaded to each provider, this checkout's site.yml over the previous release's federation;
+    returns what the upgrade kept and changed, and how long it took."""
+    for provider, node in ((PROVIDER, VIRTUAL_NODE), (KWOK_PROVIDER, KWOK_VIRTUAL_NODE)):
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(filler(f"load-{provider}", LOAD, node)))
+    wait_for(
+        lambda: running_offloaded(lab, VIRTUAL_NODE) == running_offloaded(lab, KWOK_VIRTUAL_NODE) == LOAD,
+        timeout=300,
+        interval=2,
+        what=f"{LOAD} pods offloaded to each provider and Running",
+    )
+    fields_before = foreign_cluster_fields(lab)
+    before = federation_pods(lab)
+
+    def upgraded() -> bool:
+        everywhere = [p for cluster in CLUSTERS for p in pods(lab, cluster)]
+        if any(c["image"] != image for p in everywhere for c in p["spec"]["containers"]):
+            return False
+        return all(find() for find in acting_replicas(lab).values())
+
+    assert {c["image"] for p in pods(lab, CONSUMER) for c in p["spec"]["containers"]} == {previous_image}
+    with watching(lab, CONSUMER, (VIRTUAL_NODE, KWOK_VIRTUAL_NODE), NAMESPACE) as seen:
+        started = time.monotonic()
+        run = run_playbook(inventory, collections=collections)
+        assert run.returncode == 0, run.failures()
+        played = time.monotonic() - started
+        wait_for(upgraded, timeout=300, interval=2, what="every Catamaran pod on the new image, each leader acting")
+        settled = time.monotonic() - started
+    return {
+        "before": before,
+        "after": federation_pods(lab),
+        "seen": seen,
+        "fields": (fields_before, foreign_cluster_fields(lab)),
+        "seconds": (played, settled),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +285,7 @@ def server(lab, federation):
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "server", "namespace": NAMESPACE, "labels": {"app": "server"}},
-        "spec": restricted_busybox(["sh", "-c", SERVE]),
+        "spec": {**restricted_busybox(["sh", "-c", SERVE]), "nodeSelector": {"kubernetes.io/hostname": VIRTUAL_NODE}},
     }
     lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(pod))
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "wait", "--for=condition=Ready", "pod/server", "--timeout=120s", timeout=150)
@@ -169,14 +296,62 @@ def remote_pod(lab) -> dict:
     return get_json(lab, PROVIDER, "-n", TWIN, "pod", "server")
 
 
-def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, controller_image):
-    acting = {
-        (CONSUMER, "manager"): lambda: consumer_manager(lab),
-        (PROVIDER, "manager"): lambda: leader(lab, PROVIDER, "manager", MANAGER_LEASE),
-        (CONSUMER, "virtual-kubelet"): lambda: vk_pod(lab),
+def test_site_yml_upgrades_the_previous_release_with_100_pods_offloaded_disrupting_none(
+    lab, federation, controller_image
+):
+    before, after, seen = UPGRADE["before"], UPGRADE["after"], UPGRADE["seen"]
+    assert {key: len(listed) for key, listed in before.items()} == {
+        (CONSUMER, NAMESPACE): 2 * LOAD,
+        (PROVIDER, TWIN): LOAD,
+        (KWOK_PROVIDER, TWIN): LOAD,
     }
-    for (cluster, name), find in acting.items():
-        pod = wait_for(find, timeout=180, what=f"two {name} replicas on {cluster}, one leading")
+    # The same pods on both sides (none recreated), and no container restarted.
+    assert after == before
+    assert seen["samples"] >= 3, seen
+    assert seen["backwards"] == [], seen  # no local pod's phase went back from Running
+    # A virtual node may turn NotReady only as long as a provider may be silent before it counts as down.
+    checks = [f["spec"]["healthCheck"] for f in get_json(lab, CONSUMER, "foreignclusters", "-A")["items"]]
+    threshold = min(c["periodSeconds"] * c["failureThreshold"] for c in checks)
+    for node in (VIRTUAL_NODE, KWOK_VIRTUAL_NODE):
+        not_ready = [sample for sample in seen["not_ready"] if sample[1] == node]
+        assert len(not_ready) <= threshold, (node, not_ready)  # samples at most one a second
+    played, settled = UPGRADE["seconds"]
+    print(f"upgrade: {played:.0f}s site.yml, {settled:.0f}s to every new leader acting; NotReady samples "
+          f"{len(seen['not_ready'])} of {seen['samples']} (threshold {threshold}s)")  # fmt: skip
+    # The new release's CRD field is served; every stored object is still valid under the new schemas.
+    fields_before, fields_after = UPGRADE["fields"]
+    assert "nodeTaints" in fields_after - fields_before
+    version = controller_image.rpartition(":")[2]
+    for cluster in CLUSTERS:
+        crds = [c for c in get_json(lab, cluster, "crd")["items"] if c["spec"]["group"].endswith(".catamaran.io")]
+        assert crds, f"{cluster} has no Catamaran CRD"
+        for crd in crds:
+            storage = [v["name"] for v in crd["spec"]["versions"] if v["storage"]]
+            assert crd["status"]["storedVersions"] == storage, crd["metadata"]["name"]
+            stored = get_json(lab, cluster, crd["metadata"]["name"], "-A")["items"]
+            if stored:
+                replaced = lab.kubectl(
+                    cluster, "replace", "--dry-run=server", "-f", "-", input=json.dumps(stored[0]), check=False
+                )
+                assert replaced.returncode == 0, (crd["metadata"]["name"], replaced.stderr)
+        # RBAC, accounts, Services and Deployments: everything the role made carries the new release's version.
+        stale = lab.kubectl(
+            cluster, "get", "namespaces,deployments,pods,services,serviceaccounts,roles,rolebindings,clusterroles,"
+            "clusterrolebindings", "-A", "-o", "name",
+            "-l", f"app.kubernetes.io/managed-by=catamaran.federation,app.kubernetes.io/version!={version}",
+        ).stdout.split()  # fmt: skip
+        assert stale == [], f"{cluster}: not upgraded: {stale}"
+    for node in (VIRTUAL_NODE, KWOK_VIRTUAL_NODE):
+        info = get_json(lab, CONSUMER, "node", node)["status"]["nodeInfo"]
+        assert info["kubeletVersion"] == f"catamaran-v{version}"
+    # The upgrade's inventory uses the new field: the kwok provider's virtual node takes new pods only if they
+    # tolerate it, and its running pods stayed (above).
+    assert KWOK_TAINT in get_json(lab, CONSUMER, "node", KWOK_VIRTUAL_NODE)["spec"]["taints"]
+
+
+def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, controller_image):
+    for (cluster, what), find in acting_replicas(lab).items():
+        pod = wait_for(find, timeout=180, what=f"two {what} replicas on {cluster}, one leading")
         assert pod["spec"]["nodeName"] == f"{cluster}-real"
         (status,) = pod["status"]["containerStatuses"]
         assert status["image"] == controller_image
@@ -263,26 +438,6 @@ def test_kubectl_top_reads_the_offloaded_pod_through_both_managers_and_the_virtu
     assert available["status"] == "True", available
 
 
-def filler(replicas: int) -> dict:
-    """Pods offloaded beside the server, each sleeping on the provider's real node."""
-    pod_spec = restricted_busybox(["sleep", "86400"], resources={"requests": {"cpu": "1m", "memory": "8Mi"}})
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "filler", "namespace": NAMESPACE},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "filler"}},
-            "template": {"metadata": {"labels": {"app": "filler"}}, "spec": pod_spec},
-        },
-    }
-
-
-def running_offloaded(lab) -> int:
-    local = get_json(lab, CONSUMER, "-n", NAMESPACE, "pods")["items"]
-    return sum(1 for p in local if p["spec"].get("nodeName") == VIRTUAL_NODE and p["status"].get("phase") == "Running")
-
-
 def hand_over(lab, what: str, find, lease: str, cluster: str = CONSUMER) -> dict:
     """SIGKILL the acting replica's container from the host (it cannot release its Lease); returns the new leader
     once it acts, after printing how long that took."""
@@ -308,11 +463,12 @@ def hand_over(lab, what: str, find, lease: str, cluster: str = CONSUMER) -> dict
     return new
 
 
-def test_killing_the_acting_virtual_kubelet_or_manager_hands_over_with_50_pods_offloaded(lab, federation, server):
-    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(filler(PODS - 1)))
-    wait_for(lambda: running_offloaded(lab) == PODS, timeout=300, interval=2, what=f"{PODS} pods offloaded and Running")
+def test_killing_the_acting_virtual_kubelet_or_manager_hands_over_with_100_pods_offloaded(lab, federation, server):
+    # The upgrade's pods, and the server, on cluster-2's real node; as many on cluster-3's kwok nodes.
+    assert running_offloaded(lab, VIRTUAL_NODE) == LOAD + 1
+    assert running_offloaded(lab, KWOK_VIRTUAL_NODE) == LOAD
     before = pod_uids(lab, PROVIDER, TWIN)
-    assert len(before) == PODS
+    assert len(before) == LOAD + 1
     with watching(lab, CONSUMER, VIRTUAL_NODE, NAMESPACE) as seen:
         new_vk = hand_over(lab, "virtual kubelet", lambda: vk_pod(lab), VK_LEASE)
         wait_for(
@@ -324,17 +480,14 @@ def test_killing_the_acting_virtual_kubelet_or_manager_hands_over_with_50_pods_o
         )
         hand_over(lab, "consumer manager", lambda: consumer_manager(lab), MANAGER_LEASE)
         # The webhook's Service follows the new leader: a pod created now is steered to the virtual node.
-        late = filler(1)
-        late["metadata"]["name"] = "late"
-        late["spec"]["selector"]["matchLabels"]["app"] = late["spec"]["template"]["metadata"]["labels"]["app"] = "late"
-        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(late))
-        wait_for(lambda: running_offloaded(lab) == PODS + 1, timeout=120, what="a pod created after the hand-overs")
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(filler("late", 1, VIRTUAL_NODE)))
+        wait_for(lambda: running_offloaded(lab) == LOAD + 2, timeout=120, what="a pod created after the hand-overs")
     assert seen["samples"] >= 3, seen  # it sampled, however slow the reads under load
     assert seen["not_ready"] == [], seen  # the virtual node stayed Ready
     assert seen["backwards"] == [], seen  # no local pod's phase went back from Running
     after = pod_uids(lab, PROVIDER, TWIN)
     assert {name: after.get(name) for name in before} == before  # no remote pod recreated
-    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", "filler", "late")
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", f"load-{PROVIDER}", f"load-{KWOK_PROVIDER}", "late")
     wait_for(lambda: running_offloaded(lab) == 1, timeout=120, what="only the server left")
 
 
@@ -350,11 +503,7 @@ def test_a_blocked_event_loop_gets_the_virtual_kubelet_restarted_and_no_remote_p
         return any(e.get("name") == TEST_HOOKS_ENV for e in pod["spec"]["containers"][0].get("env") or [])
 
     pod = wait_for(
-        lambda: (
-            (p := vk_pod(lab))
-            and all(hooked(q) for q in pods(lab, CONSUMER, "-l", "app.kubernetes.io/component=virtual-kubelet"))
-            and p
-        ),
+        lambda: (p := vk_pod(lab)) and all(hooked(q) for q in pods(lab, CONSUMER, "-l", VK_SELECTOR)) and p,
         timeout=180,
         what="both virtual kubelet replicas with the test hook, one acting",
     )
@@ -364,7 +513,7 @@ def test_a_blocked_event_loop_gets_the_virtual_kubelet_restarted_and_no_remote_p
     blocked = time.monotonic()
 
     def restarted() -> bool:
-        replicas = pods(lab, CONSUMER, "-l", "app.kubernetes.io/component=virtual-kubelet")
+        replicas = pods(lab, CONSUMER, "-l", VK_SELECTOR)
         (status,) = [p["status"] for p in replicas if p["metadata"]["uid"] == pod["metadata"]["uid"]]
         container = (status.get("containerStatuses") or [{}])[0]
         return container.get("restartCount", 0) >= 1 and "running" in container.get("state", {})
