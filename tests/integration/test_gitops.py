@@ -1,12 +1,15 @@
 """examples/gitops: the pipeline's own steps, run as a CI runner runs them, against the lab.
 
 An inventory repository is made from the template (its inventory pointed at the lab, its collection
-pinned to the artifact this checkout builds) and every job runs in a fresh clone of it, with the
+pinned to the previous release's artifact) and every job runs in a fresh clone of it, with the
 commands of its workflow's steps and the federation's kubeconfig given as the secret would be.
-A proposed change's plan shows its diff and changes nothing; the merge applies it; a revert prunes it.
+A pull request upgrading the collection to the artifact this checkout builds is planned (the diff
+shows the new release, nothing changes) and its merge upgrades the federation. A proposed change's
+plan shows its diff and changes nothing; the merge applies it; a revert prunes it.
 
 The tests run in order and share one federation (cluster-1 consumes cluster-2), which the module
-fixture converges with the first push to main and takes apart with the collection's teardown playbook.
+fixture converges with the first push to main, upgrades, and takes apart with the collection's
+teardown playbook.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ TEMPLATE = REPO_ROOT / "examples" / "gitops" / "inventory-repo"
 WORKFLOW = TEMPLATE / ".github" / "workflows" / "federation.yml"
 BIN = Path(sys.executable).parent
 CONSUMER, PROVIDER = "cluster-1", "cluster-2"
+VIRTUAL_NODE = f"catamaran-{PROVIDER}"
+UPGRADE: dict = {}
 NAMESPACE = "gitops-web"  # the namespace the proposed change offloads
 PLAN_MARKER = "<!-- catamaran-federation-plan -->"
 # The template offloads nothing; the proposal offloads NAMESPACE (a one-line change, as a person makes it).
@@ -150,15 +155,22 @@ def recap(log: str) -> dict[str, dict[str, int]]:
     return counters
 
 
+def pin_collection(repository: Path, artifact: Path) -> None:
+    """collections/requirements.yml installs catamaran.federation from `artifact` (where users pin a version)."""
+    path = repository / "collections" / "requirements.yml"
+    requirements = yaml.safe_load(path.read_text())
+    # The template's entry names the collection; a pinned artifact is the entry of type file.
+    collections = requirements["collections"]
+    (entry,) = [e for e in collections if e.get("type") == "file" or e["name"] == "catamaran.federation"]
+    entry.clear()
+    entry.update(name=str(artifact), type="file")
+    path.write_text("---\n" + yaml.safe_dump(requirements, sort_keys=False))
+
+
 def lab_repository(seed: Path, lab, artifact: Path) -> None:
-    """The template, pointed at the lab: the collection from this checkout's artifact, the controller on this host."""
+    """The template, pointed at the lab: the collection from `artifact`, the controller on this host."""
     shutil.copytree(TEMPLATE, seed)
-    requirements = yaml.safe_load((seed / "collections" / "requirements.yml").read_text())
-    for entry in requirements["collections"]:
-        if entry["name"] == "catamaran.federation":
-            entry.clear()
-            entry.update(name=str(artifact), type="file")
-    (seed / "collections" / "requirements.yml").write_text("---\n" + yaml.safe_dump(requirements, sort_keys=False))
+    pin_collection(seed, artifact)
     # The lab runs the controller on this host (local mode), on the ports examples/lab/inventory.yml gives it.
     config = lab.recorded_config()
     (seed / "inventory" / "group_vars" / "catamaran_clusters" / "controller.yml").write_text(
@@ -190,12 +202,14 @@ def namespaces(lab, cluster: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(lab, collection_artifact, tmp_path_factory):
+def pipeline(lab, collection_artifact, previous_release, tmp_path_factory):
+    """The repository starts pinned to the previous release; the first pull request upgrades it to this checkout's
+    collection (UPGRADE holds what its jobs showed), so the later tests run the pipeline with this checkout's."""
     peerings = lab.kubectl(CONSUMER, "get", "foreignclusters", "-A", "-o", "name", check=False).stdout
     assert peerings.strip() == "", "the lab must start without peerings"
     root = tmp_path_factory.mktemp("gitops")
     seed = root / "seed"
-    lab_repository(seed, lab, collection_artifact)
+    lab_repository(seed, lab, previous_release.artifact)
     origin = root / "origin.git"
     git(root, "clone", "--quiet", "--bare", str(seed), str(origin))
     developer = root / "developer"
@@ -209,6 +223,7 @@ def pipeline(lab, collection_artifact, tmp_path_factory):
         _, runs = runner.run_job("apply", "main")
         succeeded(runs)
         wait_for(lambda: node_ready(lab, CONSUMER, f"catamaran-{PROVIDER}") == "True", what="the virtual node Ready")
+        UPGRADE.update(upgrade(lab, runner, developer, collection_artifact))
         yield {"runner": runner, "developer": developer}
     finally:
         # Not a job of the pipeline: an administrator's clone, with the collection the pipeline installs.
@@ -229,6 +244,52 @@ def pipeline(lab, collection_artifact, tmp_path_factory):
         lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False)
         shutil.rmtree(runner_temp, ignore_errors=True)
         assert teardown.returncode == 0, (teardown.stdout + teardown.stderr)[-4000:]
+
+
+def foreign_cluster_fields(lab) -> set[str]:
+    crd = get_json(lab, CONSUMER, "crd", "foreignclusters.core.catamaran.io")
+    (served,) = crd["spec"]["versions"]
+    return set(served["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+
+
+def kubelet_version(lab) -> str:
+    return get_json(lab, CONSUMER, "node", VIRTUAL_NODE)["status"]["nodeInfo"]["kubeletVersion"]
+
+
+def upgrade(lab, runner: Runner, developer: Path, artifact: Path) -> dict:
+    """The pull request that pins this checkout's collection instead of the previous release: what its plan showed
+    and left unchanged, then what its merge's apply changed."""
+    git(developer, "switch", "--quiet", "-c", "upgrade-catamaran")
+    pin_collection(developer, artifact)
+    git(developer, "commit", "--quiet", "-am", "Upgrade catamaran.federation")
+    git(developer, "push", "--quiet", "origin", "upgrade-catamaran")
+    seen: dict = {"fields": [foreign_cluster_fields(lab)], "kubelet": [kubelet_version(lab)]}
+    _, runs = runner.run_job("plan", "upgrade-catamaran")
+    seen["plan"] = succeeded(runs) + (runner.runner_temp / "plan.md").read_text()
+    seen["fields"].append(foreign_cluster_fields(lab))
+    seen["kubelet"].append(kubelet_version(lab))
+    git(developer, "switch", "--quiet", "main")
+    git(developer, "merge", "--quiet", "--no-ff", "-m", "Merge pull request #0", "upgrade-catamaran")
+    git(developer, "push", "--quiet", "origin", "main")
+    _, runs = runner.run_job("apply", "main")
+    seen["apply"] = succeeded(runs)
+    seen["fields"].append(foreign_cluster_fields(lab))
+    return seen
+
+
+def test_an_upgrade_is_a_pull_request_planned_then_applied_by_its_merge(lab, pipeline, previous_release):
+    fields, kubelets = UPGRADE["fields"], UPGRADE["kubelet"]
+    # The plan shows the new release's CRD field and the controller's new wheel, and changes nothing.
+    assert "nodeTaints" in UPGRADE["plan"], UPGRADE["plan"][-3000:]
+    assert fields[1] == fields[0]
+    assert "nodeTaints" not in fields[0]
+    assert kubelets == [f"catamaran-v{previous_release.version}"] * 2
+    # The merge's apply upgrades the CRDs and the controller; the federation stays up.
+    assert "nodeTaints" in fields[2]
+    version = yaml.safe_load((REPO_ROOT / "galaxy.yml").read_text())["version"]
+    wait_for(lambda: kubelet_version(lab) == f"catamaran-v{version}", what="the virtual kubelet of the new release")
+    wait_for(lambda: node_ready(lab, CONSUMER, VIRTUAL_NODE) == "True", what="the virtual node Ready")
+    assert secrets_in(UPGRADE["plan"] + UPGRADE["apply"], pipeline["runner"].secrets["FEDERATION_KUBECONFIG"]) == []
 
 
 def test_the_workflow_runs_the_scripts_of_the_repository():
