@@ -510,10 +510,10 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
 @contextlib.contextmanager
 def watching(lab: Lab, consumer: str, nodes: str | tuple[str, ...], namespace: str):
     """Sample every second, until the block ends, the virtual nodes' Ready condition and the phase of every pod of
-    `namespace`: yields the count of samples, the NotReady ones (time, node, status, reason), the pods seen going back
-    from Running, and the reads that failed (no sample)."""
+    `namespace`: yields the count of samples and when each was taken (monotonic), the NotReady ones (time, node,
+    status, reason, sample number), the pods seen going back from Running, and the reads that failed (no sample)."""
     nodes = (nodes,) if isinstance(nodes, str) else nodes
-    seen: dict = {"samples": 0, "not_ready": [], "backwards": [], "errors": []}
+    seen: dict = {"samples": 0, "times": [], "not_ready": [], "backwards": [], "errors": []}
     done = threading.Event()
     last: dict[str, str] = {}
 
@@ -526,13 +526,14 @@ def watching(lab: Lab, consumer: str, nodes: str | tuple[str, ...], namespace: s
                 seen["errors"].append(str(error)[:200])
                 time.sleep(1)
                 continue
+            index = seen["samples"]
+            seen["times"].append(time.monotonic())
             listed_nodes = json.loads(listed_nodes)  # one name gives the object, several a List
             for node in listed_nodes.get("items", [listed_nodes]):
                 ready = next((c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {})
                 if ready.get("status") != "True":
-                    seen["not_ready"].append(
-                        (time.strftime("%H:%M:%S"), node["metadata"]["name"], ready.get("status"), ready.get("reason"))
-                    )
+                    name, reason = node["metadata"]["name"], ready.get("reason")
+                    seen["not_ready"].append((time.strftime("%H:%M:%S"), name, ready.get("status"), reason, index))
             for pod in json.loads(listed.stdout)["items"]:
                 name, phase = pod["metadata"]["name"], pod["status"].get("phase")
                 if last.get(name) == "Running" and phase != "Running":
@@ -548,3 +549,17 @@ def watching(lab: Lab, consumer: str, nodes: str | tuple[str, ...], namespace: s
     finally:
         done.set()
         thread.join(timeout=30)
+
+
+def longest_not_ready(seen: dict, node: str) -> float:
+    """The longest stretch `watching` saw `node` NotReady, in seconds: from the last sample before it that found the
+    node Ready (or the first sample) to the first one after it that did (or the last sample), so at least as long as
+    the stretch was."""
+    indices = sorted({sample[4] for sample in seen["not_ready"] if sample[1] == node})
+    times, longest, start = seen["times"], 0.0, None
+    for position, index in enumerate(indices):
+        start = index if start is None else start
+        if position + 1 == len(indices) or indices[position + 1] != index + 1:
+            longest = max(longest, times[min(index + 1, len(times) - 1)] - times[max(start - 1, 0)])
+            start = None
+    return longest
