@@ -1,5 +1,6 @@
 """The previous release, built from its commit in this repository's history by that release's own tools: the
-collection artifact (tools/build-collection) and the controller's image (`make image`), as its users got them."""
+collection artifact (tools/build-collection) and the controller's image (`make image`), as its users got them; and
+what this checkout's CRDs add to that release's."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from catamaran_lab import controller_image
 from catamaran_lab.images import Image
 from catamaran_lab.paths import REPO_ROOT
 
 from .collection import tool_environment
 
-PREVIOUS_VERSION = "0.2.0"
-PREVIOUS_COMMIT = "a73eab0bca927bc729b5af81c4b4cb1cac667c95"  # tag v0.2.0
+# The release this checkout upgrades from (its version is that commit's galaxy.yml).
+PREVIOUS_COMMIT = "a73eab0bca927bc729b5af81c4b4cb1cac667c95"
+CRDS = Path("controller") / "crds"
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,24 @@ class Release:
     version: str
     artifact: Path
     image: Image
+    source: Path  # the release's tree
+
+
+def spec_fields(crd: dict) -> set[str]:
+    """The properties of a CRD's spec, in any of its versions (a manifest or the served object alike)."""
+    versions = crd["spec"]["versions"]
+    return set().union(*(v["schema"]["openAPIV3Schema"]["properties"]["spec"].get("properties", {}) for v in versions))
+
+
+def added_spec_fields(previous: Release) -> dict[str, set[str]]:
+    """CRD name -> the spec fields this checkout's manifest has and the release's had not."""
+    added = {}
+    for path in sorted((REPO_ROOT / CRDS).glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        before = previous.source / CRDS / path.name
+        if new := spec_fields(crd) - (spec_fields(yaml.safe_load(before.read_text())) if before.exists() else set()):
+            added[crd["metadata"]["name"]] = new
+    return added
 
 
 def _run(command: list[str], what: str, **kwargs) -> str:
@@ -36,30 +58,31 @@ def _run(command: list[str], what: str, **kwargs) -> str:
 
 
 def build_previous(directory: Path) -> Release:
-    """Release PREVIOUS_VERSION's artifact and image, built in `directory` from its sources at PREVIOUS_COMMIT."""
+    """The previous release's artifact and image, built in `directory` from its sources at PREVIOUS_COMMIT."""
     archive = subprocess.run(
         ["git", "-C", str(REPO_ROOT), "archive", "--format=tar", PREVIOUS_COMMIT], capture_output=True, timeout=120
     )
     if archive.returncode != 0:
         raise AssertionError(
-            f"release {PREVIOUS_VERSION} (commit {PREVIOUS_COMMIT}, tag v{PREVIOUS_VERSION}) is not in the history of "
-            f"{REPO_ROOT}; the upgrade test builds it from there (a shallow clone lacks it: fetch with full history):\n"
+            f"the previous release (commit {PREVIOUS_COMMIT}) is not in the history of {REPO_ROOT}; the upgrade "
+            f"tests build it from there (a shallow clone lacks it: fetch with full history):\n"
             + archive.stderr.decode(errors="replace")
         )
     source = directory / "source"
     source.mkdir()
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(source, filter="data")
+    version = yaml.safe_load((source / "galaxy.yml").read_text())["version"]
     artifact = _run(
         [str(source / "tools" / "build-collection"), str(directory / "artifact")],
-        f"building release {PREVIOUS_VERSION}'s collection",
+        f"building release {version}'s collection",
         env=tool_environment(),
     )
     # That release's image builder, reading its own tree (its REPO_ROOT is where its package lies).
     image = _run(
         [sys.executable, "-m", "catamaran_lab.controller_image", str(directory / "image")],
-        f"building release {PREVIOUS_VERSION}'s controller image",
+        f"building release {version}'s controller image",
         env=dict(os.environ, PYTHONPATH=str(source / "lab" / "src")),
     )
-    reference = f"{controller_image.IMAGE_REPOSITORY}:{PREVIOUS_VERSION}"
-    return Release(PREVIOUS_VERSION, Path(artifact.strip().splitlines()[-1]), Image(reference, Path(image.strip())))
+    reference = f"{controller_image.IMAGE_REPOSITORY}:{version}"
+    return Release(version, Path(artifact.strip().splitlines()[-1]), Image(reference, Path(image.strip())), source)
