@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 
 from catamaran_lab.paths import REPO_ROOT
 
+from . import release
 from .conftest import get_json, wait_for
 from .federation import node_ready, twin_ready
 from .playbooks import ansible_env
@@ -223,7 +224,9 @@ def pipeline(lab, collection_artifact, previous_release, tmp_path_factory):
         _, runs = runner.run_job("apply", "main")
         succeeded(runs)
         wait_for(lambda: node_ready(lab, CONSUMER, f"catamaran-{PROVIDER}") == "True", what="the virtual node Ready")
-        UPGRADE.update(upgrade(lab, runner, developer, collection_artifact))
+        UPGRADE.update(
+            upgrade(lab, runner, developer, collection_artifact, release.added_spec_fields(previous_release))
+        )
         yield {"runner": runner, "developer": developer}
     finally:
         # Not a job of the pipeline: an administrator's clone, with the collection the pipeline installs.
@@ -246,46 +249,47 @@ def pipeline(lab, collection_artifact, previous_release, tmp_path_factory):
         assert teardown.returncode == 0, (teardown.stdout + teardown.stderr)[-4000:]
 
 
-def foreign_cluster_fields(lab) -> set[str]:
-    crd = get_json(lab, CONSUMER, "crd", "foreignclusters.core.catamaran.io")
-    (served,) = crd["spec"]["versions"]
-    return set(served["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+def served_spec_fields(lab, crds) -> dict[str, set[str]]:
+    return {name: release.spec_fields(get_json(lab, CONSUMER, "crd", name)) for name in crds}
 
 
 def kubelet_version(lab) -> str:
     return get_json(lab, CONSUMER, "node", VIRTUAL_NODE)["status"]["nodeInfo"]["kubeletVersion"]
 
 
-def upgrade(lab, runner: Runner, developer: Path, artifact: Path) -> dict:
+def upgrade(lab, runner: Runner, developer: Path, artifact: Path, added: dict[str, set[str]]) -> dict:
     """The pull request that pins this checkout's collection instead of the previous release: what its plan showed
     and left unchanged, then what its merge's apply changed."""
     git(developer, "switch", "--quiet", "-c", "upgrade-catamaran")
     pin_collection(developer, artifact)
     git(developer, "commit", "--quiet", "-am", "Upgrade catamaran.federation")
     git(developer, "push", "--quiet", "origin", "upgrade-catamaran")
-    seen: dict = {"fields": [foreign_cluster_fields(lab)], "kubelet": [kubelet_version(lab)]}
+    seen: dict = {"added": added, "fields": [served_spec_fields(lab, added)], "kubelet": [kubelet_version(lab)]}
     _, runs = runner.run_job("plan", "upgrade-catamaran")
     seen["plan"] = succeeded(runs) + (runner.runner_temp / "plan.md").read_text()
-    seen["fields"].append(foreign_cluster_fields(lab))
+    seen["fields"].append(served_spec_fields(lab, added))
     seen["kubelet"].append(kubelet_version(lab))
     git(developer, "switch", "--quiet", "main")
     git(developer, "merge", "--quiet", "--no-ff", "-m", "Merge pull request #0", "upgrade-catamaran")
     git(developer, "push", "--quiet", "origin", "main")
     _, runs = runner.run_job("apply", "main")
     seen["apply"] = succeeded(runs)
-    seen["fields"].append(foreign_cluster_fields(lab))
+    seen["fields"].append(served_spec_fields(lab, added))
     return seen
 
 
 def test_an_upgrade_is_a_pull_request_planned_then_applied_by_its_merge(lab, pipeline, previous_release):
-    fields, kubelets = UPGRADE["fields"], UPGRADE["kubelet"]
-    # The plan shows the new release's CRD field and the controller's new wheel, and changes nothing.
-    assert "nodeTaints" in UPGRADE["plan"], UPGRADE["plan"][-3000:]
+    added, fields, kubelets = UPGRADE["added"], UPGRADE["fields"], UPGRADE["kubelet"]
+    assert added, "this release adds no CRD field: the upgrade's plan proves nothing of CRD changes"
+    # The plan shows the new release's CRD fields, and changes nothing.
+    for crd, new in added.items():
+        assert all(field in UPGRADE["plan"] for field in new), (crd, new, UPGRADE["plan"][-3000:])
+        assert not new & fields[0][crd], (crd, new)
     assert fields[1] == fields[0]
-    assert "nodeTaints" not in fields[0]
     assert kubelets == [f"catamaran-v{previous_release.version}"] * 2
     # The merge's apply upgrades the CRDs and the controller; the federation stays up.
-    assert "nodeTaints" in fields[2]
+    for crd, new in added.items():
+        assert new <= fields[2][crd], (crd, new)
     version = yaml.safe_load((REPO_ROOT / "galaxy.yml").read_text())["version"]
     wait_for(lambda: kubelet_version(lab) == f"catamaran-v{version}", what="the virtual kubelet of the new release")
     wait_for(lambda: node_ready(lab, CONSUMER, VIRTUAL_NODE) == "True", what="the virtual node Ready")
