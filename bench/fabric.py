@@ -7,9 +7,11 @@ with bench-provider in mode Fabric; each runs its gateway on its real node (user
 pod on the consumer's real node, `client`, is where every request starts (the probe runs in its network
 namespace). Every measurement is made twice in the same run, with the same client code:
 
-  direct   a veth pair joins the two nodes' network namespaces, routing each side's pod /24 to the other
-           (more specific than the fabric's routes): the same request with no tunnel, no encryption
-  fabric   the veth pair removed: through the consumer's gateway, the WireGuard tunnel and the provider's
+  direct     a veth pair joins the two nodes' network namespaces, routing each side's pod /24 to the other
+             (more specific than the fabric's routes): the same request with no tunnel, no encryption
+  wireguard  the same routes through a tunnel of the same wireguard-go, made by hand with `wg` over the
+             underlay, with nothing of Catamaran on its way (no rule, no remap): the engine's own cost here
+  fabric     through the consumer's gateway, the peering's WireGuard tunnel and the provider's gateway
 
   latency     --requests HTTP GETs of the page, each on a new connection: p50 / p99
   throughput  the --mib file over one TCP connection: MiB/s, and the gateways' CPU per GiB through the fabric
@@ -17,7 +19,8 @@ namespace). Every measurement is made twice in the same run, with the same clien
               answer from its IP (--new-pods pods): p50 / p99
   memory      each gateway's and each wireguard-go's resident memory after the run (per peering)
 
-It prints figures and fabric/direct ratios; it asserts nothing.
+It prints figures and the ratios fabric/direct (the issue's goals) and fabric/wireguard (what Catamaran adds
+to the engine); it asserts nothing.
 
     .venv/bin/python bench/fabric.py                  # 300 requests, 256 MiB, 10 new pods
     .venv/bin/python bench/fabric.py --requests 1000 --keep-lab
@@ -58,6 +61,14 @@ TO_VIRTUAL_NODE = {
 }
 DIRECT_LINKS = ("cmbenchd1", "cmbenchd2")
 DIRECT_ADDRESSES = ("192.168.251.1", "192.168.251.2")
+BARE_TUNNELS = ("cmbenchw1", "cmbenchw2")  # unique on the host: wireguard-go's sockets share one directory
+BARE_PORT = 51900
+PATHS = ("direct", "wireguard", "fabric")
+
+
+def unmasqueraded(action: str, interface: str) -> list[str]:
+    return ["iptables", "-t", "nat", action, "POSTROUTING", "-o", interface, "-j", "ACCEPT"]
+
 
 # Runs in the client pod's network namespace (python from the host, the pod's network): prints JSON.
 PROBE = r"""
@@ -153,6 +164,51 @@ def direct_path(lab: Lab, wanted: lab_config.LabConfig, up: bool) -> None:
         subprocess.run(step, capture_output=True, text=True, check=True)
 
 
+@contextlib.contextmanager
+def bare_wireguard(lab: Lab, wanted: lab_config.LabConfig, wireguard_go: str):
+    """A wireguard-go tunnel between the two real nodes' namespaces over the underlay, set up with `wg` alone, each
+    side's pod /24 routed into it (more specific than the fabric's routes)."""
+    sides = [wanted.cluster(name) for name in (CONSUMER, PROVIDER)]
+    keys = [subprocess.run(["wg", "genkey"], capture_output=True, text=True, check=True).stdout for _ in sides]
+    public = [subprocess.run(["wg", "pubkey"], input=k, capture_output=True, text=True).stdout.strip() for k in keys]
+    engines = []
+    try:
+        for index, (side, name) in enumerate(zip(sides, BARE_TUNNELS, strict=True)):
+            netns, other = lab.real_node(side).layout.netns, sides[1 - index].real_node
+            engine = ["ip", "netns", "exec", netns, wireguard_go, "-f", name]
+            engines.append(subprocess.Popen(engine, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            deadline = time.monotonic() + 15
+            while subprocess.run(["ip", "-n", netns, "link", "show", name], capture_output=True).returncode:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{wireguard_go} made no interface {name} in {netns}")
+                time.sleep(0.05)
+            peer = [
+                "peer",
+                public[1 - index],
+                "allowed-ips",
+                other.pod_cidr,
+                "endpoint",
+                f"{other.underlay_ip}:{BARE_PORT}",
+            ]
+            wg_set = ["wg", "set", name, "private-key", "/dev/stdin", "listen-port", str(BARE_PORT), *peer]
+            steps = (["link", "set", name, "mtu", "1420", "up"], ["route", "add", other.pod_cidr, "dev", name])
+            subprocess.run(["ip", "netns", "exec", netns, *wg_set], input=keys[index], text=True, check=True)
+            for step in steps:
+                subprocess.run(["ip", "-n", netns, *step], capture_output=True, text=True, check=True)
+            # Pod addresses kept through the tunnel, as the gateway keeps them (the CNI masquerades what leaves a
+            # pod for another range, and the tunnel has no address to masquerade to).
+            subprocess.run(["ip", "netns", "exec", netns, *unmasqueraded("-I", name)], check=True)
+        yield
+    finally:
+        for side, name in zip(sides, BARE_TUNNELS, strict=True):
+            netns = lab.real_node(side).layout.netns
+            subprocess.run(["ip", "netns", "exec", netns, *unmasqueraded("-D", name)], capture_output=True)
+        for engine in engines:  # its interface and socket go with it
+            engine.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                engine.wait(timeout=10)
+
+
 def wireguard_pids() -> dict[str, int]:
     found = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -161,6 +217,24 @@ def wireguard_pids() -> dict[str, int]:
             if Path(argv[0].decode()).name == "wireguard-go":
                 found[argv[-2].decode() if argv[-1] == b"" else argv[-1].decode()] = int(entry)
     return found
+
+
+def measure(client_pid: int, target_ip: str, requests: int) -> dict:
+    """Latency and one stream's throughput from the client to the target, on whichever path routes them now; the
+    CPU of every wireguard-go on the host meanwhile (none on the direct path)."""
+    if probe(client_pid, "reach", target_ip) is None:  # within 60 s: a new path's first handshake
+        raise SystemExit(f"the target {target_ip} does not answer the client on this path")
+    latency = [t * 1000 for t in probe(client_pid, "latency", target_ip, str(requests))]
+    pids = wireguard_pids()
+    cpu_before = sum(cpu_seconds(pid) for pid in pids.values())
+    transfer = probe(client_pid, "throughput", target_ip)
+    cpu = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_before
+    return {
+        "p50": quantile(latency, 0.5),
+        "p99": quantile(latency, 0.99),
+        "mibs": transfer["bytes"] / 1024**2 / transfer["seconds"],
+        "cpu_per_gib": cpu / (transfer["bytes"] / 1024**3),
+    }
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -223,25 +297,19 @@ def main() -> None:
         print(f"gateways: {' | '.join('python -m catamaran ' + ' '.join(g.args) for g in gateways)}")
         version = subprocess.run([wireguard_go, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
         print(f"WireGuard: userspace, {wireguard_go} ({version}), MTU 1420, keepalive 5 s")
-        print("the direct path: a veth pair between the two real nodes' network namespaces")
+        print("the direct path: a veth pair between the two real nodes' network namespaces; the wireguard path: a")
+        print(
+            f"  tunnel of the same wireguard-go between them over the underlay (port {BARE_PORT}), set up with wg alone"
+        )
         print(
             f"requests: {args.requests} per path, a new TCP connection each; file {args.mib} MiB;"
             f" new pods: {args.new_pods}"
         )
         results: dict[str, dict] = {}
-        for path in ("direct", "fabric"):
+        for path in PATHS:
             direct_path(lab, wanted, up=path == "direct")
-            latency = [t * 1000 for t in probe(client_pid, "latency", target_ip, str(args.requests))]
-            pids = wireguard_pids()
-            cpu_before = sum(cpu_seconds(pid) for pid in pids.values())
-            transfer = probe(client_pid, "throughput", target_ip)
-            cpu = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_before
-            results[path] = {
-                "p50": quantile(latency, 0.5),
-                "p99": quantile(latency, 0.99),
-                "mibs": transfer["bytes"] / 1024**2 / transfer["seconds"],
-                "cpu_per_gib": cpu / (transfer["bytes"] / 1024**3),
-            }
+            with bare_wireguard(lab, wanted, wireguard_go) if path == "wireguard" else contextlib.nullcontext():
+                results[path] = measure(client_pid, target_ip, args.requests)
         direct_path(lab, wanted, up=False)
 
         reach = []
@@ -257,13 +325,17 @@ def main() -> None:
         memory = {process.name: memory_mib(process.process.pid)[0] for process in gateways}
         memory.update({f"wireguard-go {name}": memory_mib(pid)[0] for name, pid in wireguard_pids().items()})
 
-        d, f = results["direct"], results["fabric"]
+        d, w, f = (results[path] for path in PATHS)
         print()
-        print(f"{'measure':<34}{'direct':>14}{'fabric':>14}{'ratio':>9}")
-        print(f"{'latency p50 (ms)':<34}{d['p50']:>14.2f}{f['p50']:>14.2f}{f['p50'] / d['p50']:>8.2f}x")
-        print(f"{'latency p99 (ms)':<34}{d['p99']:>14.2f}{f['p99']:>14.2f}{f['p99'] / d['p99']:>8.2f}x")
-        print(f"{'one TCP stream (MiB/s)':<34}{d['mibs']:>14.1f}{f['mibs']:>14.1f}{f['mibs'] / d['mibs']:>8.2f}x")
-        print(f"{'wireguard-go CPU per GiB (s)':<34}{'-':>14}{f['cpu_per_gib']:>14.2f}")
+        print(f"{'measure':<30}{'direct':>10}{'wireguard':>11}{'fabric':>10}{'fabric/direct':>15}{'fabric/wg':>11}")
+        for label, key, digits in (
+            ("latency p50 (ms)", "p50", 2),
+            ("latency p99 (ms)", "p99", 2),
+            ("one TCP stream (MiB/s)", "mibs", 1),
+        ):
+            figures = "".join(f"{r[key]:>{width}.{digits}f}" for r, width in ((d, 10), (w, 11), (f, 10)))
+            print(f"{label:<30}{figures}{f[key] / d[key]:>14.2f}x{f[key] / w[key]:>10.2f}x")
+        print(f"{'wireguard-go CPU per GiB (s)':<30}{'-':>10}{w['cpu_per_gib']:>11.2f}{f['cpu_per_gib']:>10.2f}")
         valid = [r for r in reach if r is not None]
         if valid:
             print(
@@ -271,7 +343,7 @@ def main() -> None:
                 f"p99 {quantile(valid, 0.99) * 1000:.0f} ms ({len(valid)}/{len(reach)} reached within 60 s)"
             )
         print("memory (MiB RSS): " + ", ".join(f"{name} {mib:.1f}" for name, mib in sorted(memory.items())))
-        print("ratio: fabric / direct (latency: higher is slower; throughput: lower is slower)")
+        print("ratios: fabric / direct and fabric / wireguard (latency: higher is slower; throughput: lower is slower)")
     finally:
         with contextlib.suppress(Exception):
             direct_path(lab, wanted, up=False)
