@@ -51,6 +51,9 @@ def as_list(items: list[dict]) -> str:
 
 
 def install_crds(lab: Lab, cluster: str) -> None:
+    """What the collection's roles put on every cluster before any process starts: the CRDs, and the namespace of
+    Catamaran's own objects (a leader-electing replica's Lease is there)."""
+    lab.kubectl(cluster, "create", "namespace", SYSTEM_NAMESPACE, check=False)
     lab.kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
     lab.kubectl(cluster, "wait", "--for=condition=Established", "-f", str(CRD_DIR), "--timeout=60s")
 

@@ -28,7 +28,8 @@ TWIN = f"{NAMESPACE}-{CONSUMER}"
 NODE = virtual_node_name(PROVIDER)
 VK_LEASE = f"{VK_SERVICE_ACCOUNT_PREFIX}{PROVIDER}"
 PODS = 50
-# No consumer manager here (its webhook would add these): the pods ask for the virtual node themselves.
+# The pods ask for the virtual node themselves (the consumer's manager runs only to approve the virtual kubelets'
+# serving certificates; its webhook would add the same).
 ON_THE_VIRTUAL_NODE = {
     "nodeSelector": {"kubernetes.io/hostname": NODE},
     "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
@@ -60,7 +61,9 @@ def fed(lab):
     federation.peer(lab, CONSUMER, PROVIDER)
     managers = replicas(federation.manager(lab, PROVIDER))
     vks = replicas(federation.virtual_kubelet(lab, CONSUMER, PROVIDER))
-    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, [*managers.values(), *vks.values()]):
+    # Every process the peering needs, the consumer's CSR approver included: nothing left by an earlier test.
+    processes = [federation.consumer_manager(lab, CONSUMER), *managers.values(), *vks.values()]
+    with federation.serving(lab, CONSUMER, PROVIDER, NAMESPACE, processes):
         yield {"managers": managers, "vks": vks}
 
 
