@@ -31,8 +31,12 @@ TO_VIRTUAL_NODE = {
     "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
 }
 COUNTERS_PATH = f"/apis/metrics.catamaran.io/v1alpha1/namespaces/{TWIN}/podcounters"
-# Busy for a minute and a half after it starts, then idle: load that comes and goes without a hand on it.
-BUSY_THEN_IDLE = 'end=$(( $(date +%s) + 90 )); while [ "$(date +%s)" -lt "$end" ]; do :; done; exec sleep 3600'
+# Busy until told (a file appears), then idle; at most three minutes busy, so a pod left behind stops spinning.
+IDLE_FLAG = "/tmp/idle"
+BUSY_UNTIL_TOLD = (
+    f'end=$(( $(date +%s) + 180 )); while [ ! -e {IDLE_FLAG} ] && [ "$(date +%s)" -lt "$end" ]; do :; done; '
+    "exec sleep 3600"
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +102,13 @@ def test_the_counters_api_serves_a_twin_to_its_own_tenant_only(lab, fed, tmp_pat
     assert "may not list the pod counters" in admin.stderr
 
 
+def running_spinners(lab) -> list[str]:
+    listed = get_json(lab, CONSUMER, "pods", "-n", NAMESPACE, "-l", "app=spinner")["items"]
+    return [p["metadata"]["name"] for p in listed if p["status"].get("phase") == "Running"]
+
+
 def test_an_hpa_on_cpu_scales_an_offloaded_deployment_up_under_load_and_back_down(lab, fed):
-    template = real_pod("spinner", ["sh", "-c", BUSY_THEN_IDLE], container={"resources": {"requests": {"cpu": "50m"}}})
+    template = real_pod("spinner", ["sh", "-c", BUSY_UNTIL_TOLD], container={"resources": {"requests": {"cpu": "50m"}}})
     template["spec"].update(TO_VIRTUAL_NODE)
     deployment = {
         "apiVersion": "apps/v1",
@@ -141,4 +150,10 @@ def test_an_hpa_on_cpu_scales_an_offloaded_deployment_up_under_load_and_back_dow
         for p in get_json(lab, CONSUMER, "pods", "-n", NAMESPACE, "-l", "app=spinner")["items"]
     }
     assert nodes == {NODE}
+    # Both replicas spin until told: the load ends once both run (the exec goes through the virtual kubelet).
+    spinners = wait_for(
+        lambda: len(names := running_spinners(lab)) == 2 and names, timeout=120, what="both spinner replicas Running"
+    )
+    for name in spinners:
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "exec", name, "--", "touch", IDLE_FLAG)
     wait_for(lambda: desired() == 1, timeout=240, interval=5, what="the HPA to scale down once the load is gone")
