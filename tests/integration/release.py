@@ -5,6 +5,7 @@ what this checkout's CRDs add to that release's."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -37,6 +38,13 @@ def spec_fields(crd: dict) -> set[str]:
     """The properties of a CRD's spec, in any of its versions (a manifest or the served object alike)."""
     versions = crd["spec"]["versions"]
     return set().union(*(v["schema"]["openAPIV3Schema"]["properties"]["spec"].get("properties", {}) for v in versions))
+
+
+def served_spec_fields(lab, cluster: str, crds) -> dict[str, set[str]]:
+    """CRD name -> the spec fields `cluster`'s API server serves for it."""
+    return {
+        name: spec_fields(json.loads(lab.kubectl(cluster, "get", "crd", name, "-o", "json").stdout)) for name in crds
+    }
 
 
 def added_spec_fields(previous: Release) -> dict[str, set[str]]:

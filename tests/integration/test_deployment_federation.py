@@ -235,10 +235,6 @@ def federation_pods(lab) -> dict:
     }
 
 
-def served_spec_fields(lab, crds) -> dict[str, set[str]]:
-    return {name: release.spec_fields(get_json(lab, CONSUMER, "crd", name)) for name in crds}
-
-
 def upgrade(lab, inventory, collections, previous: release.Release, image: str) -> dict:
     """With LOAD pods offloaded to each provider, this checkout's site.yml over the previous release's federation;
     returns what the upgrade kept and changed, and how long it took."""
@@ -251,7 +247,7 @@ def upgrade(lab, inventory, collections, previous: release.Release, image: str) 
         what=f"{LOAD} pods offloaded to each provider and Running",
     )
     added = release.added_spec_fields(previous)
-    fields_before = served_spec_fields(lab, added)
+    fields_before = release.served_spec_fields(lab, CONSUMER, added)
     before = federation_pods(lab)
 
     def upgraded() -> bool:
@@ -272,7 +268,7 @@ def upgrade(lab, inventory, collections, previous: release.Release, image: str) 
         "before": before,
         "after": federation_pods(lab),
         "seen": seen,
-        "fields": (added, fields_before, served_spec_fields(lab, added)),
+        "fields": (added, fields_before, release.served_spec_fields(lab, CONSUMER, added)),
         "seconds": (played, settled),
     }
 

@@ -249,10 +249,6 @@ def pipeline(lab, collection_artifact, previous_release, tmp_path_factory):
         assert teardown.returncode == 0, (teardown.stdout + teardown.stderr)[-4000:]
 
 
-def served_spec_fields(lab, crds) -> dict[str, set[str]]:
-    return {name: release.spec_fields(get_json(lab, CONSUMER, "crd", name)) for name in crds}
-
-
 def kubelet_version(lab) -> str:
     return get_json(lab, CONSUMER, "node", VIRTUAL_NODE)["status"]["nodeInfo"]["kubeletVersion"]
 
@@ -264,17 +260,21 @@ def upgrade(lab, runner: Runner, developer: Path, artifact: Path, added: dict[st
     pin_collection(developer, artifact)
     git(developer, "commit", "--quiet", "-am", "Upgrade catamaran.federation")
     git(developer, "push", "--quiet", "origin", "upgrade-catamaran")
-    seen: dict = {"added": added, "fields": [served_spec_fields(lab, added)], "kubelet": [kubelet_version(lab)]}
+    seen: dict = {
+        "added": added,
+        "fields": [release.served_spec_fields(lab, CONSUMER, added)],
+        "kubelet": [kubelet_version(lab)],
+    }
     _, runs = runner.run_job("plan", "upgrade-catamaran")
     seen["plan"] = succeeded(runs) + (runner.runner_temp / "plan.md").read_text()
-    seen["fields"].append(served_spec_fields(lab, added))
+    seen["fields"].append(release.served_spec_fields(lab, CONSUMER, added))
     seen["kubelet"].append(kubelet_version(lab))
     git(developer, "switch", "--quiet", "main")
     git(developer, "merge", "--quiet", "--no-ff", "-m", "Merge pull request #0", "upgrade-catamaran")
     git(developer, "push", "--quiet", "origin", "main")
     _, runs = runner.run_job("apply", "main")
     seen["apply"] = succeeded(runs)
-    seen["fields"].append(served_spec_fields(lab, added))
+    seen["fields"].append(release.served_spec_fields(lab, CONSUMER, added))
     return seen
 
 
