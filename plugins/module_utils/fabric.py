@@ -3,8 +3,8 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """What a peering exchanges for the network fabric: a WireGuard key per side and where the provider listens.
 
-Each side's private key stays in a Secret of its own cluster (the provider's in catamaran-system,
-out of the tenant's reach); only public keys cross. A key is made once and kept, unless rotation is
+Each side's private key stays in a Secret of its own cluster, in catamaran-fabric (the provider's out of
+the tenant's reach; on both sides out of reach of the processes that need no key); only public keys cross. A key is made once and kept, unless rotation is
 asked for. Each tenant of a provider gets its own UDP port on the provider's gateway, the lowest
 free one from the configured first port, and keeps it.
 """
@@ -23,6 +23,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     FABRIC_KEY_FROM_CONSUMER_PREFIX,
     FABRIC_KEY_LABEL,
     FABRIC_KEY_TO_PROVIDER_PREFIX,
+    FABRIC_NAMESPACE,
     FABRIC_PRIVATE_KEY,
     LABEL_TYPE,
     OFFLOADING_GROUP,
@@ -86,8 +87,13 @@ class Exchange:
         rotate = bool(network.get("rotate_keys"))
         consumer_key = self._key(self.consumer, self.consumer_secret, rotate)
         provider_key = self._key(self.provider, self.provider_secret, rotate)
-        changes.apply(self.consumer, self._secret(self.consumer_secret, consumer_key))
-        changes.apply(self.provider, self._secret(self.provider_secret, provider_key))
+        for cluster, name, key in (
+            (self.consumer, self.consumer_secret, consumer_key),
+            (self.provider, self.provider_secret, provider_key),
+        ):
+            changes.apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FABRIC_NAMESPACE}})
+            changes.apply(cluster, self._secret(name, key))
+            changes.delete(cluster, "v1", "Secret", name, SYSTEM_NAMESPACE)  # moved: release 0.2.0 kept it there
         port = self._port(network.get("gateway_port", DEFAULT_GATEWAY_PORT))
         provider_seen, consumer_seen, others_reachable = self._remaps(params, consumer_ranges, provider_ranges)
         offer_network = {
@@ -155,13 +161,19 @@ class Exchange:
             raise InvalidInput("%s pod ranges: %s" % (whose, error)) from None
 
     def remove(self, changes):
-        if self.consumer is not None:
-            changes.delete(self.consumer, "v1", "Secret", self.consumer_secret, SYSTEM_NAMESPACE)
-        if self.provider is not None:
-            changes.delete(self.provider, "v1", "Secret", self.provider_secret, SYSTEM_NAMESPACE)
+        for cluster, name in ((self.consumer, self.consumer_secret), (self.provider, self.provider_secret)):
+            if cluster is not None:
+                for namespace in (FABRIC_NAMESPACE, SYSTEM_NAMESPACE):
+                    changes.delete(cluster, "v1", "Secret", name, namespace)
 
     def _key(self, cluster, name, rotate):
-        current = None if rotate else cluster.get("v1", "Secret", name, SYSTEM_NAMESPACE)
+        """The key kept (where it is now, or where release 0.2.0 kept it, so an upgrade keeps the tunnel), else a new
+        one."""
+        current = None
+        if not rotate:
+            current = cluster.get("v1", "Secret", name, FABRIC_NAMESPACE) or cluster.get(
+                "v1", "Secret", name, SYSTEM_NAMESPACE
+            )
         encoded = ((current or {}).get("data") or {}).get(FABRIC_PRIVATE_KEY)
         if encoded:
             key = base64.b64decode(encoded).decode().strip()
@@ -177,7 +189,7 @@ class Exchange:
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "Opaque",
-            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE, "labels": {FABRIC_KEY_LABEL: "true"}},
+            "metadata": {"name": name, "namespace": FABRIC_NAMESPACE, "labels": {FABRIC_KEY_LABEL: "true"}},
             "data": {FABRIC_PRIVATE_KEY: base64.b64encode(key.encode()).decode()},
         }
 

@@ -325,8 +325,8 @@ options:
     description:
       - How pods of the two clusters reach each other (docs/network-fabric.md).
       - With O(network.mode=fabric), each side gets a WireGuard key for this peering, kept in a Secret of its own
-        cluster (C(catamaran-system/catamaran-fabric-to-<provider_id>) on the consumer,
-        C(catamaran-system/catamaran-fabric-from-<consumer_id>) on the provider); only public keys cross, and no key
+        cluster (C(catamaran-fabric/catamaran-fabric-to-<provider_id>) on the consumer,
+        C(catamaran-fabric/catamaran-fabric-from-<consumer_id>) on the provider); only public keys cross, and no key
         is ever printed or shown in a diff. The provider's gateway listens for this tenant on its own UDP port.
       - Each cluster's gateway (C(catamaran gateway)) builds the tunnel from what this module writes.
       - Each side sees the other's pods at their own range unless it overlaps what that side uses (its pod ranges,

@@ -26,6 +26,7 @@ from catamaran.constants import (
     FABRIC_KEY_FROM_CONSUMER_PREFIX,
     FABRIC_KEY_LABEL,
     FABRIC_KEY_TO_PROVIDER_PREFIX,
+    FABRIC_NAMESPACE,
     FABRIC_PRIVATE_KEY,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
@@ -329,11 +330,11 @@ def connect_fabric(lab: Lab, consumer: str, provider: str, port: int = FABRIC_PO
         (consumer, FABRIC_KEY_TO_PROVIDER_PREFIX + provider, consumer_key),
         (provider, FABRIC_KEY_FROM_CONSUMER_PREFIX + consumer, provider_key),
     ):
-        lab.kubectl(cluster, "create", "namespace", SYSTEM_NAMESPACE, check=False)
+        lab.kubectl(cluster, "create", "namespace", FABRIC_NAMESPACE, check=False)
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE, "labels": {FABRIC_KEY_LABEL: "true"}},
+            "metadata": {"name": name, "namespace": FABRIC_NAMESPACE, "labels": {FABRIC_KEY_LABEL: "true"}},
             "data": {FABRIC_PRIVATE_KEY: base64.b64encode(key.encode()).decode()},
         }
         lab.kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(secret))

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from catamaran import networks
-from catamaran.constants import FABRIC_KEY_LABEL, NETWORK_READY_CONDITION, virtual_node_name
+from catamaran.constants import FABRIC_KEY_LABEL, FABRIC_NAMESPACE, NETWORK_READY_CONDITION, virtual_node_name
 from catamaran_lab.host import wireguard_leftovers
 
 from . import federation
@@ -111,7 +111,7 @@ def fed(lab, lab_config_in_use):
     finally:
         lab.kubectl(CONSUMER, "delete", "namespace", LOCAL, "--wait=false", check=False)
         for name in (CONSUMER, PROVIDER):
-            keys = ("-n", "catamaran-system", "delete", "secret", "-l", FABRIC_KEY_LABEL)
+            keys = ("-n", FABRIC_NAMESPACE, "delete", "secret", "-l", FABRIC_KEY_LABEL)
             lab.kubectl(name, *keys, check=False)
 
 

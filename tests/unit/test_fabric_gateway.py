@@ -8,6 +8,7 @@ from catamaran.fabric.dataplane import Dataplane
 from catamaran.fabric.gateway import Gateway
 
 NS = "catamaran-system"
+KEYS = "catamaran-fabric"
 PRIVATE = keys.generate_private_key()
 PEER = keys.public_key(keys.generate_private_key())
 
@@ -47,18 +48,18 @@ def test_a_bad_peering_is_reported_and_leaves_the_others_alone():
             (NS, "bad-remap"): foreign("bad-remap", remap=[{"podCIDR": "10.0.0.0/16", "seenAs": "100.64.0.0/24"}]),
             (NS, "no-key"): foreign("no-key"),
         },
-        keys={(NS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("good", "bad-key", "bad-remap")},
+        keys={(KEYS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("good", "bad-key", "bad-remap")},
     )
     assert [t.peering for t in built.consumer_tunnels()] == ["good"]
     assert "not base64" in built.problems["bad-key"]
     assert "same family and prefix" in built.problems["bad-remap"]
-    assert built.problems["no-key"] == f"Secret {NS}/catamaran-fabric-to-no-key (this side's key) is missing"
+    assert built.problems["no-key"] == f"Secret {KEYS}/catamaran-fabric-to-no-key (this side's key) is missing"
 
 
 def test_a_tenants_tunnel_opens_only_to_its_own_pods():
     built = gateway(
         offers={("catamaran-tenant-c1", "resources"): offer("c1"), ("catamaran-tenant-c2", "resources"): offer("c2")},
-        keys={(NS, "catamaran-fabric-from-c1"): PRIVATE, (NS, "catamaran-fabric-from-c2"): PRIVATE},
+        keys={(KEYS, "catamaran-fabric-from-c1"): PRIVATE, (KEYS, "catamaran-fabric-from-c2"): PRIVATE},
         pods={
             ("twin-c1", "a"): ("c1", "10.102.255.3"),
             ("twin-c2", "b"): ("c2", "10.102.255.4"),
@@ -75,7 +76,7 @@ def test_a_tenants_tunnel_opens_only_to_its_own_pods():
 def test_a_providers_tunnel_opens_only_to_the_namespaces_extended_to_it_and_the_providers_relayed_to():
     built = gateway(
         foreigns={(NS, "p1"): foreign("p1"), (NS, "p2"): foreign("p2")},
-        keys={(NS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("p1", "p2")},
+        keys={(KEYS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("p1", "p2")},
         offloadings={("shop", "offloading"): frozenset({"p1", "p2"}), ("billing", "offloading"): frozenset({"p2"})},
         pods={
             ("shop", "web"): (None, "10.101.0.5"),

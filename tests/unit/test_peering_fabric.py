@@ -22,8 +22,8 @@ from ansible_collections.catamaran.federation.plugins.module_utils.peering impor
 from .test_peering_terms import OFFER, FakeModule, clusters, node, params
 
 FOREIGN = "c1: ForeignCluster catamaran-system/p1"
-CONSUMER_KEY = "c1: Secret catamaran-system/catamaran-fabric-to-p1"
-PROVIDER_KEY = "p1: Secret catamaran-system/catamaran-fabric-from-c1"
+CONSUMER_KEY = "c1: Secret catamaran-fabric/catamaran-fabric-to-p1"
+PROVIDER_KEY = "p1: Secret catamaran-fabric/catamaran-fabric-from-c1"
 FABRIC = {"network": {"mode": "fabric", "gateway_address": "192.0.2.10", "gateway_port": 51820}}
 
 
@@ -45,8 +45,8 @@ def present(consumer, provider, check_mode=False, **extra):
     return Peering(FakeModule(check_mode), consumer, provider, "c1", "p1").present(params(**FABRIC, **extra))
 
 
-def stored_key(cluster, name):
-    secret = cluster.get("v1", "Secret", name, "catamaran-system")
+def stored_key(cluster, name, namespace="catamaran-fabric"):
+    secret = cluster.get("v1", "Secret", name, namespace)
     return base64.b64decode(secret["data"]["privateKey"]).decode()
 
 
@@ -85,6 +85,23 @@ def test_keys_are_kept_unless_rotated():
     assert first[1] != second[1]
 
 
+def test_keys_kept_where_release_0_2_0_put_them_move_to_the_fabric_namespace():
+    consumer, provider = fabric_clusters()
+    present(consumer, provider)
+    old = {}
+    for cluster, name in ((consumer, "catamaran-fabric-to-p1"), (provider, "catamaran-fabric-from-c1")):
+        secret = cluster.get("v1", "Secret", name, "catamaran-fabric")
+        cluster.objects.pop(("v1", "Secret", "catamaran-fabric", name))
+        cluster._store({**secret, "metadata": {**secret["metadata"], "namespace": "catamaran-system"}})
+        old[name] = stored_key(cluster, name, "catamaran-system")
+    changes = present(consumer, provider)
+    assert stored_key(consumer, "catamaran-fabric-to-p1") == old["catamaran-fabric-to-p1"]  # the tunnel stays up
+    assert stored_key(provider, "catamaran-fabric-from-c1") == old["catamaran-fabric-from-c1"]
+    assert consumer.get("v1", "Secret", "catamaran-fabric-to-p1", "catamaran-system") is None
+    assert provider.get("v1", "Secret", "catamaran-fabric-from-c1", "catamaran-system") is None
+    assert "delete c1: Secret catamaran-system/catamaran-fabric-to-p1" in changes.actions
+
+
 def test_each_tenant_of_a_provider_gets_its_own_port_and_keeps_it():
     consumer, provider = fabric_clusters()
     present(consumer, provider)
@@ -107,8 +124,8 @@ def test_flat_peerings_carry_no_key_and_leaving_the_fabric_removes_them():
     present(consumer, provider)
     changes = Peering(FakeModule(False), consumer, provider, "c1", "p1").present(params())
     assert changes.after[FOREIGN]["spec"]["networking"] == {"mode": "Flat"}
-    assert consumer.get("v1", "Secret", "catamaran-fabric-to-p1", "catamaran-system") is None
-    assert provider.get("v1", "Secret", "catamaran-fabric-from-c1", "catamaran-system") is None
+    assert consumer.get("v1", "Secret", "catamaran-fabric-to-p1", "catamaran-fabric") is None
+    assert provider.get("v1", "Secret", "catamaran-fabric-from-c1", "catamaran-fabric") is None
     assert CONSUMER_KEY in changes.before
     assert PROVIDER_KEY in changes.before
 

@@ -177,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     gateway = commands.add_parser(
         "gateway", help="run this cluster's network gateway: one WireGuard tunnel per peering in mode Fabric"
     )
-    gateway.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of ForeignClusters and keys")
+    gateway.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignClusters")
     gateway.add_argument(
         "--interface-prefix",
         default=DEFAULT_INTERFACE_PREFIX,

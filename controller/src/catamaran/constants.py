@@ -152,8 +152,13 @@ def default_twin_namespace(local_namespace: str, consumer_cluster_id: str) -> st
 # The network fabric (docs/network-fabric.md). A peering's mode: Fabric (a WireGuard tunnel between the two
 # clusters' gateways) or Flat (the clusters already route each other's pod ranges: no gateway, no remap).
 NETWORK_MODES = ("Fabric", "Flat")
-# Each side's WireGuard private key for one peering: a Secret in its own SYSTEM_NAMESPACE (key `privateKey`),
+# Where each cluster's gateway runs in deployment mode and keeps its keys: apart from SYSTEM_NAMESPACE, because a
+# gateway needs the host network and NET_ADMIN (Pod Security `privileged` here, `restricted` there) and reads Secrets
+# here, where nothing but its keys lives (the peering credentials stay out of its reach).
+FABRIC_NAMESPACE = "catamaran-fabric"
+# Each side's WireGuard private key for one peering: a Secret in its own FABRIC_NAMESPACE (key `privateKey`),
 # labelled FABRIC_KEY_LABEL, named by direction and the other cluster's id (a cluster may be both sides).
+# Release 0.2.0 kept them in SYSTEM_NAMESPACE; the peering moves them here.
 FABRIC_KEY_LABEL = "catamaran.io/fabric-key"
 FABRIC_KEY_TO_PROVIDER_PREFIX = "catamaran-fabric-to-"
 FABRIC_KEY_FROM_CONSUMER_PREFIX = "catamaran-fabric-from-"

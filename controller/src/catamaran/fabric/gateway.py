@@ -2,7 +2,7 @@
 
 It reads what the peering wrote on this cluster and keeps the host's tunnels equal to it:
 - as a consumer, one tunnel per ForeignCluster in mode Fabric: this side's key (Secret
-  `catamaran-fabric-to-<provider>`), the provider's gateway and public key (`spec.networking.gateway`),
+  `catamaran-fabric/catamaran-fabric-to-<provider>`), the provider's gateway and public key (`spec.networking.gateway`),
   the provider's pod ranges as this cluster sees them (`status.network.remotePodCIDRs`, written by the
   virtual kubelet from the provider's announced ranges);
 - as a provider, one tunnel per tenant whose ResourceOffer is in mode Fabric: this side's key (Secret
@@ -36,6 +36,7 @@ from ..constants import (
     FABRIC_KEY_FROM_CONSUMER_PREFIX,
     FABRIC_KEY_LABEL,
     FABRIC_KEY_TO_PROVIDER_PREFIX,
+    FABRIC_NAMESPACE,
     FABRIC_PRIVATE_KEY,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -103,7 +104,7 @@ class Gateway:
         self.offers = Informer(client, ResourceOffer, name="resource-offers", transform=as_dict)
         key_secrets = {FABRIC_KEY_LABEL: "true"}
         self.keys = Informer(
-            client, Secret, name="fabric-keys", namespace=namespace, labels=key_secrets, transform=_private_key
+            client, Secret, name="fabric-keys", namespace=FABRIC_NAMESPACE, labels=key_secrets, transform=_private_key
         )
         # Every pod: a provider's tenant pods and a consumer's own, the destinations each side's tunnels open to.
         self.pods = Informer(client, Pod, name="pods", transform=_pod_address)
@@ -136,7 +137,7 @@ class Gateway:
     # -- what the peerings ask for ---------------------------------------------------------------
 
     def _key(self, name: str) -> str | None:
-        return self.keys.cache.get((self.namespace, name))
+        return self.keys.cache.get((FABRIC_NAMESPACE, name))
 
     def consumer_tunnels(self) -> list[Tunnel]:
         tunnels = []
@@ -151,7 +152,7 @@ class Gateway:
             private_key = self._key(secret)
             remote = ((foreign.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
             if not private_key:
-                self.problems[provider] = f"Secret {self.namespace}/{secret} (this side's key) is missing"
+                self.problems[provider] = f"Secret {FABRIC_NAMESPACE}/{secret} (this side's key) is missing"
                 continue
             if not gateway.get("endpoint") or not gateway.get("publicKey"):
                 self.problems[provider] = "spec.networking.gateway names no endpoint or public key of the provider"
