@@ -28,6 +28,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from catamaran_lab import controller_image
 from catamaran_lab.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -285,26 +286,58 @@ def test_skopeo_reads_and_copies_it(image, version, tmp_path):
     assert copied.returncode == 0, copied.stderr
 
 
-def test_entry_point_runs_as_nonroot_without_an_engine(image, tmp_path):
-    """The layers extracted in order, then the image's entry point run in a chroot of them, as its user."""
-    root = tmp_path / "root"
+@pytest.fixture(scope="module")
+def unpacked(image, tmp_path_factory) -> Path:
+    """The image's layers extracted in order."""
+    root = tmp_path_factory.mktemp("image-root") / "root"
     root.mkdir(mode=0o755)
     for layer in image.layers:
         with tarfile.open(fileobj=io.BytesIO(layer)) as archive:
             archive.extractall(root, filter="fully_trusted")  # our own archive; its absolute symlinks stay
+    return root
+
+
+def in_chroot(image, root: Path, *argv: str, user: str | None = None) -> subprocess.CompletedProcess:
+    """`argv` run in a chroot of the image, as `user` (the image's by default), with its environment."""
     config = image.config["config"]
     chroot = shutil.which("chroot")
     assert chroot
     if os.geteuid() == 0:
-        command = [chroot, f"--userspec={config['User']}", str(root)]
+        command = [chroot, f"--userspec={user or config['User']}", str(root)]
     else:
         unshare = shutil.which("unshare")
         assert unshare, "neither root nor unshare (util-linux): the chroot cannot be made"
         command = [unshare, "--map-root-user", chroot, str(root)]
     environment = dict(entry.split("=", 1) for entry in config["Env"])
-    result = subprocess.run(
-        [*command, *config["Entrypoint"], *config["Cmd"]], env=environment, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([*command, *argv], env=environment, capture_output=True, text=True, timeout=120)
+
+
+def test_the_gateways_tools_are_the_containerfiles_and_run(image, unpacked):
+    """`catamaran gateway` runs ip, iptables (nf_tables, as the nodes' kube-proxy and CNI) and wg, and wireguard-go
+    where the kernel has no WireGuard: as the Containerfile installs them, and each runs in the image."""
+    installs = [run for run in containerfile()["RUN"] if "apt-get install" in run]
+    assert len(installs) == 1, installs
+    named = re.search(r"apt-get install -y --no-install-recommends ([^&]+)", installs[0])
+    assert named, installs[0]
+    assert tuple(named.group(1).split()) == controller_image.GATEWAY_PACKAGES
+    assert "COPY --from=wireguard /wireguard-go /usr/bin/wireguard-go" in [f"COPY {c}" for c in containerfile()["COPY"]]
+    expected = {
+        ("ip", "-V"): "ip utility, iproute2-",
+        ("iptables", "--version"): "(nf_tables)",
+        ("iptables-restore", "--version"): "(nf_tables)",
+        ("wg", "--version"): "wireguard-tools v",
+        ("wireguard-go", "--version"): "wireguard-go v",
+    }
+    for argv, seen in expected.items():
+        result = in_chroot(image, unpacked, *argv, user="0:0")
+        assert result.returncode == 0, (argv, result.stderr)
+        assert seen in result.stdout + result.stderr, (argv, result.stdout, result.stderr)
+
+
+def test_entry_point_runs_as_nonroot_without_an_engine(image, unpacked):
+    """The image's entry point run in a chroot of its layers, as its user."""
+    config = image.config["config"]
+    result = in_chroot(image, unpacked, *config["Entrypoint"], *config["Cmd"])
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: catamaran ")
     assert "{manager,virtual-kubelet,gateway}" in result.stdout

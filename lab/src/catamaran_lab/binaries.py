@@ -241,6 +241,15 @@ class BinaryCache:
             log(f"lab binaries: {self._problem(directory, names)}; building into {directory}")
             build_staged(directory, names, build, log)
 
+    def ensure_companion(self, name: str, log=print) -> Path:
+        """One companion only, built if missing (the controller image needs wireguard-go, not Kubernetes); its path."""
+        for directory, names, build in self._parts():
+            if names == (name,) and (problem := self._problem(directory, names)):
+                check_go(self.pins.go_minimum)
+                log(f"lab binaries: {problem}; building into {directory}")
+                build_staged(directory, names, build, log)
+        return self.path(name)
+
     def build(self, log=print) -> None:
         """Rebuild everything, cached or not."""
         for directory, names, build in self._parts():

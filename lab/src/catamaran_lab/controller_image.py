@@ -4,13 +4,16 @@
 
 writes OUTPUT_DIR/catamaran-controller-<version>.oci.tar, an OCI image-layout archive of
 ghcr.io/catamaran/controller:<version> (the controller role's default `controller_image`; the version is
-galaxy.yml's, read by controller/setup.py). It holds what controller/Containerfile puts in its image, in two layers:
+galaxy.yml's, read by controller/setup.py). It holds what controller/Containerfile puts in its image, in three
+layers:
 
 1. Debian bookworm's own packages of Python 3.11 and of the libraries the dependencies' wheels load, extracted by
    `mmdebstrap --variant=extract` from this machine's apt sources. No maintainer script runs, so nothing but those
    packages' files is there: no shell, no dpkg, no apt. Manual pages, documentation and translations are left out
    (the copyright files are kept); /var/lib/dpkg/status lists the packages, for scanners.
-2. /opt/catamaran, a virtual environment of the controller's wheel (built from this checkout) and its dependencies
+2. /usr/bin/wireguard-go, the gateway's userspace WireGuard for kernels without it, built from the module pinned in
+   lab/gomod-wireguard (as the lab's; that module's tools.go says why not Debian's).
+3. /opt/catamaran, a virtual environment of the controller's wheel (built from this checkout) and its dependencies
    as requirements/constraints.txt pins them.
 
 The same checkout and the same state of the Debian archive give a byte-identical archive: tar entries sorted, owned
@@ -42,6 +45,7 @@ from base64 import urlsafe_b64encode
 from pathlib import Path
 
 from . import images
+from .binaries import BinaryCache
 from .errors import LabError
 from .paths import REPO_ROOT
 
@@ -52,6 +56,9 @@ PYTHON = "3.11"  # the Containerfile's base is python:3.11-slim-bookworm; requir
 # depends on libssl3, libffi8, zlib1g, libexpat1 and the rest; named for what the wheels link against).
 # readline-common (through libreadline8) depends on `dpkg | install-info`: naming install-info (a 250 KiB C program)
 # keeps apt from choosing dpkg, which would bring dpkg and tar (10 MiB) into an image that runs neither.
+# The gateway (`catamaran gateway`, docs/network-fabric.md) drives the host's network with ip, iptables and wg; the
+# Containerfile installs the same packages.
+GATEWAY_PACKAGES = ("iproute2", "iptables", "wireguard-tools")
 DEBIAN_PACKAGES = (
     f"python{PYTHON}-minimal",
     f"libpython{PYTHON}-stdlib",
@@ -60,7 +67,16 @@ DEBIAN_PACKAGES = (
     "zlib1g",
     "libexpat1",
     "install-info",
+    *GATEWAY_PACKAGES,
 )
+# What update-alternatives would have linked, had a maintainer script run: iptables' nf_tables variant, the backend
+# of Debian since bookworm and of the kube-proxy and CNI plugins beside it (rules of both backends in one network
+# namespace work, but confuse whoever reads them).
+IPTABLES_ALTERNATIVES = {
+    f"usr/sbin/{name}": "xtables-nft-multi"
+    for name in ("iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save")
+}
+WIREGUARD_GO = "wireguard-go"
 # dpkg's path filters, which mmdebstrap applies to what it extracts.
 PATH_FILTERS = (
     "path-exclude=/usr/share/doc/*",
@@ -159,17 +175,21 @@ def build(output_dir: Path, log=print) -> Path:
     archive = output_dir / f"catamaran-controller-{version}.oci.tar"
     with tempfile.TemporaryDirectory(prefix="catamaran-image-") as scratch_name:
         scratch = Path(scratch_name)
-        rootfs, app = scratch / "rootfs", scratch / "app"
+        rootfs, tools, app = scratch / "rootfs", scratch / "tools", scratch / "app"
         started = time.monotonic()
         packages = _debian_root(rootfs, sources, epoch)
         log(f"image: {len(packages)} Debian packages extracted ({time.monotonic() - started:.0f} s)")
+        wireguard_go = BinaryCache().ensure_companion(WIREGUARD_GO, log)
+        (tools / "usr/bin").mkdir(parents=True)
+        shutil.copy2(wireguard_go, tools / "usr/bin" / WIREGUARD_GO)
         started = time.monotonic()
         wheel = _controller_wheel(scratch, epoch)
         installed = _virtual_environment(app / VENV, wheel, packages, epoch)
         log(f"image: {len(installed)} Python distributions installed in /{VENV} ({time.monotonic() - started:.0f} s)")
-        layers = [images._directory_layer(rootfs, epoch), images._directory_layer(app, epoch)]
+        layers = [images._directory_layer(directory, epoch) for directory in (rootfs, tools, app)]
     history = [
         {"created": created, "created_by": f"mmdebstrap --variant=extract {SUITE}: {' '.join(DEBIAN_PACKAGES)}"},
+        {"created": created, "created_by": f"go build {WIREGUARD_GO} (lab/gomod-wireguard/go.mod)"},
         {
             "created": created,
             "created_by": f"pip install --target /{VENV}/lib/python{PYTHON}/site-packages: "
@@ -249,6 +269,8 @@ def _debian_root(rootfs: Path, sources: Path, epoch: int) -> dict[str, dict[str,
         for name in sorted(packages)
     )
     (rootfs / "var/lib/dpkg/status").write_text(status)
+    for link, target in IPTABLES_ALTERNATIVES.items():
+        (rootfs / link).symlink_to(target)
     (rootfs / "etc/passwd").write_text(PASSWD)
     (rootfs / "etc/group").write_text(GROUP)
     return packages
