@@ -17,6 +17,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..logs import fields
 from .plan import JUMPS, MTU, Tunnel, iptables_restore, routes, wg_set_arguments
@@ -24,6 +25,7 @@ from .plan import JUMPS, MTU, Tunnel, iptables_restore, routes, wg_set_arguments
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 INTERFACE_APPEARS_SECONDS = 15.0
 
 
@@ -66,6 +68,13 @@ async def _link_exists(name: str) -> bool:
     return await succeeds("ip", "link", "show", "dev", name)
 
 
+def _check_forwarding() -> None:
+    # /proc/sys/net shows the network namespace of the process reading it: the node's. A pod cannot set it (its
+    # /proc/sys is read-only), and a node without it drops every packet between its pods and the tunnels.
+    if Path(IP_FORWARD).read_text().strip() != "1":
+        raise DataplaneError(f"{IP_FORWARD} is 0 on this node: it must forward between its pods and the tunnels")
+
+
 def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -78,6 +87,8 @@ class Dataplane:
         self.kernel_wireguard: bool | None = None  # learnt on the first interface
 
     async def apply(self, tunnels: list[Tunnel]) -> None:
+        if tunnels:
+            _check_forwarding()
         wanted = {tunnel.interface: tunnel for tunnel in tunnels}
         existing = await self.interfaces()
         for name in sorted(existing - set(wanted)):
