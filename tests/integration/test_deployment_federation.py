@@ -18,7 +18,7 @@ Services' endpoints (the lab turns on aggregator routing). So what is proven her
     100 pods offloaded: the virtual node stays Ready, no remote pod is recreated;
   - the kubelet restarts a virtual kubelet whose event loop is blocked, and no remote pod is recreated.
 
-The network stays flat (no gateways): the fabric's own gateways do not run as pods yet.
+The network stays flat (no gateways); test_deployment_fabric.py runs the fabric's gateways as pods.
 """
 
 from __future__ import annotations

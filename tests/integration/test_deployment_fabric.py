@@ -1,0 +1,245 @@
+"""The network fabric in deployment mode: each cluster's gateway is a pod, from the engine-less image (`make image`).
+
+site.yml, from the installed artifact, runs every Catamaran process of consumer cluster-1 and provider cluster-2 as a
+pod on its cluster's real node, the gateways included: one pod each, on the host network of the node the inventory
+selects, as root with only NET_ADMIN (not privileged), in namespace catamaran-fabric, whose only Secrets are their
+keys. The lab's underlay routes no pod range, so every request below that crosses clusters went through the tunnel
+the two gateway pods built:
+  - a consumer pod reaches offloaded pods through their Service, by name;
+  - an offloaded pod reaches the consumer's Service through its reflected copy, by short name;
+  - a gateway whose process is killed is restarted by the kubelet, and traffic resumes;
+  - teardown.yml leaves no gateway, interface, route or rule on the nodes (checked by the fixture, after it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from catamaran.constants import FABRIC_NAMESPACE, NETWORK_READY_CONDITION, SYSTEM_NAMESPACE, virtual_node_name
+from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
+
+from . import federation
+from .conftest import get_json, kill_container_process, require_real_node, wait_for
+from .manifests import real_pod
+from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
+from .test_fabric import TO_VIRTUAL_NODE, apply, fetch, service, web_pod
+
+pytestmark = pytest.mark.integration
+
+CONSUMER, PROVIDER = "cluster-1", "cluster-2"
+CLUSTERS = (CONSUMER, PROVIDER)
+NAMESPACE = "fabric-deployed"  # offloaded to the provider: its Services are reflected into the twin
+TWIN = f"{NAMESPACE}-{CONSUMER}"
+LOCAL = "fabric-deployed-local"  # the consumer's own pods
+GATEWAY_SELECTOR = "app.kubernetes.io/component=gateway"
+
+
+def fabric_inventory() -> dict:
+    """The lab's inventory for cluster-1 and cluster-2 only, every process a pod on its cluster's real node."""
+    inventory = lab_inventory()
+    clusters = hosts(inventory)
+    del clusters["cluster-3"]
+    consumer = clusters[CONSUMER]
+    consumer["catamaran_peerings"] = [p for p in consumer["catamaran_peerings"] if p["provider"] == PROVIDER]
+    consumer["catamaran_offloaded_namespaces"] = [{"namespace": NAMESPACE, "pod_offloading_strategy": "LocalAndRemote"}]
+    real_node = {NODE_KIND_LABEL: "real"}
+    inventory["catamaran_clusters"]["vars"].update(
+        controller_mode="deployment",
+        controller_image_pull_policy="Never",  # imported into the real nodes, never pulled
+        controller_node_selector=real_node,
+        controller_tolerations=[{**REAL_NODE_TAINT, "operator": "Equal"}],
+        # The lab's inventory turns the gateway on (mode fabric) where a cluster has a real node: here its pod goes
+        # to that node, whose underlay address the peering gives the consumer (catamaran_network.gateway_address).
+        controller_gateway_node_selector=real_node,
+        # A pod reaches its API server where the real nodes reach theirs (as test_deployment_federation says).
+        catamaran_api_server="{{ catamaran_home_api_server }}",
+    )
+    return inventory
+
+
+def gateway_pod(lab, cluster: str) -> dict:
+    pods = get_json(lab, cluster, "pods", "-n", FABRIC_NAMESPACE, "-l", GATEWAY_SELECTOR)["items"]
+    assert len(pods) == 1, [pod["metadata"]["name"] for pod in pods]
+    return pods[0]
+
+
+def network_ready(lab) -> dict:
+    foreign = get_json(lab, CONSUMER, "foreigncluster", "-n", SYSTEM_NAMESPACE, PROVIDER)
+    conditions = (foreign.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == NETWORK_READY_CONDITION), {})
+
+
+def node_network(lab, cluster: str) -> tuple[str, str]:
+    """The real node's network namespace and the gateway's interface prefix there."""
+    facts = federation.gateway_facts(lab, cluster)
+    return facts["network_namespace"], facts["interface_prefix"]
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, lab_config_in_use, installed_collections, controller_image, tmp_path_factory):
+    for name in CLUSTERS:
+        require_real_node(lab_config_in_use.cluster(name))
+    if lab_config_in_use.overlapping_pod_cidrs:
+        pytest.fail("deployment mode needs a lab whose pod ranges do not overlap: the host, where the API servers run, "
+                    "routes to the pods only then (unset CATAMARAN_LAB_OVERLAP)", pytrace=False)  # fmt: skip
+    inventory = write_inventory(tmp_path_factory.mktemp("fabric-deployed"), fabric_inventory(), lab)
+    try:
+        run = run_playbook(inventory, collections=installed_collections)
+        assert run.returncode == 0, f"site.yml: {run.failures()}"
+        lab.kubectl(CONSUMER, "create", "namespace", LOCAL)
+        wait_for(lambda: lab.kubectl(CONSUMER, "-n", LOCAL, "get", "sa", "default", check=False).returncode == 0)
+        yield inventory
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, LOCAL, "--timeout=120s", check=False, timeout=150)
+        teardown = run_playbook(inventory, playbook="teardown.yml", collections=installed_collections)
+        assert teardown.returncode == 0, teardown.failures()
+        for cluster in CLUSTERS:
+            assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
+
+
+def nothing_of_the_fabric_left(lab, cluster: str) -> dict:
+    """What is left of the gateway: its pods, and on its node its iptables chains, interfaces and routes."""
+    netns, prefix = node_network(lab, cluster)
+    left = {
+        "pods": [p["metadata"]["name"] for p in get_json(lab, cluster, "pods", "-n", FABRIC_NAMESPACE)["items"]],
+        "rules": [
+            line
+            for line in subprocess.run(
+                ["ip", "netns", "exec", netns, "iptables-save"], capture_output=True, text=True, check=True
+            ).stdout.splitlines()
+            if "CATAMARAN-FABRIC" in line
+        ],
+        "links": [
+            link["ifname"]
+            for link in json.loads(
+                subprocess.run(["ip", "-n", netns, "-j", "link", "show"], capture_output=True, check=True).stdout
+            )
+            if link["ifname"].startswith(prefix)
+        ],
+        "routes": [
+            line
+            for line in subprocess.run(
+                ["ip", "-n", netns, "route", "show"], capture_output=True, text=True, check=True
+            ).stdout.splitlines()
+            if prefix in line
+        ],
+    }
+    return {what: found for what, found in left.items() if found}
+
+
+def test_each_gateway_is_one_pod_on_its_node_with_net_admin_only(lab, deployed):
+    for cluster in CLUSTERS:
+        pod = wait_for(
+            lambda cluster=cluster: (
+                (pod := gateway_pod(lab, cluster))
+                and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+                and pod
+            ),
+            timeout=120,
+            what=f"{cluster}'s gateway pod Ready",
+        )
+        spec = pod["spec"]
+        assert spec["hostNetwork"] is True
+        assert spec["nodeName"] == real_node_name(lab, cluster)
+        (container,) = spec["containers"]
+        context = container["securityContext"]
+        assert context["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+        assert not context.get("privileged")
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["readOnlyRootFilesystem"] is True
+        # Its rights reach no Secret but its keys: none in the controller namespace, where the credentials are.
+        account = f"system:serviceaccount:{FABRIC_NAMESPACE}:{spec['serviceAccountName']}"
+        for namespace, allowed in ((FABRIC_NAMESPACE, "yes"), (SYSTEM_NAMESPACE, "no"), ("default", "no")):
+            can = lab.kubectl(
+                cluster, "auth", "can-i", "list", "secrets", "-n", namespace, "--as", account, check=False
+            )
+            assert can.stdout.strip() == allowed, (namespace, can.stdout, can.stderr)
+    condition = wait_for(
+        lambda: (c := network_ready(lab)).get("status") == "True" and c, timeout=90, what="NetworkReady=True"
+    )
+    assert condition["reason"] == "TunnelUp"
+
+
+def real_node_name(lab, cluster: str) -> str:
+    nodes = get_json(lab, cluster, "nodes", "-l", f"{NODE_KIND_LABEL}=real")["items"]
+    assert len(nodes) == 1
+    return nodes[0]["metadata"]["name"]
+
+
+def test_a_consumer_pod_reaches_offloaded_pods_by_service_name(lab, deployed):
+    apply(
+        lab,
+        CONSUMER,
+        NAMESPACE,
+        web_pod("backend-1", f"backend on {PROVIDER}", {"app": "backend"}, remote=True),
+        web_pod("backend-2", f"backend on {PROVIDER}", {"app": "backend"}, remote=True),
+        service("backend", {"app": "backend"}),
+    )
+    apply(lab, CONSUMER, LOCAL, real_pod("client", ["sleep", "3600"]))
+    for namespace, pod in ((NAMESPACE, "backend-1"), (NAMESPACE, "backend-2"), (LOCAL, "client")):
+        lab.kubectl(CONSUMER, "-n", namespace, "wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=120s")
+    placed = {
+        get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, name)["spec"]["nodeName"] for name in ("backend-1", "backend-2")
+    }
+    assert placed == {virtual_node_name(PROVIDER)}
+    url = f"http://backend.{NAMESPACE}"
+    answers = wait_for(
+        lambda: (
+            (done := [fetch(lab, CONSUMER, LOCAL, "client", url) for _ in range(4)])
+            and all(r.returncode == 0 for r in done)
+            and done
+        ),
+        timeout=60,
+        what=f"4 answers from {url}",
+    )
+    assert {r.stdout.strip() for r in answers} == {f"backend on {PROVIDER}"}
+
+
+def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, deployed):
+    apply(
+        lab,
+        CONSUMER,
+        NAMESPACE,
+        web_pod("frontend", f"frontend on {CONSUMER}", {"app": "frontend"}, remote=False),
+        service("frontend", {"app": "frontend"}),
+        real_pod("caller", ["sleep", "3600"], **TO_VIRTUAL_NODE),  # the provider's placement picks its real node
+    )
+    for pod in ("frontend", "caller"):
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=120s")
+    # The caller runs on the provider; its Service copy there leads to the consumer's pod, through the tunnel.
+    wait_for(
+        lambda: lab.kubectl(PROVIDER, "-n", TWIN, "get", "service", "frontend", check=False).returncode == 0,
+        what="the Service reflected into the twin",
+    )
+    answer = wait_for(
+        lambda: (r := fetch(lab, CONSUMER, NAMESPACE, "caller", "http://frontend")).returncode == 0 and r,
+        timeout=60,
+        what="an answer from http://frontend on the provider",
+    )
+    assert answer.stdout.strip() == f"frontend on {CONSUMER}"
+
+
+def test_a_killed_gateway_is_restarted_by_the_kubelet_and_traffic_resumes(lab, deployed):
+    pod = gateway_pod(lab, CONSUMER)
+    (status,) = pod["status"]["containerStatuses"]
+    restarts = status["restartCount"]
+    assert kill_container_process(status["containerID"]) > 0
+    wait_for(
+        lambda: (
+            (s := gateway_pod(lab, CONSUMER)["status"]["containerStatuses"][0])["restartCount"] > restarts
+            and s.get("ready")
+        ),
+        timeout=120,
+        what="the consumer's gateway container restarted and Ready",
+    )
+    assert gateway_pod(lab, CONSUMER)["metadata"]["uid"] == pod["metadata"]["uid"]  # the same pod, restarted
+    wait_for(lambda: network_ready(lab).get("status") == "True", timeout=90, what="NetworkReady=True after the restart")
+    answers = wait_for(
+        lambda: (r := fetch(lab, CONSUMER, LOCAL, "client", f"http://backend.{NAMESPACE}")).returncode == 0 and r,
+        timeout=60,
+        what="an answer through the rebuilt tunnel",
+    )
+    assert answers.stdout.strip() == f"backend on {PROVIDER}"
