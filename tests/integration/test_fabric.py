@@ -58,6 +58,14 @@ def apply(lab, cluster: str, namespace: str, *items: dict) -> None:
     lab.kubectl(cluster, "-n", namespace, "apply", "-f", "-", input=json.dumps(body))
 
 
+def backends_and_client(lab, namespace: str, local: str) -> None:
+    """Two web pods offloaded to the provider behind Service `backend` in `namespace`, and a client pod on the
+    consumer's real node in its namespace `local`."""
+    backends = [web_pod(f"backend-{n}", f"backend on {PROVIDER}", {"app": "backend"}, remote=True) for n in (1, 2)]
+    apply(lab, CONSUMER, namespace, *backends, service("backend", {"app": "backend"}))
+    apply(lab, CONSUMER, local, real_pod("client", ["sleep", "3600"]))
+
+
 def fetch(lab, cluster: str, namespace: str, pod: str, url: str):
     command = ["exec", pod, "--", "timeout", "5", "wget", "-qO-", url]
     return lab.kubectl(cluster, "-n", namespace, *command, check=False, timeout=30)
@@ -130,15 +138,7 @@ def test_the_tunnel_comes_up_and_says_so(lab, fed):
 
 
 def test_a_consumer_pod_reaches_offloaded_pods_through_its_service(lab, fed):
-    apply(
-        lab,
-        CONSUMER,
-        NAMESPACE,
-        web_pod("backend-1", f"backend on {PROVIDER}", {"app": "backend"}, remote=True),
-        web_pod("backend-2", f"backend on {PROVIDER}", {"app": "backend"}, remote=True),
-        service("backend", {"app": "backend"}),
-    )
-    apply(lab, CONSUMER, LOCAL, real_pod("client", ["sleep", "3600"]))
+    backends_and_client(lab, NAMESPACE, LOCAL)
     for name in ("backend-1", "backend-2"):
         wait_for(
             lambda n=name: get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, n)["status"].get("podIP"),
