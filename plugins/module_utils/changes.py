@@ -86,6 +86,13 @@ class ChangeSet:
         self._record(cluster, ref, "update" if current else "create", current, result)
         return result
 
+    def ensure(self, cluster, obj):
+        """Create obj if it is missing and leave an existing one as it is: others own its fields (a namespace's Pod
+        Security labels, set by the controller role with the same field manager, which an apply would take away)."""
+        metadata = obj["metadata"]
+        current = cluster.get(obj["apiVersion"], obj["kind"], metadata["name"], metadata.get("namespace"))
+        return current if current is not None else self.apply(cluster, obj)
+
     def delete(self, cluster, api_version, kind, name, namespace=None, grace_period=None):
         """Delete if present; returns whether it existed."""
         current = cluster.get(api_version, kind, name, namespace)

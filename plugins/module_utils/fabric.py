@@ -91,7 +91,7 @@ class Exchange:
             (self.consumer, self.consumer_secret, consumer_key),
             (self.provider, self.provider_secret, provider_key),
         ):
-            changes.apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FABRIC_NAMESPACE}})
+            changes.ensure(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FABRIC_NAMESPACE}})
             changes.apply(cluster, self._secret(name, key))
             changes.delete(cluster, "v1", "Secret", name, SYSTEM_NAMESPACE)  # moved: release 0.2.0 kept it there
         port = self._port(network.get("gateway_port", DEFAULT_GATEWAY_PORT))
@@ -167,21 +167,18 @@ class Exchange:
                     changes.delete(cluster, "v1", "Secret", name, namespace)
 
     def _key(self, cluster, name, rotate):
-        """The key kept (where it is now, or where release 0.2.0 kept it, so an upgrade keeps the tunnel), else a new
-        one."""
-        current = None
-        if not rotate:
-            current = cluster.get("v1", "Secret", name, FABRIC_NAMESPACE) or cluster.get(
-                "v1", "Secret", name, SYSTEM_NAMESPACE
-            )
-        encoded = ((current or {}).get("data") or {}).get(FABRIC_PRIVATE_KEY)
-        if encoded:
-            key = base64.b64decode(encoded).decode().strip()
-            try:
-                fabric_keys.public_key(key)
-                return key
-            except ValueError:
-                pass  # damaged: a new one replaces it, as on rotation
+        """The key kept (where it is now, else where release 0.2.0 kept it: the peer keeps its public key), else a new
+        one (none, or damaged: as on rotation)."""
+        for namespace in () if rotate else (FABRIC_NAMESPACE, SYSTEM_NAMESPACE):
+            current = cluster.get("v1", "Secret", name, namespace) or {}
+            encoded = (current.get("data") or {}).get(FABRIC_PRIVATE_KEY)
+            if encoded:
+                key = base64.b64decode(encoded).decode().strip()
+                try:
+                    fabric_keys.public_key(key)
+                    return key
+                except ValueError:
+                    pass
         return fabric_keys.generate_private_key()
 
     def _secret(self, name, key):

@@ -279,8 +279,8 @@ class Peering:
             changes.apply(self.provider, obj)
         for obj in tenant_manifests(self.consumer_id):
             changes.apply(self.provider, obj)
-        changes.apply(self.consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
-        changes.apply(self.provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        changes.ensure(self.consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        changes.ensure(self.provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
         offer_network, foreign_networking, announced = self.fabric.converge(
             changes, params, self.consumer_pod_cidrs(), self._provider_pod_cidrs()
         )

@@ -269,6 +269,7 @@ def labels(name: str, **more) -> dict:
         (labels("shop"), None),
         (labels("kube-system", team="a"), None),  # system namespaces never
         (labels("ops", team="a"), None),  # the controller's own namespace never
+        (labels("catamaran-fabric", team="a"), None),  # nor the fabric's keys
         (labels("shop-c1", team="a", **{"catamaran.io/origin-cluster-id": "c1"}), None),  # a tenant's or twin
     ],
 )

@@ -102,6 +102,19 @@ def test_keys_kept_where_release_0_2_0_put_them_move_to_the_fabric_namespace():
     assert "delete c1: Secret catamaran-system/catamaran-fabric-to-p1" in changes.actions
 
 
+def test_the_peering_leaves_the_namespaces_the_controller_role_labelled_as_they_are():
+    consumer, provider = fabric_clusters()
+    for cluster in (consumer, provider):
+        for name, level in (("catamaran-system", "restricted"), ("catamaran-fabric", "privileged")):
+            labels = {"pod-security.kubernetes.io/enforce": level}
+            cluster._store({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    present(consumer, provider)
+    for cluster in (consumer, provider):
+        for name, level in (("catamaran-system", "restricted"), ("catamaran-fabric", "privileged")):
+            labels = cluster.get("v1", "Namespace", name)["metadata"]["labels"]
+            assert labels == {"pod-security.kubernetes.io/enforce": level}
+
+
 def test_each_tenant_of_a_provider_gets_its_own_port_and_keeps_it():
     consumer, provider = fabric_clusters()
     present(consumer, provider)

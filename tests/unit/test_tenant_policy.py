@@ -247,6 +247,7 @@ def test_the_manager_says_whose_pod_it_is_not_the_shadowpod():
         ("kube-system", True),
         ("kube-anything", True),
         ("catamaran-system", True),
+        ("catamaran-fabric", True),  # the fabric's keys: a consumer whose id is `fabric` gets another twin name
         ("catamaran-tenant-cluster-2", True),
         ("shop-cluster-1", False),
         ("kubeflow", False),

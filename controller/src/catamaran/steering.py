@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 from .constants import (
+    FABRIC_NAMESPACE,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TYPE,
     TYPE_VIRTUAL_NODE,
@@ -83,7 +84,7 @@ def label_selector_matches(selector: dict | None, labels: dict) -> bool:
 def never_offloaded_by_policy(controller_namespace: str) -> list[dict]:
     """Label expressions every namespace a policy offloads must also match: never the cluster's own system
     namespaces or Catamaran's, nor a tenant or twin namespace this cluster holds for a consumer."""
-    system = sorted({"kube-system", "kube-public", "kube-node-lease", controller_namespace})
+    system = sorted({"kube-system", "kube-public", "kube-node-lease", controller_namespace, FABRIC_NAMESPACE})
     return [
         {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": system},
         {"key": LABEL_ORIGIN_CLUSTER_ID, "operator": "DoesNotExist"},

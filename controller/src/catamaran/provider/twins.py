@@ -20,6 +20,7 @@ from lightkube.types import PatchType
 
 from ..constants import (
     ANNOTATION_TWIN_OF,
+    FABRIC_NAMESPACE,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -44,7 +45,7 @@ from .offers import TenantTerms
 log = logging.getLogger(__name__)
 
 POD_SECURITY_MODES = ("enforce", "warn", "audit")
-RESERVED_NAMES = frozenset({"default", SYSTEM_NAMESPACE})
+RESERVED_NAMES = frozenset({"default", SYSTEM_NAMESPACE, FABRIC_NAMESPACE})
 RESERVED_PREFIXES = ("kube-", TENANT_NAMESPACE_PREFIX)
 
 
@@ -144,8 +145,8 @@ class TwinNamespaceController:
             return None
         if reserved_name(name):
             message = (
-                f"namespace {name} is reserved (default, kube-*, {SYSTEM_NAMESPACE}, {TENANT_NAMESPACE_PREFIX}*) "
-                "and is never a twin namespace"
+                f"namespace {name} is reserved (default, kube-*, {SYSTEM_NAMESPACE}, {FABRIC_NAMESPACE}, "
+                f"{TENANT_NAMESPACE_PREFIX}*) and is never a twin namespace"
             )
             if (twin.get("status") or {}).get("phase") != "Failed":
                 await self.events.record(reference(twin), "Warning", "ReservedName", message)
