@@ -8,6 +8,8 @@ the two gateway pods built:
   - a consumer pod reaches offloaded pods through their Service, by name;
   - an offloaded pod reaches the consumer's Service through its reflected copy, by short name;
   - a gateway whose process is killed is restarted by the kubelet, and traffic resumes;
+  - a gateway turned off (controller_gateway: false) is gone, with its rights, and its node keeps nothing of it;
+    without its Lease, the virtual kubelet turns the offloaded endpoints not ready;
   - teardown.yml leaves no gateway, interface, route or rule on the nodes (checked by the fixture, after it).
 """
 
@@ -238,3 +240,33 @@ def test_a_killed_gateway_is_restarted_by_the_kubelet_and_traffic_resumes(lab, d
     )
     assert answers.stdout.strip() == f"backend on {PROVIDER}"
     print(f"gateway killed: traffic through the rebuilt tunnel {time.monotonic() - killed:.1f}s after")
+
+
+def test_a_gateway_turned_off_goes_with_its_rights_and_leaves_its_node_clean(
+    lab, deployed, installed_collections, tmp_path
+):
+    inventory = fabric_inventory()
+    inventory["catamaran_clusters"]["vars"]["controller_gateway"] = False
+    run = run_playbook(write_inventory(tmp_path, inventory, lab), collections=installed_collections)
+    assert run.returncode == 0, f"site.yml: {run.failures()}"
+    for cluster in CLUSTERS:
+        assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
+        rights = lab.kubectl(
+            cluster, "get", "clusterrole,clusterrolebinding", "-o", "name", "-l", "app.kubernetes.io/component=gateway"
+        ).stdout.split()
+        accounts = lab.kubectl(cluster, "get", "serviceaccounts,roles,rolebindings", "-A", "-o", "name",
+                               "-l", "app.kubernetes.io/component=gateway").stdout.split()  # fmt: skip
+        assert (rights, accounts) == ([], []), cluster
+    # With no gateway renewing its Lease, the virtual kubelet takes the tunnel for down: the offloaded endpoints are not
+    # ready, so the Service sends nothing into it (whatever NetworkReady last said).
+    ready = wait_for(
+        lambda: (
+            (pod := get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1"))
+            and (c := next(c for c in pod["status"]["conditions"] if c["type"] == "Ready"))["status"] == "False"
+            and c
+        ),
+        timeout=45,
+        what="backend-1 not Ready on the consumer without a gateway",
+    )
+    assert ready["reason"] == "NetworkUnreachable", ready
+    assert "network gateway is not running" in ready["message"], ready

@@ -276,6 +276,29 @@ def test_a_killed_gateway_turns_the_network_not_ready_and_its_restart_brings_tra
     assert answer.stdout.strip() == f"backend on {PROVIDER}"
 
 
+def test_a_dead_consumer_gateway_is_noticed_by_its_lease_and_its_restart_brings_traffic_back(lab, fed):
+    """A gateway that dies writes no condition, so NetworkReady keeps its last word (True); its Lease lapses, and the
+    virtual kubelet turns the other side's endpoints not ready until a gateway renews it again."""
+    fed[CONSUMER].kill()
+    wait_for(
+        lambda: backend_ready(lab) == ("False", "NetworkUnreachable"),
+        timeout=45,
+        what="backend-1 not Ready (NetworkUnreachable) once the consumer's gateway stopped renewing its Lease",
+    )
+    pod = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1")
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    assert "has not renewed its Lease catamaran-fabric/catamaran-gateway" in ready["message"], ready
+    fed[CONSUMER].start()
+    wait_for(lambda: backend_ready(lab)[0] == "True", timeout=60, what="backend-1 Ready once the gateway runs again")
+    answer = wait_for(
+        lambda: (r := fetch(lab, CONSUMER, LOCAL, "client", f"http://backend.{NAMESPACE}/")).returncode == 0 and r,
+        timeout=30,
+        interval=1,
+        what="the Service answering through the rebuilt tunnel",
+    )
+    assert answer.stdout.strip() == f"backend on {PROVIDER}"
+
+
 def test_a_stopped_gateway_leaves_nothing_of_the_fabric_on_its_node(lab, fed):
     """Stopped on purpose (teardown, uninstall: SIGTERM), a gateway removes its interfaces, their routes and
     userspace processes, and Catamaran's iptables chains with the jumps to them."""

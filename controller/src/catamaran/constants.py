@@ -156,6 +156,9 @@ NETWORK_MODES = ("Fabric", "Flat")
 # gateway needs the host network and NET_ADMIN (Pod Security `privileged` here, `restricted` there) and reads Secrets
 # here, where nothing but its keys lives (the peering credentials stay out of its reach).
 FABRIC_NAMESPACE = "catamaran-fabric"
+# The gateway renews this Lease in FABRIC_NAMESPACE while it runs (and deletes it when stopped on purpose): a virtual
+# kubelet whose cluster's gateway stopped renewing it takes the tunnels for down, whatever NetworkReady last said.
+GATEWAY_LEASE = "catamaran-gateway"
 # Each side's WireGuard private key for one peering: a Secret in its own FABRIC_NAMESPACE (key `privateKey`),
 # labelled FABRIC_KEY_LABEL, named by direction and the other cluster's id (a cluster may be both sides).
 # Release 0.2.0 kept them in SYSTEM_NAMESPACE; the peering moves them here.

@@ -17,19 +17,26 @@ providers' pods this consumer relays to. Replies to connections opened from this
 
 Every change lands on one work-queue key, so the host is converged by one worker from the caches. The
 health of each consumer-side tunnel (the provider's keepalives arriving) is the ForeignCluster's
-NetworkReady condition.
+NetworkReady condition. A gateway that is gone writes no condition: its Lease (GATEWAY_LEASE), renewed while
+it runs, tells the virtual kubelets so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
+import datetime
 import logging
+import socket
 import time
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod, Secret
 
 from ..constants import (
@@ -38,6 +45,7 @@ from ..constants import (
     FABRIC_KEY_TO_PROVIDER_PREFIX,
     FABRIC_NAMESPACE,
     FABRIC_PRIVATE_KEY,
+    GATEWAY_LEASE,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
@@ -62,6 +70,8 @@ log = logging.getLogger(__name__)
 DATAPLANE = "dataplane"
 # A tunnel is up while the peer's keepalives (every KEEPALIVE_SECONDS when idle) keep arriving.
 HEALTH_WINDOW_SECONDS = 3 * KEEPALIVE_SECONDS
+# The gateway's Lease: renewed every KEEPALIVE_SECONDS, lapsed after the same window as a silent tunnel.
+LEASE_DURATION_SECONDS = HEALTH_WINDOW_SECONDS
 
 
 def _pod_address(pod) -> tuple[str | None, str | None]:
@@ -122,17 +132,37 @@ class Gateway:
         return (self.foreigns, self.offers, self.keys, self.pods, self.offloadings)
 
     def tasks(self):
-        loops = [self.queue.run(), self._health_loop(), self._until_stopped()]
+        loops = [self.queue.run(), self._health_loop(), self._lease_loop(), self._until_stopped()]
         return [*(informer.run() for informer in self._informers), *loops]
 
     async def _until_stopped(self) -> None:
-        """A gateway stopped on purpose (SIGTERM: teardown, uninstall) leaves nothing of the fabric on its host; one
-        that dies loses its userspace tunnels with it, and its restart builds them again."""
+        """A gateway stopped on purpose (SIGTERM: teardown, uninstall) leaves nothing of the fabric on its host, nor
+        its Lease; one that dies loses its userspace tunnels with it, its Lease lapses, and its restart builds them
+        again."""
         try:
             await asyncio.Event().wait()
         finally:
             log.info("stopping: removing the tunnels, routes and rules")
             await self.dataplane.remove_all()
+            with contextlib.suppress(ApiError, OSError, TimeoutError):
+                await asyncio.wait_for(self.client.delete(Lease, GATEWAY_LEASE, namespace=FABRIC_NAMESPACE), 5)
+
+    async def _lease_loop(self) -> None:
+        holder = socket.gethostname()
+        while True:
+            lease = Lease(
+                metadata=ObjectMeta(name=GATEWAY_LEASE, namespace=FABRIC_NAMESPACE),
+                spec=LeaseSpec(
+                    holderIdentity=holder,
+                    leaseDurationSeconds=LEASE_DURATION_SECONDS,
+                    renewTime=datetime.datetime.now(datetime.UTC),
+                ),
+            )
+            try:
+                await self.client.apply(lease, force=True)
+            except (ApiError, OSError) as error:
+                log.warning("cannot renew the gateway's Lease", extra=fields(error=str(error)[:300]))
+            await asyncio.sleep(KEEPALIVE_SECONDS)
 
     # -- what the peerings ask for ---------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from ..networks import remap_pairs
 from ..objects import as_dict, reference, set_condition
 from ..tenancy import lent_service_types
 from .context import PeeringContext
+from .gateway_lease import GatewayLease
 from .kubelet.certificate import ServingCertificate
 from .kubelet.channel import ProviderChannel
 from .kubelet.server import KubeletServer, listen
@@ -40,6 +41,8 @@ FIELD_MANAGER = "catamaran-virtual-kubelet"
 # Watches wake the virtual kubelet as soon as its peering appears; this bounds the wait when one
 # breaks or misses something, and is the only retry when there is nothing to watch.
 RECHECK_SECONDS = 10.0
+# How soon a gateway's lapsed Lease is noticed after it lapses (a local check, no API call).
+GATEWAY_RECHECK_SECONDS = 1.0
 
 
 def reflection_terms(offer: dict) -> tuple[tuple, tuple | None]:
@@ -50,10 +53,13 @@ def reflection_terms(offer: dict) -> tuple[tuple, tuple | None]:
     return lent_service_types(allowed), (tuple(ranges) if ranges is not None else None)
 
 
-def network_problem(foreign: dict) -> str | None:
-    """Why the network fabric's tunnel to the provider is down (its gateway's NetworkReady=False), else None."""
+def network_problem(foreign: dict, gateway_problem: str | None = None) -> str | None:
+    """Why the network fabric's tunnel to the provider is down (this cluster's gateway gone, or its NetworkReady=False),
+    else None."""
     if ((foreign["spec"].get("networking") or {}).get("mode")) != "Fabric":
         return None
+    if gateway_problem:
+        return f"the network fabric's tunnel to the provider is down ({gateway_problem})"
     ready = next(
         (c for c in (foreign.get("status") or {}).get("conditions") or [] if c["type"] == NETWORK_READY_CONDITION),
         None,
@@ -183,6 +189,7 @@ class VirtualKubelet:
         reflection.update_local_remap(local_remap(foreign))
         reflection.update_network(network_problem(foreign) is not None)
         pods.ips.network_down = network_problem(foreign)
+        gateway = GatewayLease(self.local)
         certificate = ServingCertificate(
             self.local,
             peering.node_name,
@@ -243,11 +250,24 @@ class VirtualKubelet:
             reflection.update(settings_from_spec(new["spec"].get("reflection")))
             reflection.update_local_remap(local_remap(new))
             pods.home_api_server = home_api_server(new["spec"])  # for pods offloaded from now on
-            problem = network_problem(new)
+            network_changed()
+
+        def network_changed() -> None:
+            foreign = foreigns.get(self.namespace, self.foreign_cluster)
+            if foreign is None:
+                return
+            problem = network_problem(foreign, gateway.problem())
             reflection.update_network(problem is not None)
             pods.ips.update_network(problem)
 
+        async def follow_gateway() -> None:
+            """A lapsed Lease changes nothing on the API server: its silence is noticed here, on a local clock."""
+            while True:
+                network_changed()
+                await asyncio.sleep(GATEWAY_RECHECK_SECONDS)
+
         foreigns.on_change(foreign_changed)
+        gateway.informer.on_change(lambda *_: network_changed())
 
         async def until_removed() -> None:
             await foreigns.synced.wait()
@@ -272,7 +292,8 @@ class VirtualKubelet:
         log.info("virtual kubelet running", extra=fields(provider=peering.provider_id, node=peering.node_name))
         try:
             async with asyncio.TaskGroup() as group:
-                loops = [offers.run(), until_removed(), *node.tasks(), *pods.tasks()]
+                loops = [offers.run(), until_removed(), gateway.informer.run(), follow_gateway(), *node.tasks()]
+                loops += pods.tasks()
                 loops += credential.tasks() if credential else []
                 for task in loops + reflection.tasks() + kubelet.tasks():
                     group.create_task(task)
