@@ -57,10 +57,10 @@ class GatewayLease:
             return None
         if self.seen is None:
             return f"this cluster's network gateway is not running (no Lease {LEASE})"
-        silent = self.clock() - self.seen_at
-        if silent > self.seen.duration:
+        if self.clock() - self.seen_at > self.seen.duration:
+            # No running count in the message: it is every pod's Ready message, rewritten whenever it changes.
             return (
-                f"this cluster's network gateway ({self.seen.holder}) has not renewed its Lease {LEASE} for "
-                f"{silent:.0f} s (it renews it every few seconds while it runs)"
+                f"this cluster's network gateway ({self.seen.holder}) has not renewed its Lease {LEASE} since "
+                f"{self.seen.renew_time or 'it was made'} (lapsed after {self.seen.duration:.0f} s)"
             )
         return None
