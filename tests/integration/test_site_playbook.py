@@ -186,9 +186,15 @@ def test_an_offloaded_pod_on_one_provider_calls_a_service_on_the_other_by_name(l
     # cluster-2 holds the endpoint at the address cluster-1 sees it at, which cluster-1 routes to cluster-3.
     seen_ip = across["cluster-3"]
     assert wait_for(reflected_into_2, timeout=60, what="served-in-3's endpoint reflected into cluster-2") == [seen_ip]
-    # The twin is demo-cluster-1 (DefaultName): the short name is what resolves there.
+    # The twin is demo-cluster-1 (DefaultName): the short name is what resolves there. The Service was just reflected:
+    # cluster-2's kube-proxy may not have programmed its ClusterIP yet.
     for url in ("http://served-in-3/", f"http://{seen_ip}:8080/"):
-        assert fetch(lab, "demo", "served-in-2", url) == (0, "served in cluster-3"), url
+        wait_for(
+            lambda url=url: fetch(lab, "demo", "served-in-2", url) == (0, "served in cluster-3"),
+            timeout=30,
+            interval=1,
+            what=f"{url} answered from cluster-2 by cluster-3's pod",
+        )
 
 
 def test_cutting_one_peerings_tunnel_stops_its_traffic_and_nothing_elses(lab, federation, across):
