@@ -71,6 +71,18 @@ def fetch(lab, cluster: str, namespace: str, pod: str, url: str):
     return lab.kubectl(cluster, "-n", namespace, *command, check=False, timeout=30)
 
 
+def answered(lab, url: str, what: str, where: tuple[str, str, str] | None = None, timeout: float = 30) -> str:
+    """What `url` answers from a pod (`where`: cluster, namespace, pod; by default the consumer's client)."""
+    cluster, namespace, pod = where or (CONSUMER, LOCAL, "client")
+    found = wait_for(
+        lambda: (r := fetch(lab, cluster, namespace, pod, url)).returncode == 0 and r,
+        timeout=timeout,
+        interval=1,
+        what=what,
+    )
+    return found.stdout.strip()
+
+
 def foreign(lab) -> dict:
     return get_json(lab, CONSUMER, "foreigncluster", "-n", "catamaran-system", PROVIDER)
 
@@ -155,13 +167,7 @@ def test_a_consumer_pod_reaches_offloaded_pods_through_its_service(lab, fed):
     addresses = {a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
     assert remote_ip in addresses
     for url in (f"http://{remote_ip}:8080/", f"http://backend.{NAMESPACE}/"):
-        answer = wait_for(
-            lambda u=url: (r := fetch(lab, CONSUMER, LOCAL, "client", u)).returncode == 0 and r,
-            timeout=30,
-            interval=1,
-            what=f"{url} from a consumer pod",
-        )
-        assert answer.stdout.strip() == f"backend on {PROVIDER}"
+        assert answered(lab, url, f"{url} from a consumer pod") == f"backend on {PROVIDER}"
 
 
 def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, fed):
@@ -189,13 +195,9 @@ def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, f
 
     assert wait_for(lambda: seen in reflected(), timeout=60, what=f"{seen} in the twin's EndpointSlice for home")
     # The reflected Service in the twin, its endpoints the consumer's pod: resolved by the provider's DNS.
-    answer = wait_for(
-        lambda: (r := fetch(lab, PROVIDER, TWIN, "caller", "http://home/")).returncode == 0 and r,
-        timeout=60,
-        interval=1,
-        what="http://home/ from the offloaded pod",
-    )
-    assert answer.stdout.strip() == f"home on {CONSUMER}"
+    caller = (PROVIDER, TWIN, "caller")
+    answer = answered(lab, "http://home/", "http://home/ from the offloaded pod", where=caller, timeout=60)
+    assert answer == f"home on {CONSUMER}"
 
 
 def test_the_tenant_reaches_no_pod_of_the_provider_but_its_own(lab, fed):
@@ -267,13 +269,8 @@ def test_a_killed_gateway_turns_the_network_not_ready_and_its_restart_brings_tra
         what="NetworkReady=True after the gateway's restart",
     )
     wait_for(lambda: backend_ready(lab)[0] == "True", timeout=30, what="backend-1 Ready again")
-    answer = wait_for(
-        lambda: (r := fetch(lab, CONSUMER, LOCAL, "client", f"http://{remote_ip}:8080/")).returncode == 0 and r,
-        timeout=30,
-        interval=1,
-        what="the remote pod answering again",
-    )
-    assert answer.stdout.strip() == f"backend on {PROVIDER}"
+    answer = answered(lab, f"http://{remote_ip}:8080/", "the remote pod answering again")
+    assert answer == f"backend on {PROVIDER}"
 
 
 def test_a_dead_consumer_gateway_is_noticed_by_its_lease_and_its_restart_brings_traffic_back(lab, fed):
@@ -290,13 +287,8 @@ def test_a_dead_consumer_gateway_is_noticed_by_its_lease_and_its_restart_brings_
     assert "has not renewed its Lease catamaran-fabric/catamaran-gateway" in ready["message"], ready
     fed[CONSUMER].start()
     wait_for(lambda: backend_ready(lab)[0] == "True", timeout=60, what="backend-1 Ready once the gateway runs again")
-    answer = wait_for(
-        lambda: (r := fetch(lab, CONSUMER, LOCAL, "client", f"http://backend.{NAMESPACE}/")).returncode == 0 and r,
-        timeout=30,
-        interval=1,
-        what="the Service answering through the rebuilt tunnel",
-    )
-    assert answer.stdout.strip() == f"backend on {PROVIDER}"
+    answer = answered(lab, f"http://backend.{NAMESPACE}/", "the Service answering through the rebuilt tunnel")
+    assert answer == f"backend on {PROVIDER}"
 
 
 def test_a_stopped_gateway_leaves_nothing_of_the_fabric_on_its_node(lab, fed):
