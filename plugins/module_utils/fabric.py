@@ -4,9 +4,9 @@
 """What a peering exchanges for the network fabric: a WireGuard key per side and where the provider listens.
 
 Each side's private key stays in a Secret of its own cluster, in catamaran-fabric (the provider's out of
-the tenant's reach; on both sides out of reach of the processes that need no key); only public keys cross. A key is made once and kept, unless rotation is
-asked for. Each tenant of a provider gets its own UDP port on the provider's gateway, the lowest
-free one from the configured first port, and keeps it.
+the tenant's reach; on both sides out of reach of the processes that need no key); only public keys
+cross. A key is made once and kept, unless rotation is asked for. Each tenant of a provider gets its
+own UDP port on the provider's gateway, the lowest free one from the configured first port, and keeps it.
 """
 
 from __future__ import absolute_import, division, print_function
