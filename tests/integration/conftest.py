@@ -123,6 +123,19 @@ def get_json(lab: Lab, cluster: str, *args: str) -> dict:
     return json.loads(lab.kubectl(cluster, "get", *args, "-o", "json").stdout)
 
 
+def apply_quota(lab: Lab, cluster: str, quota: dict) -> None:
+    """Apply a ResourceQuota and wait until it is enforced: quota admission ignores a quota whose status.hard the
+    quota controller has not written yet, so an object created before then is admitted."""
+    lab.kubectl(cluster, "apply", "-f", "-", input=json.dumps(quota))
+    namespace, name = quota["metadata"]["namespace"], quota["metadata"]["name"]
+
+    def enforced() -> bool:
+        status = get_json(lab, cluster, "resourcequota", "-n", namespace, name).get("status") or {}
+        return status.get("hard") == quota["spec"]["hard"]
+
+    wait_for(enforced, what=f"the quota controller to enforce ResourceQuota {namespace}/{name}")
+
+
 def kill_container_process(container_id: str) -> int:
     """SIGKILL a real node's container's processes from the host, as the OOM killer would: found by their cgroup."""
     hex_id = container_id.split("://", 1)[1]

@@ -15,7 +15,7 @@ import pytest
 from catamaran.constants import virtual_node_name
 
 from . import federation
-from .conftest import get_json, wait_for
+from .conftest import apply_quota, get_json, wait_for
 from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration
@@ -537,7 +537,7 @@ def test_a_policy_steers_pods_at_admission_and_says_why_a_namespace_is_not_offlo
         "metadata": {"name": "no-offloading", "namespace": "held"},
         "spec": {"hard": {"count/namespaceoffloadings.offloading.catamaran.io": "0"}},
     }
-    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(quota))
+    apply_quota(lab, CONSUMER, quota)
     wait_for(lambda: lab.kubectl(CONSUMER, "-n", "held", "get", "sa", "default", check=False).returncode == 0)
     lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(policy))
     try:

@@ -21,7 +21,7 @@ from catamaran import quantities
 from catamaran.constants import NODE_LEASE_NAMESPACE, virtual_node_name
 
 from . import federation
-from .conftest import get_json, wait_for
+from .conftest import apply_quota, get_json, wait_for
 from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration
@@ -388,7 +388,7 @@ def test_provider_rejection_is_reported_locally(lab, fed):
         "metadata": {"name": "tight", "namespace": TWIN},
         "spec": {"hard": {"pods": "0"}},
     }
-    lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(quota))
+    apply_quota(lab, PROVIDER, quota)
     try:
         pod = {
             "apiVersion": "v1",
@@ -406,7 +406,6 @@ def test_provider_rejection_is_reported_locally(lab, fed):
                 ),
                 None,
             ),
-            timeout=120,  # once longer than 60 s in a full run on this 2-CPU machine (cause not found)
             what="the refusal on the local pod",
         )
         assert condition["status"] == "False"
