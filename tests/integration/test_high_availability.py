@@ -8,13 +8,18 @@ is recreated and no local pod's status goes backwards.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import signal
 import time
+import uuid
 
 import pytest
 
 from catamaran.constants import MANAGER_LEASE, VK_SERVICE_ACCOUNT_PREFIX, virtual_node_name
+from catamaran.kube.clients import async_client, kubeconfig_from_file
+from catamaran.kube.leaderelection import LeaderElector
 
 from . import federation
 from .conftest import get_json, wait_for
@@ -111,3 +116,38 @@ def test_killing_the_acting_replicas_hands_over_without_recreating_a_remote_pod(
     assert seen["samples"] >= 3, seen  # it sampled, however slow the reads under load
     assert seen["not_ready"] == [], seen
     assert seen["backwards"] == []
+
+
+def test_a_candidate_whose_lease_namespace_is_missing_says_so_and_leads_once_it_exists(lab, caplog):
+    """A wrong --leader-elect-namespace is logged with what to do, and waited out, not a traceback and an exit."""
+    namespace = f"lease-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> str | None:
+        client = async_client(kubeconfig_from_file(str(lab.kubeconfig(PROVIDER))), None, "catamaran-test")
+        elector = LeaderElector(client, "probe", namespace, "candidate", retry_period=0.5)
+        acquiring = asyncio.ensure_future(elector.acquire())
+        try:
+            deadline = time.monotonic() + 30
+            while not [r for r in caplog.records if r.getMessage().startswith("cannot take the leader election")]:
+                assert time.monotonic() < deadline, "no error logged for the missing namespace"
+                assert not acquiring.done(), acquiring
+                await asyncio.sleep(0.2)
+            await asyncio.to_thread(lab.kubectl, PROVIDER, "create", "namespace", namespace)
+            await asyncio.wait_for(acquiring, timeout=30)
+            return await asyncio.to_thread(
+                lambda: get_json(lab, PROVIDER, "lease", "-n", namespace, "probe")["spec"]["holderIdentity"]
+            )
+        finally:
+            acquiring.cancel()
+            await elector.release()
+            await client.close()
+
+    caplog.set_level(logging.ERROR, logger="catamaran.kube.leaderelection")
+    try:
+        assert asyncio.run(scenario()) == "candidate"
+    finally:
+        lab.kubectl(PROVIDER, "delete", "namespace", namespace, "--wait=false", check=False)
+    refused = next(r for r in caplog.records if r.getMessage().startswith("cannot take the leader election"))
+    assert refused.exc_info is None
+    assert f'namespaces "{namespace}" not found' in refused.fields["error"]
+    assert "--leader-elect-namespace" in refused.fields["error"]

@@ -61,6 +61,14 @@ def may_take(observed: Observed | None, identity: str, now: float) -> bool:
     return now - observed.changed_at > observed.duration
 
 
+def refusal(error: ApiError, namespace: str) -> str:
+    """The API server's refusal, naming the likely fix when the Lease's namespace does not exist."""
+    message = error.status.message or str(error)
+    if error.status.code == 404 and error.status.details and error.status.details.kind == "namespaces":
+        return f"{message} (create it, or give --leader-elect-namespace the controller's namespace)"
+    return message
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -104,7 +112,7 @@ class LeaderElector:
                 lease = watch.get(self.namespace, self.name)
                 self._observe(lease)
                 now = time.monotonic()
-                if may_take(self.observed, self.identity, now) and await self._write(lease):
+                if may_take(self.observed, self.identity, now) and await self._try_write(lease):
                     break
                 # Until the record changes, or until it has not changed for a whole lease duration.
                 wait = self.observed.changed_at + self.observed.duration - now if self.observed else self.retry_period
@@ -116,6 +124,18 @@ class LeaderElector:
                 await watching
         self.leading = True
         log.info("leading", extra=fields(lease=f"{self.namespace}/{self.name}", identity=self.identity))
+
+    async def _try_write(self, lease: Lease | None) -> bool:
+        """`_write`, with a refusal logged and retried as client-go does: a Lease namespace that is missing or not
+        yet allowed to this identity may be fixed while the candidate waits."""
+        try:
+            return await self._write(lease)
+        except ApiError as error:
+            log.error(
+                "cannot take the leader election Lease; retrying",
+                extra=fields(lease=f"{self.namespace}/{self.name}", error=refusal(error, self.namespace)),
+            )
+            return False
 
     async def hold(self) -> None:
         """Renew while leading; raise LeadershipLost once renewals have failed for `renew_deadline`."""
