@@ -51,7 +51,6 @@ from ..constants import (
     MANAGED_BY_CATAMARAN,
     NETWORK_READY_CONDITION,
     SYSTEM_NAMESPACE,
-    TENANT_NAMESPACE_PREFIX,
     TERMINAL_PHASES,
 )
 from ..kube.informer import Informer, changed, enqueue
@@ -63,6 +62,7 @@ from ..networks import remap_pairs
 from ..objects import as_dict, condition, set_condition
 from . import keys
 from .dataplane import Dataplane, DataplaneError
+from .peerings import consumer_behind, provider_behind
 from .plan import KEEPALIVE_SECONDS, Tunnel, check_remap, interface_name
 
 log = logging.getLogger(__name__)
@@ -173,14 +173,13 @@ class Gateway:
         tunnels = []
         self.problems = {}
         for foreign in self.foreigns.cache.values():
-            networking = foreign["spec"].get("networking") or {}
-            if networking.get("mode") != "Fabric":
+            if (behind := provider_behind(foreign)) is None:
                 continue
-            provider = foreign["spec"]["clusterID"]
+            provider, remote = behind
+            networking = foreign["spec"]["networking"]
             gateway = networking.get("gateway") or {}
             secret = FABRIC_KEY_TO_PROVIDER_PREFIX + provider
             private_key = self._key(secret)
-            remote = ((foreign.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
             if not private_key:
                 self.problems[provider] = f"Secret {FABRIC_NAMESPACE}/{secret} (this side's key) is missing"
                 continue
@@ -194,7 +193,7 @@ class Gateway:
                         interface=interface_name(self.dataplane.prefix, f"to-{provider}"),
                         private_key=keys.checked_private_key(private_key),
                         peer_public_key=keys.check_public_key(gateway["publicKey"]),
-                        remote_cidrs=tuple(remote),
+                        remote_cidrs=remote,
                         peer_endpoint=gateway["endpoint"],
                         remapped=_remapped(networking),
                     )
@@ -226,11 +225,10 @@ class Gateway:
                 pods_by_tenant.setdefault(origin, []).append(address)
         tunnels = []
         for offer in self.offers.cache.values():
-            namespace = offer["metadata"]["namespace"]
-            network = offer["spec"].get("network") or {}
-            if network.get("mode") != "Fabric" or not namespace.startswith(TENANT_NAMESPACE_PREFIX):
+            if (behind := consumer_behind(offer)) is None:
                 continue
-            consumer = namespace.removeprefix(TENANT_NAMESPACE_PREFIX)
+            consumer, remote = behind
+            network = offer["spec"]["network"]
             gateway = network.get("gateway") or {}
             secret = FABRIC_KEY_FROM_CONSUMER_PREFIX + consumer
             private_key = self._key(secret)
@@ -247,7 +245,7 @@ class Gateway:
                         interface=interface_name(self.dataplane.prefix, f"from-{consumer}"),
                         private_key=keys.checked_private_key(private_key),
                         peer_public_key=keys.check_public_key(gateway["publicKey"]),
-                        remote_cidrs=tuple(offer["spec"].get("consumerPodCIDRs") or []),
+                        remote_cidrs=remote,
                         listen_port=int(gateway["listenPort"]),
                         allowed_destinations=tuple(sorted(pods_by_tenant.get(consumer, []))),
                         remapped=_remapped(network),
@@ -285,10 +283,9 @@ class Gateway:
         if any(tunnel.interface not in present for tunnel in tunnels.values()):
             self.queue.add(DATAPLANE)  # a userspace tunnel died with its process: build it again
         for foreign in list(self.foreigns.cache.values()):
-            networking = foreign["spec"].get("networking") or {}
-            if networking.get("mode") != "Fabric":
+            if (behind := provider_behind(foreign)) is None:
                 continue
-            provider = foreign["spec"]["clusterID"]
+            provider = behind[0]
             tunnel = tunnels.get(provider)
             if tunnel is None:
                 wanted = ("False", "TunnelNotConfigured", self.problems.get(provider, "no tunnel configured"))
