@@ -1,4 +1,4 @@
-"""Process entry points: `python -m catamaran manager|virtual-kubelet|gateway`."""
+"""Process entry points: `python -m catamaran manager|virtual-kubelet|gateway|route-agent`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from .constants import COUNTERS_SERVICE, LEADER_LABEL, MANAGER_LEASE, SYSTEM_NAM
 from .consumer.manager import WebhookOptions, consumer_tasks
 from .fabric.gateway import gateway_tasks
 from .fabric.plan import DEFAULT_INTERFACE_PREFIX
+from .fabric.routeagent import route_agent_tasks
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
 from .kube.leaderelection import LeaderElector, LeadershipLost
 from .provider.counters import CounterOptions
@@ -188,7 +189,27 @@ def _parser() -> argparse.ArgumentParser:
         default="wireguard-go",
         help="the userspace WireGuard run per tunnel where the kernel has no WireGuard (default: from PATH)",
     )
+    agent = commands.add_parser(
+        "route-agent", help="on a node other than the gateway's: route the peers' pod ranges to the gateway's node"
+    )
+    agent.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignClusters")
+    agent.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME"), help="this node's name (default: $NODE_NAME)"
+    )
+    agent.add_argument(
+        "--gateway-selector",
+        type=_labels,
+        required=True,
+        help="labels of the gateway's pods in namespace catamaran-fabric, as key=value,key=value",
+    )
     return parser
+
+
+def _labels(text: str) -> dict[str, str]:
+    pairs = [item.partition("=") for item in text.split(",") if item]
+    if not pairs or any(not key or not sep for key, sep, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of key=value labels")
+    return {key: value for key, _, value in pairs}
 
 
 def _own_pod(args) -> tuple[str, str] | None:
@@ -221,6 +242,9 @@ async def _main(args) -> None:
     elif args.command == "gateway":
         client = async_client(config, args.context, "catamaran-gateway")
         tasks = gateway_tasks(client, args.interface_prefix, args.namespace, args.wireguard_go)
+    elif args.command == "route-agent":
+        client = async_client(config, args.context, "catamaran-route-agent")
+        tasks = route_agent_tasks(client, args.node_name, args.gateway_selector, args.namespace)
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")
         vk = VirtualKubelet(
@@ -296,8 +320,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--metrics-port: {args.metrics_port} is not a port number (0-65535)")
     if args.liveness_stall_seconds <= 0:
         parser.error(f"--liveness-stall-seconds: must be positive, not {args.liveness_stall_seconds}")
-    if args.leader_elect and args.command == "gateway":
-        parser.error("--leader-elect: every node's gateway acts; there is no leader to elect")
+    if args.leader_elect and args.command in ("gateway", "route-agent"):
+        parser.error(f"--leader-elect: every {args.command} acts on its own node; there is no leader to elect")
+    if args.command == "route-agent" and not args.node_name:
+        parser.error("route-agent needs --node-name or $NODE_NAME (the Downward API's spec.nodeName)")
     if args.leader_elect_label_pod and not (os.environ.get("POD_NAMESPACE") and os.environ.get("POD_NAME")):
         parser.error("--leader-elect-label-pod needs $POD_NAMESPACE and $POD_NAME (the Downward API)")
     logs.setup(args.log_level)

@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..logs import fields
-from .plan import JUMPS, MTU, Tunnel, iptables_restore, routes, wg_set_arguments
+from .plan import (
+    JUMPS,
+    MTU,
+    NODE_JUMP,
+    ROUTE_PROTOCOL,
+    Tunnel,
+    iptables_restore,
+    node_rules,
+    routes,
+    wg_set_arguments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -184,3 +194,45 @@ class Dataplane:
         for table, builtin, chain in JUMPS:
             if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
                 await run("iptables", "-t", table, "-I", builtin, "1", "-j", chain)
+
+
+class NodeRouting:
+    """A node other than the gateway's: the peers' pod ranges routed to the gateway's node, the way this node reaches
+    that node's address (its next hop, when it is not on a shared link), and kept from the CNI's masquerading."""
+
+    async def apply(self, ranges: list[str], gateway_address: str | None) -> None:
+        """Route `ranges` (node_ranges) to `gateway_address`; none, or no address: nothing of the agent stays."""
+        if not ranges or gateway_address is None:
+            await self.remove_all()
+            return
+        via, device = await self.next_hop(gateway_address)
+        wanted = set(ranges)
+        for route in await self.routes():
+            if route["dst"] not in wanted or route.get("gateway") != via or route.get("dev") != device:
+                await run("ip", "route", "delete", route["dst"], "proto", str(ROUTE_PROTOCOL), check=False)
+        for destination in ranges:
+            await run("ip", "route", "replace", destination, "via", via, "dev", device, "proto", str(ROUTE_PROTOCOL))
+        await run("iptables-restore", "--noflush", stdin=node_rules(ranges))
+        table, builtin, chain = NODE_JUMP
+        if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
+            await run("iptables", "-t", table, "-I", builtin, "1", "-j", chain)
+
+    async def next_hop(self, address: str) -> tuple[str, str]:
+        """(next hop, interface) of this node's path to `address`: the address itself on a shared link, else the
+        router this node sends it to (which must then route the ranges too: docs/network-fabric.md)."""
+        found = json.loads(await run("ip", "-j", "route", "get", address) or "[]")
+        route = found[0] if found else {}
+        if not route.get("dev") or route.get("dev") == "lo" or route.get("type") == "local":
+            raise DataplaneError(f"the gateway's node address {address} is this node's own, or not routed from it")
+        return route.get("gateway") or address, route["dev"]
+
+    async def routes(self) -> list[dict]:
+        return json.loads(await run("ip", "-j", "route", "show", "proto", str(ROUTE_PROTOCOL)) or "[]")
+
+    async def remove_all(self) -> None:
+        await run("ip", "route", "flush", "proto", str(ROUTE_PROTOCOL), check=False)
+        table, builtin, chain = NODE_JUMP
+        while await succeeds("iptables", "-t", table, "-D", builtin, "-j", chain):
+            pass
+        await run("iptables", "-t", table, "-F", chain, check=False)
+        await run("iptables", "-t", table, "-X", chain, check=False)

@@ -1,4 +1,5 @@
-"""What a gateway's host should hold for its tunnels: interfaces, routes and iptables rules. Pure.
+"""What a gateway's host should hold for its tunnels: interfaces, routes and iptables rules; and what the cluster's
+other nodes hold to reach them (routes to the gateway's node, one nat chain). Pure.
 
 Each peering is one WireGuard interface with one peer, so keys, health and teardown are per peering
 and stopping one tunnel touches nothing else. The provider's gateway listens (its address and port
@@ -116,6 +117,28 @@ def iptables_restore(tunnels: list[Tunnel]) -> str:
         lines += [f"-A {chain} {rule}" for chain, body in chains for rule in body]
         lines.append("COMMIT")
     return "\n".join(lines) + "\n"
+
+
+# The other nodes of the gateway's cluster (fabric/routeagent.py): the routes to the gateway's node carry a protocol
+# of their own, so the agent finds and removes its routes whatever else routes the node; its one nat chain keeps the
+# CNI from masquerading pod traffic to those ranges (the gateways admit connections by pod address).
+ROUTE_PROTOCOL = 157
+NODE_CHAIN = "CATAMARAN-ROUTES"
+NODE_JUMP = ("nat", "POSTROUTING", NODE_CHAIN)
+
+
+def node_ranges(ranges) -> list[str]:
+    """The IPv4 ranges a node sends to the gateway's node, normalised and sorted (iptables and a v4 next hop are
+    IPv4's)."""
+    networks = {ipaddress.ip_network(cidr, strict=False) for cidr in ranges}
+    return [str(n) for n in sorted(n for n in networks if n.version == 4)]
+
+
+def node_rules(ranges: list[str]) -> str:
+    """Input for `iptables-restore --noflush`: the node's chain, flushed and written whole."""
+    table, _, chain = NODE_JUMP
+    body = [f"-A {chain} -d {cidr} -j ACCEPT" for cidr in ranges]
+    return "\n".join([f"*{table}", f":{chain} - [0:0]", *body, "COMMIT"]) + "\n"
 
 
 def wg_set_arguments(tunnel: Tunnel) -> list[str]:
