@@ -237,11 +237,36 @@ def real_node_pod_cidr(cluster_range: ipaddress.IPv4Network) -> ipaddress.IPv4Ne
     return list(cluster_range.subnets(new_prefix=24))[-1]
 
 
-def node_link(apiserver_port: int) -> tuple[str, str]:
-    """Host and node addresses of a real node's link, one /30 per port block, so labs never collide."""
-    slots = NODE_LINK_RANGE.num_addresses // 4
-    base = NODE_LINK_RANGE.network_address + 4 * ((apiserver_port // 10) % slots)
+def node_link(apiserver_port: int, second: bool = False) -> tuple[str, str]:
+    """Host and node addresses of a real node's link, one /30 per port block, so labs never collide; a cluster's
+    second real node takes its /30 from the range's upper half."""
+    half = NODE_LINK_RANGE.num_addresses // 8
+    base = NODE_LINK_RANGE.network_address + 4 * ((apiserver_port // 10) % half + (half if second else 0))
     return str(base + 1), str(base + 2)
+
+
+# A second real node's address on the underlay: its cluster's first node's, plus this.
+SECOND_NODE_UNDERLAY_OFFSET = 100
+
+
+def second_real_node(cluster: ClusterSpec) -> RealNodeSpec:
+    """One more real node of `cluster`, added on demand (Lab.add_second_real_node) where a test needs two nodes behind
+    one API server: its pods in the second-to-last /24 of the cluster's range, on the underlay beside the first."""
+    first = cluster.real_node
+    if first is None:
+        raise LabError(f"{cluster.name} has no real node: a second one needs the first")
+    name = f"{cluster.name}-real-2"
+    host_ip, node_ip = node_link(cluster.ports["kube-apiserver"], second=True)
+    zone = f"{first.labels.get(REGION_LABEL, cluster.region)}-real-2"
+    return RealNodeSpec(
+        name=name,
+        labels={**first.labels, "kubernetes.io/hostname": name, ZONE_LABEL: zone},
+        pod_cidr=str(list(ipaddress.IPv4Network(cluster.pod_cidr).subnets(new_prefix=24))[-2]),
+        host_ip=host_ip,
+        node_ip=node_ip,
+        link_prefix=first.link_prefix,
+        underlay_ip=str(ipaddress.IPv4Address(first.underlay_ip) + SECOND_NODE_UNDERLAY_OFFSET),
+    )
 
 
 def underlay_address(base_port: int, number: int) -> str:

@@ -18,7 +18,7 @@ import yaml
 
 from . import dns, e2e, host, nodeconfig, realnode
 from .binaries import ALL_BINARIES, BinaryCache
-from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id
+from .config import MANAGED_NODE_LABEL, ClusterSpec, LabConfig, lab_id, second_real_node
 from .errors import LabError
 from .images import Image, ensure_images
 from .kwok import (
@@ -43,6 +43,8 @@ KWOK_WORKDIR = "kwok"
 START_TIMEOUT_S = 240
 METRICS_API_TIMEOUT_S = 90
 RUNTIME_DISK_BYTES = 1024**3
+# A cluster's second real node numbers its links after the clusters' own (NodeLayout.host_link and the like).
+SECOND_NODE_LINK_NUMBER = 10
 
 
 @dataclass
@@ -97,6 +99,48 @@ class Lab:
         layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node", lab_id=self.lab_id, cluster=cluster.name)
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
         return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl)
+
+    def second_real_node(self, cluster: ClusterSpec) -> RealNode:
+        spec = second_real_node(cluster)
+        layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node-2", lab_id=self.lab_id, cluster=spec.name)
+        binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
+        number = cluster.number + SECOND_NODE_LINK_NUMBER
+        return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl, spec, number)
+
+    def add_second_real_node(self, name: str, images: tuple[Image, ...] = ()) -> RealNode:
+        """A second real node in running cluster `name`, with the lab's images and `images`, its network joined to the
+        first node's through the underlay; Ready when this returns. For tests that need two nodes behind one API
+        server; remove_second_real_node (or `down`) removes it."""
+        lab = self.recorded_config()
+        cluster = self._recorded_cluster(name)
+        if lab.overlapping_pod_cidrs:
+            raise LabError(
+                "a second real node needs a lab whose pod ranges do not overlap (unset CATAMARAN_LAB_OVERLAP)"
+            )
+        base_images = ensure_images(self.cache.dir, self.cache.pins.kubernetes, GO_MODULE_DIR, self.log)
+        first, node = self.real_node(cluster), self.second_real_node(cluster)
+        try:
+            node.create_network(lab.overlapping_pod_cidrs, self.log)
+            first.route_to(node)
+            node.route_to(first)
+            node.start([*base_images, *images], self.log)
+        except BaseException:
+            self.remove_second_real_node(name)
+            raise
+        return node
+
+    def remove_second_real_node(self, name: str) -> None:
+        cluster = self._recorded_cluster(name)
+        first, node = self.real_node(cluster), self.second_real_node(cluster)
+        self.kubectl(name, "delete", "node", node.spec.name, "--ignore-not-found", "--wait=false", check=False)
+        for component in reversed(NODE_COMPONENTS):
+            if node.pid(component) is not None:
+                node.stop_component(component)
+        _kill_processes_under(node.layout.root)
+        node.remove()
+        first.unroute(node)
+        shutil.rmtree(node.layout.root, ignore_errors=True)
+        self.log(f"lab: {name}: second real node {node.spec.name} removed")
 
     def prepare(self, wanted: LabConfig) -> list[Image]:
         """Binaries, and for real nodes the packages, host checks and images: all before anything starts."""

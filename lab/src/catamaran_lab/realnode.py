@@ -40,11 +40,22 @@ class RealNodeStatus:
 
 
 class RealNode:
-    def __init__(self, cluster: ClusterSpec, layout: NodeLayout, binaries: dict[str, Path], pki_dir: Path, kubectl):
-        if cluster.real_node is None:
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        layout: NodeLayout,
+        binaries: dict[str, Path],
+        pki_dir: Path,
+        kubectl,
+        spec: RealNodeSpec | None = None,
+        link_number: int | None = None,
+    ):
+        """The cluster's real node, or `spec` (a second one) with its links numbered `link_number`."""
+        if (spec or cluster.real_node) is None:
             raise LabError(f"{cluster.name} has no real node in its configuration")
         self.cluster = cluster
-        self.spec: RealNodeSpec = cluster.real_node
+        self.spec: RealNodeSpec = spec or cluster.real_node
+        self.link_number = cluster.number if link_number is None else link_number
         self.layout = layout
         self.binaries = binaries
         self.pki_dir = pki_dir
@@ -57,8 +68,8 @@ class RealNode:
         layout, spec = self.layout, self.spec
         unrouted = host.create_node_network(
             layout.netns,
-            layout.host_link(self.cluster.number),
-            layout.node_link(self.cluster.number),
+            layout.host_link(self.link_number),
+            layout.node_link(self.link_number),
             spec.host_ip,
             spec.node_ip,
             spec.link_prefix,
@@ -71,8 +82,8 @@ class RealNode:
             host.join_underlay(
                 layout.netns,
                 underlay_bridge(layout.lab_id),
-                layout.underlay_host_link(self.cluster.number),
-                layout.underlay_node_link(self.cluster.number),
+                layout.underlay_host_link(self.link_number),
+                layout.underlay_node_link(self.link_number),
                 spec.underlay_ip,
                 UNDERLAY_PREFIX,
             )
@@ -220,6 +231,33 @@ class RealNode:
             raise LabError(f"{self.cluster.name}: {' '.join(command)} failed: {result.stderr.strip()}")
         return result
 
+    def route_to(self, other: RealNode) -> None:
+        """Route `other`'s pods and node address through its underlay address, as a cluster's network joins its nodes
+        (the underlay is a link they share)."""
+        for destination, via in _routes_to(other.spec):
+            host.run("ip", "-n", self.layout.netns, "route", "replace", destination, "via", via)
+
+    def unroute(self, other: RealNode) -> None:
+        for destination, via in _routes_to(other.spec):
+            host.run("ip", "-n", self.layout.netns, "route", "delete", destination, "via", via, check=False)
+
+    def remove(self) -> None:
+        """Everything of this node off the host once its processes are stopped: its containers, mounts, network and
+        host files (the rest of the lab stays)."""
+        host.remove_cgroups(self.layout.host_tag)
+        ids = host.task_ids(self.layout.path("containerd", "state"))
+        for path in host.task_host_files(self.layout.containerd_socket, ids):
+            path.unlink(missing_ok=True)
+        host.unmount_under(self.layout.root)
+        host.run("ip", "netns", "delete", self.layout.netns, check=False)
+        # The kernel tears a network namespace down later, and the host's ends of its links with it.
+        links = {self.layout.host_link(self.link_number), self.layout.underlay_host_link(self.link_number)}
+        deadline = time.monotonic() + 20
+        while links & set(host.link_names(f"cm{self.layout.lab_id}")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for path in host.cni_cache_entries(self.layout.host_tag) + host.container_log_links(self.layout.root):
+            path.unlink(missing_ok=True)
+
     # -- inspect ------------------------------------------------------------------------
 
     def status(self) -> RealNodeStatus:
@@ -268,6 +306,10 @@ class RealNode:
         return total / 1024**2
 
 
+def _routes_to(node: RealNodeSpec) -> list[tuple[str, str]]:
+    return [(node.pod_cidr, node.underlay_ip), (f"{node.node_ip}/32", node.underlay_ip)]
+
+
 def last_error_lines(log_path: Path, count: int = 6, width: int = 400) -> list[str]:
     """The last error lines of a klog (`E1123 ...`) or logrus (`level=error`) log, shortened."""
     try:
@@ -301,7 +343,7 @@ def remove_leftovers(root: Path, lab_id: str) -> list[str]:
     killed = host.remove_cgroups(prefix)
     if killed:
         done.append(f"{killed} container processes killed")
-    for node_dir in root.glob("*/node"):
+    for node_dir in root.glob("*/node*"):
         ids = host.task_ids(node_dir / "containerd" / "state")
         for path in host.task_host_files(node_dir / "containerd.sock", ids):
             path.unlink(missing_ok=True)
