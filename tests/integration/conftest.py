@@ -61,12 +61,19 @@ def lab_config_in_use(lab):
 
 
 @pytest.fixture(scope="session")
-def controller_image(lab, tmp_path_factory) -> str:
+def controller_image_archive(lab, tmp_path_factory) -> Image:
     """The controller's image as `make image` builds it (no container engine), imported into every real node of the
-    lab, as users load it into their nodes or registry; its reference."""
+    lab, as users load it into their nodes or registry."""
     archive = controller_image_build.build(tmp_path_factory.mktemp("image"), log=lambda message: None)
-    lab.import_images([Image(controller_image_build.image_reference(), archive)])
-    return controller_image_build.image_reference()
+    image = Image(controller_image_build.image_reference(), archive)
+    lab.import_images([image])
+    return image
+
+
+@pytest.fixture(scope="session")
+def controller_image(controller_image_archive) -> str:
+    """The reference of the controller's image, in every real node of the lab."""
+    return controller_image_archive.name
 
 
 @pytest.fixture(scope="session")

@@ -22,13 +22,14 @@ import time
 import pytest
 
 from catamaran.constants import FABRIC_NAMESPACE, NETWORK_READY_CONDITION, SYSTEM_NAMESPACE, virtual_node_name
+from catamaran.fabric.plan import NODE_CHAIN, ROUTE_PROTOCOL
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from . import federation
 from .conftest import get_json, kill_container_process, require_real_node, wait_for
 from .manifests import real_pod
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
-from .test_fabric import TO_VIRTUAL_NODE, apply, backends_and_client, fetch, service, web_pod
+from .test_fabric import TO_VIRTUAL_NODE, answered, apply, backends_and_client, fetch, foreign, service, web_pod
 
 pytestmark = pytest.mark.integration
 
@@ -38,29 +39,39 @@ NAMESPACE = "fabric-deployed"  # offloaded to the provider: its Services are ref
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 LOCAL = "fabric-deployed-local"  # the consumer's own pods
 GATEWAY_SELECTOR = "app.kubernetes.io/component=gateway"
+ROUTE_AGENT_SELECTOR = "app.kubernetes.io/component=route-agent"
 
 
-def fabric_inventory() -> dict:
-    """The lab's inventory for cluster-1 and cluster-2 only, every process a pod on its cluster's real node."""
+def fabric_inventory(lab) -> dict:
+    """The lab's inventory for cluster-1 and cluster-2 only, every process a pod on its cluster's (first) real node."""
     inventory = lab_inventory()
     clusters = hosts(inventory)
     del clusters["cluster-3"]
     consumer = clusters[CONSUMER]
     consumer["catamaran_peerings"] = [p for p in consumer["catamaran_peerings"] if p["provider"] == PROVIDER]
     consumer["catamaran_offloaded_namespaces"] = [{"namespace": NAMESPACE, "pod_offloading_strategy": "LocalAndRemote"}]
-    real_node = {NODE_KIND_LABEL: "real"}
+    for name in CLUSTERS:
+        first_node = {"kubernetes.io/hostname": first_real_node(lab, name)}
+        clusters[name].update(
+            controller_node_selector=first_node,
+            # The lab's inventory turns the gateway on (mode fabric) where a cluster has a real node: here its pod goes
+            # to that node, whose underlay address the peering gives the consumer (catamaran_network.gateway_address).
+            controller_gateway_node_selector=first_node,
+        )
     inventory["catamaran_clusters"]["vars"].update(
         controller_mode="deployment",
         controller_image_pull_policy="Never",  # imported into the real nodes, never pulled
-        controller_node_selector=real_node,
         controller_tolerations=[{**REAL_NODE_TAINT, "operator": "Equal"}],
-        # The lab's inventory turns the gateway on (mode fabric) where a cluster has a real node: here its pod goes
-        # to that node, whose underlay address the peering gives the consumer (catamaran_network.gateway_address).
-        controller_gateway_node_selector=real_node,
+        # Every real node, none of kwok's (whose pods run nothing).
+        controller_route_agent_node_selector={NODE_KIND_LABEL: "real"},
         # A pod reaches its API server where the real nodes reach theirs (as test_deployment_federation says).
         catamaran_api_server="{{ catamaran_home_api_server }}",
     )
     return inventory
+
+
+def first_real_node(lab, cluster: str) -> str:
+    return lab.recorded_config().cluster(cluster).real_node.name
 
 
 def gateway_pod(lab, cluster: str) -> dict:
@@ -82,13 +93,15 @@ def node_network(lab, cluster: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def deployed(lab, lab_config_in_use, installed_collections, controller_image, tmp_path_factory):
+def deployed(lab, lab_config_in_use, installed_collections, controller_image_archive, tmp_path_factory):
     for name in CLUSTERS:
         require_real_node(lab_config_in_use.cluster(name))
     if lab_config_in_use.overlapping_pod_cidrs:
         pytest.fail("deployment mode needs a lab whose pod ranges do not overlap: the host, where the API servers run, "
                     "routes to the pods only then (unset CATAMARAN_LAB_OVERLAP)", pytrace=False)  # fmt: skip
-    inventory = write_inventory(tmp_path_factory.mktemp("fabric-deployed"), fabric_inventory(), lab)
+    # The consumer's second node, where no gateway runs: its pods reach the provider through its route agent.
+    lab.add_second_real_node(CONSUMER, (controller_image_archive,))
+    inventory = write_inventory(tmp_path_factory.mktemp("fabric-deployed"), fabric_inventory(lab), lab)
     try:
         run = run_playbook(inventory, collections=installed_collections)
         assert run.returncode == 0, f"site.yml: {run.failures()}"
@@ -98,36 +111,39 @@ def deployed(lab, lab_config_in_use, installed_collections, controller_image, tm
     finally:
         lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, LOCAL, "--timeout=120s", check=False, timeout=150)
         teardown = run_playbook(inventory, playbook="teardown.yml", collections=installed_collections)
-        assert teardown.returncode == 0, teardown.failures()
-        for cluster in CLUSTERS:
-            assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
+        try:
+            assert teardown.returncode == 0, teardown.failures()
+            for cluster in CLUSTERS:
+                assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
+            assert nothing_of_the_fabric_left(lab, CONSUMER, second_node(lab).layout.netns) == {}, "second node"
+        finally:
+            lab.remove_second_real_node(CONSUMER)
 
 
-def nothing_of_the_fabric_left(lab, cluster: str) -> dict:
-    """What is left of the gateway: its pods, and on its node its iptables chains, interfaces and routes."""
-    netns, prefix = node_network(lab, cluster)
+def second_node(lab):
+    return lab.second_real_node(lab.recorded_config().cluster(CONSUMER))
+
+
+def in_netns(netns: str, *command: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", netns, *command], capture_output=True, text=True, check=True).stdout
+
+
+def nothing_of_the_fabric_left(lab, cluster: str, netns: str | None = None) -> dict:
+    """What is left of the fabric: the gateway's and route agents' pods, and on a node (the gateway's by default)
+    Catamaran's iptables chains, the gateway's interfaces and routes through them, and the route agent's routes."""
+    gateway_netns, prefix = node_network(lab, cluster)
+    netns = netns or gateway_netns
+    links = json.loads(
+        subprocess.run(["ip", "-n", netns, "-j", "link", "show"], capture_output=True, check=True).stdout
+    )
     left = {
         "pods": [p["metadata"]["name"] for p in get_json(lab, cluster, "pods", "-n", FABRIC_NAMESPACE)["items"]],
-        "rules": [
-            line
-            for line in subprocess.run(
-                ["ip", "netns", "exec", netns, "iptables-save"], capture_output=True, text=True, check=True
-            ).stdout.splitlines()
-            if "CATAMARAN-FABRIC" in line
-        ],
-        "links": [
-            link["ifname"]
-            for link in json.loads(
-                subprocess.run(["ip", "-n", netns, "-j", "link", "show"], capture_output=True, check=True).stdout
-            )
-            if link["ifname"].startswith(prefix)
-        ],
+        "rules": [line for line in in_netns(netns, "iptables-save").splitlines() if "CATAMARAN-" in line],
+        "links": [link["ifname"] for link in links if link["ifname"].startswith(prefix)],
         "routes": [
             line
-            for line in subprocess.run(
-                ["ip", "-n", netns, "route", "show"], capture_output=True, text=True, check=True
-            ).stdout.splitlines()
-            if prefix in line
+            for line in in_netns(netns, "ip", "route", "show").splitlines()
+            if prefix in line or f"proto {ROUTE_PROTOCOL}" in line
         ],
     }
     return {what: found for what, found in left.items() if found}
@@ -146,7 +162,7 @@ def test_each_gateway_is_one_pod_on_its_node_with_net_admin_only(lab, deployed):
         )
         spec = pod["spec"]
         assert spec["hostNetwork"] is True
-        assert spec["nodeName"] == real_node_name(lab, cluster)
+        assert spec["nodeName"] == first_real_node(lab, cluster)
         (container,) = spec["containers"]
         context = container["securityContext"]
         assert context["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
@@ -164,12 +180,6 @@ def test_each_gateway_is_one_pod_on_its_node_with_net_admin_only(lab, deployed):
         lambda: (c := network_ready(lab)).get("status") == "True" and c, timeout=90, what="NetworkReady=True"
     )
     assert condition["reason"] == "TunnelUp"
-
-
-def real_node_name(lab, cluster: str) -> str:
-    nodes = get_json(lab, cluster, "nodes", "-l", f"{NODE_KIND_LABEL}=real")["items"]
-    assert len(nodes) == 1
-    return nodes[0]["metadata"]["name"]
 
 
 def test_a_consumer_pod_reaches_offloaded_pods_by_service_name(lab, deployed):
@@ -217,6 +227,69 @@ def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, d
     assert answer.stdout.strip() == f"frontend on {CONSUMER}"
 
 
+def ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def agent_routes(netns: str) -> list[dict]:
+    return json.loads(in_netns(netns, "ip", "-j", "route", "show", "proto", str(ROUTE_PROTOCOL)) or "[]")
+
+
+def test_pods_on_a_node_without_the_gateway_cross_through_its_route_agent_both_ways(lab, deployed):
+    """The consumer's second node runs no gateway: its route agent sends the provider's pods to the gateway's node."""
+    node = second_node(lab)
+    agents = wait_for(
+        lambda: (
+            (pods := get_json(lab, CONSUMER, "pods", "-n", FABRIC_NAMESPACE, "-l", ROUTE_AGENT_SELECTOR)["items"])
+            and all(map(ready, pods))
+            and pods
+        ),
+        timeout=120,
+        what="the consumer's route agents Ready",
+    )
+    assert sorted(p["spec"]["nodeName"] for p in agents) == sorted([first_real_node(lab, CONSUMER), node.spec.name])
+    (agent,) = [p for p in agents if p["spec"]["nodeName"] == node.spec.name]
+    context = agent["spec"]["containers"][0]["securityContext"]
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert not context.get("privileged")
+    provider_seen = foreign(lab)["status"]["network"]["remotePodCIDRs"]
+    routes = wait_for(
+        lambda: (r := agent_routes(node.layout.netns)) and {route["dst"] for route in r} >= set(provider_seen) and r,
+        what="the route agent's routes on the second node",
+    )
+    # Through the gateway's node, at its address on the link the two nodes share.
+    assert {route["gateway"] for route in routes} == {lab.recorded_config().cluster(CONSUMER).real_node.underlay_ip}
+    nat = in_netns(node.layout.netns, "iptables-save", "-t", "nat")
+    assert all(f"-A {NODE_CHAIN} -d {cidr} -j ACCEPT" in nat for cidr in provider_seen), nat
+    assert agent_routes(node_network(lab, CONSUMER)[0]) == []  # the gateway's node: the gateway routes its ranges
+
+    on_second_node = {
+        "nodeSelector": {"kubernetes.io/hostname": node.spec.name},
+        "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
+    }
+    backends_and_client(lab, NAMESPACE, LOCAL)
+    apply(lab, CONSUMER, LOCAL, real_pod("client-2", ["sleep", "3600"], **on_second_node))
+    frontend = web_pod("frontend-2", f"frontend on {node.spec.name}", {"app": "frontend-2"}, remote=False)
+    frontend["spec"].update(on_second_node)
+    caller = real_pod("caller", ["sleep", "3600"], **TO_VIRTUAL_NODE)  # as the test before made it
+    apply(lab, CONSUMER, NAMESPACE, frontend, service("frontend-2", {"app": "frontend-2"}), caller)
+    for namespace, pod in ((LOCAL, "client-2"), (NAMESPACE, "frontend-2"), (NAMESPACE, "caller")):
+        lab.kubectl(CONSUMER, "-n", namespace, "wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=120s")
+    # Out of the second node: its route agent's route to the gateway's node, then the tunnel.
+    url = f"http://backend.{NAMESPACE}"
+    client = (CONSUMER, LOCAL, "client-2")
+    assert answered(lab, url, f"{url} from the second node", client, timeout=60) == f"backend on {PROVIDER}"
+    # Into the second node: an offloaded pod calls a Service whose one endpoint is there; the replies take the route.
+    wait_for(
+        lambda: lab.kubectl(PROVIDER, "-n", TWIN, "get", "service", "frontend-2", check=False).returncode == 0,
+        what="the Service reflected into the twin",
+    )
+    answer = answered(
+        lab, "http://frontend-2", "the second node's pod from the provider", (CONSUMER, NAMESPACE, "caller"), 60
+    )
+    assert answer == f"frontend on {node.spec.name}"
+
+
 def test_a_killed_gateway_is_restarted_by_the_kubelet_and_traffic_resumes(lab, deployed):
     pod = gateway_pod(lab, CONSUMER)
     (status,) = pod["status"]["containerStatuses"]
@@ -245,17 +318,17 @@ def test_a_killed_gateway_is_restarted_by_the_kubelet_and_traffic_resumes(lab, d
 def test_a_gateway_turned_off_goes_with_its_rights_and_leaves_its_node_clean(
     lab, deployed, installed_collections, tmp_path
 ):
-    inventory = fabric_inventory()
+    inventory = fabric_inventory(lab)
     inventory["catamaran_clusters"]["vars"]["controller_gateway"] = False
     run = run_playbook(write_inventory(tmp_path, inventory, lab), collections=installed_collections)
     assert run.returncode == 0, f"site.yml: {run.failures()}"
+    assert nothing_of_the_fabric_left(lab, CONSUMER, second_node(lab).layout.netns) == {}, "second node"
+    parts = "app.kubernetes.io/component in (gateway,route-agent)"
     for cluster in CLUSTERS:
         assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
-        rights = lab.kubectl(
-            cluster, "get", "clusterrole,clusterrolebinding", "-o", "name", "-l", "app.kubernetes.io/component=gateway"
-        ).stdout.split()
+        rights = lab.kubectl(cluster, "get", "clusterrole,clusterrolebinding", "-o", "name", "-l", parts).stdout.split()
         accounts = lab.kubectl(cluster, "get", "serviceaccounts,roles,rolebindings", "-A", "-o", "name",
-                               "-l", "app.kubernetes.io/component=gateway").stdout.split()  # fmt: skip
+                               "-l", parts).stdout.split()  # fmt: skip
         assert (rights, accounts) == ([], []), cluster
     # With no gateway renewing its Lease, the virtual kubelet takes the tunnel for down: the offloaded endpoints are not
     # ready, so the Service sends nothing into it (whatever NetworkReady last said).
