@@ -202,6 +202,11 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="labels of the gateway's pods in namespace catamaran-fabric, as key=value,key=value",
     )
+    agent.add_argument(
+        "--daemonset",
+        help="the DaemonSet in namespace catamaran-fabric that runs the agents: the routes stay when an agent stops "
+        "while it remains (a restart), and go once it is deleted (default: none, they always go)",
+    )
     return parser
 
 
@@ -244,7 +249,7 @@ async def _main(args) -> None:
         tasks = gateway_tasks(client, args.interface_prefix, args.namespace, args.wireguard_go)
     elif args.command == "route-agent":
         client = async_client(config, args.context, "catamaran-route-agent")
-        tasks = route_agent_tasks(client, args.node_name, args.gateway_selector, args.namespace)
+        tasks = route_agent_tasks(client, args.node_name, args.gateway_selector, args.namespace, args.daemonset)
     else:
         client = async_client(config, args.context, "catamaran-virtual-kubelet")
         vk = VirtualKubelet(

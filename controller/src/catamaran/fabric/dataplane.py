@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import ipaddress
 import json
 import logging
 import signal
@@ -24,6 +25,7 @@ from .plan import (
     JUMPS,
     MTU,
     NODE_JUMP,
+    ROUTE_METRIC,
     ROUTE_PROTOCOL,
     Tunnel,
     iptables_restore,
@@ -58,7 +60,11 @@ async def run(*command: str, stdin: str | None = None, check: bool = True) -> st
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await process.communicate(stdin.encode() if stdin is not None else None)
+    try:
+        out, err = await process.communicate(stdin.encode() if stdin is not None else None)
+    except asyncio.CancelledError:
+        await _end(process)  # a stopping process's cleanup must not race a command still on its way
+        raise
     if check and process.returncode != 0:
         # The command line only: a private key travels on standard input, never in argv.
         raise DataplaneError(f"{' '.join(command)}: {err.decode(errors='replace').strip() or process.returncode}")
@@ -69,7 +75,18 @@ async def succeeds(*command: str) -> bool:
     process = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
     )
-    return await process.wait() == 0
+    try:
+        return await process.wait() == 0
+    except asyncio.CancelledError:
+        await _end(process)
+        raise
+
+
+async def _end(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await asyncio.shield(process.wait())
 
 
 async def _link_exists(name: str) -> bool:
@@ -198,20 +215,31 @@ class Dataplane:
 
 class NodeRouting:
     """A node other than the gateway's: the peers' pod ranges routed to the gateway's node, the way this node reaches
-    that node's address (its next hop, when it is not on a shared link), and kept from the CNI's masquerading."""
+    that node's address (its next hop, when it is not on a shared link), and kept from the CNI's masquerading.
+
+    The routes carry ROUTE_PROTOCOL and ROUTE_METRIC: a route of the same range that someone else made (metric 0, as
+    an administrator's or a CNI's) is neither replaced nor removed, and wins."""
 
     async def apply(self, ranges: list[str], gateway_address: str | None) -> None:
-        """Route `ranges` (node_ranges) to `gateway_address`; none, or no address: nothing of the agent stays."""
-        if not ranges or gateway_address is None:
-            await self.remove_all()
-            return
-        via, device = await self.next_hop(gateway_address)
+        """Route `ranges` (node_ranges) to `gateway_address`, or while it is unknown (the gateway's pod between two
+        nodes) make them unreachable, so no pod's packet to them leaks out by the default route, masqueraded."""
+        if gateway_address is None:
+            kind, next_hop = ("unreachable",), ()
+        else:
+            via, device = await self.next_hop(gateway_address)
+            kind, next_hop = (), ("via", via, "dev", device)
         wanted = set(ranges)
         for route in await self.routes():
-            if route["dst"] not in wanted or route.get("gateway") != via or route.get("dev") != device:
-                await run("ip", "route", "delete", route["dst"], "proto", str(ROUTE_PROTOCOL), check=False)
+            destination = str(ipaddress.ip_network(route["dst"], strict=False))  # `ip` shows a /32 without its length
+            unreachable = route.get("type") == "unreachable"
+            if gateway_address is None:
+                current = unreachable
+            else:
+                current = not unreachable and (route.get("gateway"), route.get("dev")) == (via, device)
+            if destination not in wanted or not current:
+                await run("ip", "route", "delete", destination, *OWN_ROUTE, check=False)
         for destination in ranges:
-            await run("ip", "route", "replace", destination, "via", via, "dev", device, "proto", str(ROUTE_PROTOCOL))
+            await run("ip", "route", "replace", *kind, destination, *next_hop, *OWN_ROUTE)
         await run("iptables-restore", "--noflush", stdin=node_rules(ranges))
         table, builtin, chain = NODE_JUMP
         if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
@@ -236,3 +264,6 @@ class NodeRouting:
             pass
         await run("iptables", "-t", table, "-F", chain, check=False)
         await run("iptables", "-t", table, "-X", chain, check=False)
+
+
+OWN_ROUTE = ("proto", str(ROUTE_PROTOCOL), "metric", str(ROUTE_METRIC))

@@ -120,9 +120,11 @@ def iptables_restore(tunnels: list[Tunnel]) -> str:
 
 
 # The other nodes of the gateway's cluster (fabric/routeagent.py): the routes to the gateway's node carry a protocol
-# of their own, so the agent finds and removes its routes whatever else routes the node; its one nat chain keeps the
-# CNI from masquerading pod traffic to those ranges (the gateways admit connections by pod address).
+# of their own, so the agent finds and removes its routes whatever else routes the node, and a metric of their own, so
+# they never replace a route of the same range someone else made (metric 0 wins); its one nat chain keeps the CNI from
+# masquerading pod traffic to those ranges (the gateways admit connections by pod address).
 ROUTE_PROTOCOL = 157
+ROUTE_METRIC = 157
 NODE_CHAIN = "CATAMARAN-ROUTES"
 NODE_JUMP = ("nat", "POSTROUTING", NODE_CHAIN)
 

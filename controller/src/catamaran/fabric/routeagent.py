@@ -3,19 +3,26 @@
 The gateway builds the tunnels on its own node only; a pod on any other node reaches the other clusters because this
 agent (a DaemonSet in deployment mode: host network, NET_ADMIN) routes each range the gateway routes into a tunnel
 (fabric/peerings.py: the same reading of the same objects) to the gateway's node, and exempts it from the CNI's
-masquerading. The gateway's node is where its pod runs (status.hostIP): when the gateway moves, the routes follow.
-On the gateway's node the agent holds nothing. Routes carry their own protocol number, so a restart finds and
-replaces them, and a stop (SIGTERM: the DaemonSet deleted) removes them; the host is also checked again every
-RESYNC_SECONDS, since a CNI or an administrator may flush routes without the API knowing.
+masquerading. The gateway's node is where its pod runs (status.hostIP): when the gateway moves, the routes follow;
+while its pod is on no node, the ranges are unreachable rather than sent out by the default route. On the gateway's
+node the agent holds nothing.
+
+Routes carry their own protocol number and metric (fabric/plan.py), so a restart finds and keeps them: an agent
+restarted (an upgrade rolling through the DaemonSet) leaves its node's traffic flowing. It removes them when stopped
+for good: its DaemonSet deleted (the gateway turned off, teardown), or when run without one. The host is checked
+again every RESYNC_SECONDS, since a CNI or an administrator may flush routes without the API knowing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
 from ..constants import FABRIC_NAMESPACE, SYSTEM_NAMESPACE, TERMINAL_PHASES
@@ -32,32 +39,36 @@ log = logging.getLogger(__name__)
 
 NODE = "node"
 RESYNC_SECONDS = 30.0
+STOP_CHECK_SECONDS = 5.0
 
 
-def _gateway_placement(pod) -> tuple[str | None, str | None] | None:
-    """(node name, node address) of a gateway pod that runs or is about to; None for one that is going or gone."""
+def _gateway_placement(pod) -> tuple[str, str] | None:
+    """(node name, the node's IPv4 address) of a gateway pod placed on a node and not going; None otherwise."""
     status = pod.status
-    if pod.metadata.deletionTimestamp or (status is not None and status.phase in TERMINAL_PHASES):
+    if pod.metadata.deletionTimestamp or status is None or status.phase in TERMINAL_PHASES:
         return None
-    return (pod.spec.nodeName if pod.spec else None), (status.hostIP if status else None)
+    addresses = [entry.ip for entry in status.hostIPs or []] or [status.hostIP]
+    ipv4 = [a for a in addresses if a and ipaddress.ip_address(a).version == 4]
+    node = pod.spec.nodeName if pod.spec else None
+    return (node, ipv4[0]) if node and ipv4 else None
 
 
-def wanted(foreigns, offers, gateways, node_name: str) -> tuple[list[str], str | None, str | None]:
-    """(the ranges this node sends to the gateway's node, that node's address, why nothing is routed or None).
+def wanted(behind, gateways, node_name: str) -> tuple[list[str], str | None, str]:
+    """(the ranges this node holds, the gateway node's address or None, what it does and why).
 
-    `foreigns` and `offers` are ForeignClusters and ResourceOffers (dicts); `gateways` the placements of the gateway's
-    pods (_gateway_placement)."""
-    behind = [provider_behind(f) for f in foreigns] + [consumer_behind(o) for o in offers]
+    `behind` holds each Fabric peering's (peer, ranges) (fabric/peerings.py; None for others); `gateways` the
+    placements of the gateway's pods (_gateway_placement). No ranges: nothing held; the gateway on this node: nothing,
+    it routes them itself; no gateway placed: the ranges held unreachable."""
     ranges = node_ranges(cidr for peering in behind if peering for cidr in peering[1])
-    placed = sorted((p for p in gateways if p and p[0] and p[1]), key=lambda p: p[0] != node_name)
+    placed = sorted(p for p in gateways if p)
     if not ranges:
         return [], None, "no peering in mode Fabric announces a pod range"
+    if any(node == node_name for node, _ in placed):
+        return [], None, "the gateway runs on this node and routes the ranges itself"
     if not placed:
-        return [], None, "the gateway's pod is not placed on a node"
-    gateway_node, address = placed[0]
-    if gateway_node == node_name:
-        return [], None, "the gateway runs on this node and routes its ranges itself"
-    return ranges, address, None
+        return ranges, None, "the gateway's pod is on no node: the ranges are unreachable until it is"
+    node, address = placed[0]
+    return ranges, address, f"routed to the gateway's node {node}"
 
 
 class RouteAgent:
@@ -68,13 +79,20 @@ class RouteAgent:
         node_name: str,
         gateway_labels: dict[str, str],
         namespace: str = SYSTEM_NAMESPACE,
+        daemonset: str | None = None,
     ):
+        self.client = client
         self.routing = routing
         self.node_name = node_name
+        self.daemonset = daemonset
+        # Only what the routes depend on is cached: an offer's usage or a ForeignCluster's conditions change often.
         self.foreigns = Informer(
-            client, ForeignCluster, name="foreign-clusters", namespace=namespace, transform=as_dict
+            client, ForeignCluster, name="foreign-clusters", namespace=namespace,
+            transform=lambda o: provider_behind(as_dict(o)),
+        )  # fmt: skip
+        self.offers = Informer(
+            client, ResourceOffer, name="resource-offers", transform=lambda o: consumer_behind(as_dict(o))
         )
-        self.offers = Informer(client, ResourceOffer, name="resource-offers", transform=as_dict)
         self.gateways = Informer(
             client, Pod, name="gateway-pods", namespace=FABRIC_NAMESPACE, labels=gateway_labels,
             transform=_gateway_placement,
@@ -82,7 +100,7 @@ class RouteAgent:
         self.queue = WorkQueue("routes", self._reconcile, workers=1)
         for informer in self._informers:
             informer.on_change(enqueue(self.queue, key=lambda _: NODE, when=changed))
-        self._last: tuple | None = None
+        self._said: str | None = None
 
     @property
     def _informers(self) -> tuple[Informer, ...]:
@@ -101,27 +119,46 @@ class RouteAgent:
         try:
             await asyncio.Event().wait()
         finally:
-            log.info("stopping: removing the routes to the gateway's node")
-            with contextlib.suppress(DataplaneError, OSError):
-                await self.routing.remove_all()
+            if await self._stopped_for_good():
+                log.info("stopping for good: removing the routes to the gateway's node")
+                with contextlib.suppress(DataplaneError, OSError):
+                    await self.routing.remove_all()
+            else:
+                log.info("stopping: the routes stay for the next agent on this node")
+
+    async def _stopped_for_good(self) -> bool:
+        """No DaemonSet to bring an agent back: it is deleted or being deleted, or there was none."""
+        if self.daemonset is None:
+            return True
+        try:
+            owner = await asyncio.wait_for(
+                self.client.get(DaemonSet, self.daemonset, namespace=FABRIC_NAMESPACE), STOP_CHECK_SECONDS
+            )
+        except ApiError as error:
+            return error.status.code == 404
+        except (OSError, TimeoutError):
+            return False  # the API out of reach: an agent restarts more often than it goes for good
+        return owner.metadata.deletionTimestamp is not None
 
     async def _reconcile(self, key: str) -> None:
         for informer in self._informers:
             await informer.synced.wait()
-        ranges, address, idle = wanted(
-            self.foreigns.cache.values(), self.offers.cache.values(), self.gateways.cache.values(), self.node_name
-        )
+        behind = [*self.foreigns.cache.values(), *self.offers.cache.values()]
+        ranges, address, doing = wanted(behind, self.gateways.cache.values(), self.node_name)
         try:
             await self.routing.apply(ranges, address)
         except DataplaneError as error:
-            log.error("cannot route to the gateway's node", extra=fields(gateway=address, error=str(error)[:500]))
-            raise
-        if (ranges, address, idle) != self._last:
-            self._last = (ranges, address, idle)
-            log.info("routes", extra=fields(node=self.node_name, gateway=address, ranges=ranges, idle=idle))
+            raise DataplaneError(f"cannot route to the gateway's node {address}: {error}") from None
+        if doing != self._said:
+            self._said = doing
+            log.info("routes", extra=fields(node=self.node_name, gateway=address, ranges=ranges, doing=doing))
 
 
 def route_agent_tasks(
-    client: AsyncClient, node_name: str, gateway_labels: dict[str, str], namespace: str = SYSTEM_NAMESPACE
+    client: AsyncClient,
+    node_name: str,
+    gateway_labels: dict[str, str],
+    namespace: str = SYSTEM_NAMESPACE,
+    daemonset: str | None = None,
 ):
-    return RouteAgent(client, NodeRouting(), node_name, gateway_labels, namespace).tasks()
+    return RouteAgent(client, NodeRouting(), node_name, gateway_labels, namespace, daemonset).tasks()
