@@ -22,6 +22,7 @@ import random
 import time
 from dataclasses import dataclass
 
+import httpx2
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -126,14 +127,17 @@ class LeaderElector:
         log.info("leading", extra=fields(lease=f"{self.namespace}/{self.name}", identity=self.identity))
 
     async def _try_write(self, lease: Lease | None) -> bool:
-        """`_write`, with a refusal logged and retried as client-go does: a Lease namespace that is missing or not
-        yet allowed to this identity may be fixed while the candidate waits."""
+        """`_write`, with a refusal or an unreachable API server logged and retried as client-go does: a Lease
+        namespace that is missing, or a right to create the Lease not yet granted, may be fixed while it waits."""
         try:
             return await self._write(lease)
-        except ApiError as error:
+        except (ApiError, httpx2.HTTPError) as error:
+            reason = (
+                refusal(error, self.namespace) if isinstance(error, ApiError) else f"{type(error).__name__}: {error}"
+            )
             log.error(
                 "cannot take the leader election Lease; retrying",
-                extra=fields(lease=f"{self.namespace}/{self.name}", error=refusal(error, self.namespace)),
+                extra=fields(lease=f"{self.namespace}/{self.name}", error=reason),
             )
             return False
 
