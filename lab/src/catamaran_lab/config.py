@@ -23,6 +23,8 @@ PROVIDER_LABEL = "catamaran.io/lab-provider"
 # also tainted with it, so only workloads that ask for real containers (and tolerate it) land there.
 NODE_KIND_LABEL = "catamaran.io/lab-node-kind"
 REAL_NODE_TAINT = {"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}
+# A cluster's second real node (second_real_node) is tainted with this too: only pods that ask for it land there.
+SECOND_NODE_TAINT = {"key": "catamaran.io/lab-second-node", "value": "true", "effect": "NoSchedule"}
 # The manager named on EndpointSlices the lab writes for its host processes (ClusterSpec.host_endpoints).
 LAB_ENDPOINT_SLICE_MANAGER = "lab.catamaran.io"
 REGION_LABEL = "topology.kubernetes.io/region"
@@ -97,6 +99,7 @@ class RealNodeSpec:
     node_ip: str  # the node's end: the kubelet's InternalIP
     link_prefix: int
     underlay_ip: str = ""  # the node's address on the lab's underlay (where a gateway on it is reached)
+    second: bool = False  # a cluster's second real node (second_real_node)
 
     def manifest(self) -> dict:
         """The Node, registered before the kubelet starts so its pod range, labels and taint are fixed."""
@@ -104,7 +107,11 @@ class RealNodeSpec:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.name, "labels": self.labels},
-            "spec": {"podCIDR": self.pod_cidr, "podCIDRs": [self.pod_cidr], "taints": [REAL_NODE_TAINT]},
+            "spec": {
+                "podCIDR": self.pod_cidr,
+                "podCIDRs": [self.pod_cidr],
+                "taints": [REAL_NODE_TAINT, *([SECOND_NODE_TAINT] if self.second else [])],
+            },
         }
 
 
@@ -251,7 +258,8 @@ SECOND_NODE_UNDERLAY_OFFSET = 100
 
 def second_real_node(cluster: ClusterSpec) -> RealNodeSpec:
     """One more real node of `cluster`, added on demand (Lab.add_second_real_node) where a test needs two nodes behind
-    one API server: its pods in the second-to-last /24 of the cluster's range, on the underlay beside the first."""
+    one API server: its pods in the second-to-last /24 of the cluster's range, on the underlay beside the first, and
+    tainted SECOND_NODE_TAINT, so that pods asking for the real node keep landing on the first."""
     first = cluster.real_node
     if first is None:
         raise LabError(f"{cluster.name} has no real node: a second one needs the first")
@@ -266,6 +274,7 @@ def second_real_node(cluster: ClusterSpec) -> RealNodeSpec:
         node_ip=node_ip,
         link_prefix=first.link_prefix,
         underlay_ip=str(ipaddress.IPv4Address(first.underlay_ip) + SECOND_NODE_UNDERLAY_OFFSET),
+        second=True,
     )
 
 

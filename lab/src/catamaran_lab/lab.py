@@ -43,8 +43,8 @@ KWOK_WORKDIR = "kwok"
 START_TIMEOUT_S = 240
 METRICS_API_TIMEOUT_S = 90
 RUNTIME_DISK_BYTES = 1024**3
-# A cluster's second real node numbers its links after the clusters' own (NodeLayout.host_link and the like).
-SECOND_NODE_LINK_NUMBER = 10
+# A cluster's second real node numbers its links past any cluster's own (NodeLayout.host_link and the like).
+SECOND_NODE_LINK_NUMBER = 100
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Lab:
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
         return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl)
 
-    def second_real_node(self, cluster: ClusterSpec) -> RealNode:
+    def second_node_of(self, cluster: ClusterSpec) -> RealNode:
         spec = second_real_node(cluster)
         layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node-2", lab_id=self.lab_id, cluster=spec.name)
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
@@ -118,7 +118,9 @@ class Lab:
                 "a second real node needs a lab whose pod ranges do not overlap (unset CATAMARAN_LAB_OVERLAP)"
             )
         base_images = ensure_images(self.cache.dir, self.cache.pins.kubernetes, GO_MODULE_DIR, self.log)
-        first, node = self.real_node(cluster), self.second_real_node(cluster)
+        first, node = self.real_node(cluster), self.second_node_of(cluster)
+        if node.layout.root.exists() or node.layout.netns_path.exists():  # a crashed run's
+            self.remove_second_real_node(name)
         try:
             node.create_network(lab.overlapping_pod_cidrs, self.log)
             first.route_to(node)
@@ -131,7 +133,7 @@ class Lab:
 
     def remove_second_real_node(self, name: str) -> None:
         cluster = self._recorded_cluster(name)
-        first, node = self.real_node(cluster), self.second_real_node(cluster)
+        first, node = self.real_node(cluster), self.second_node_of(cluster)
         self.kubectl(name, "delete", "node", node.spec.name, "--ignore-not-found", "--wait=false", check=False)
         for component in reversed(NODE_COMPONENTS):
             if node.pid(component) is not None:
