@@ -137,8 +137,8 @@ def apply_quota(lab: Lab, cluster: str, quota: dict) -> None:
     namespace, name = quota["metadata"]["namespace"], quota["metadata"]["name"]
 
     def enforced() -> bool:
-        status = get_json(lab, cluster, "resourcequota", "-n", namespace, name).get("status") or {}
-        return status.get("hard") == quota["spec"]["hard"]
+        applied = get_json(lab, cluster, "resourcequota", "-n", namespace, name)
+        return (applied.get("status") or {}).get("hard") == applied["spec"]["hard"]  # both in the server's units
 
     wait_for(enforced, what=f"the quota controller to enforce ResourceQuota {namespace}/{name}")
 

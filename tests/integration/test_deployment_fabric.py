@@ -23,7 +23,7 @@ import pytest
 
 from catamaran.constants import FABRIC_NAMESPACE, NETWORK_READY_CONDITION, SYSTEM_NAMESPACE, virtual_node_name
 from catamaran.fabric.plan import NODE_CHAIN, ROUTE_PROTOCOL
-from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
+from catamaran_lab.config import REAL_NODE_TAINT, SECOND_NODE_TAINT
 
 from . import federation
 from .conftest import get_json, kill_container_process, require_real_node, wait_for
@@ -62,8 +62,6 @@ def fabric_inventory(lab) -> dict:
         controller_mode="deployment",
         controller_image_pull_policy="Never",  # imported into the real nodes, never pulled
         controller_tolerations=[{**REAL_NODE_TAINT, "operator": "Equal"}],
-        # Every real node, none of kwok's (whose pods run nothing).
-        controller_route_agent_node_selector={NODE_KIND_LABEL: "real"},
         # A pod reaches its API server where the real nodes reach theirs (as test_deployment_federation says).
         catamaran_api_server="{{ catamaran_home_api_server }}",
     )
@@ -121,7 +119,7 @@ def deployed(lab, lab_config_in_use, installed_collections, controller_image_arc
 
 
 def second_node(lab):
-    return lab.second_real_node(lab.recorded_config().cluster(CONSUMER))
+    return lab.second_node_of(lab.recorded_config().cluster(CONSUMER))
 
 
 def in_netns(netns: str, *command: str) -> str:
@@ -247,7 +245,10 @@ def test_pods_on_a_node_without_the_gateway_cross_through_its_route_agent_both_w
         timeout=120,
         what="the consumer's route agents Ready",
     )
-    assert sorted(p["spec"]["nodeName"] for p in agents) == sorted([first_real_node(lab, CONSUMER), node.spec.name])
+    # With the role's defaults: on every node, whatever its taints (kwok's run nothing), but the virtual node.
+    placed = {p["spec"]["nodeName"] for p in agents}
+    assert {first_real_node(lab, CONSUMER), node.spec.name} <= placed
+    assert virtual_node_name(PROVIDER) not in placed
     (agent,) = [p for p in agents if p["spec"]["nodeName"] == node.spec.name]
     context = agent["spec"]["containers"][0]["securityContext"]
     assert context["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
@@ -265,7 +266,7 @@ def test_pods_on_a_node_without_the_gateway_cross_through_its_route_agent_both_w
 
     on_second_node = {
         "nodeSelector": {"kubernetes.io/hostname": node.spec.name},
-        "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
+        "tolerations": [{**taint, "operator": "Equal"} for taint in (REAL_NODE_TAINT, SECOND_NODE_TAINT)],
     }
     backends_and_client(lab, NAMESPACE, LOCAL)
     apply(lab, CONSUMER, LOCAL, real_pod("client-2", ["sleep", "3600"], **on_second_node))
@@ -288,6 +289,12 @@ def test_pods_on_a_node_without_the_gateway_cross_through_its_route_agent_both_w
         lab, "http://frontend-2", "the second node's pod from the provider", (CONSUMER, NAMESPACE, "caller"), 60
     )
     assert answer == f"frontend on {node.spec.name}"
+    # An agent restarted while its DaemonSet stays (an upgrade rolling through) leaves its node's routes in place.
+    before = agent_routes(node.layout.netns)
+    name = agent["metadata"]["name"]
+    lab.kubectl(CONSUMER, "-n", FABRIC_NAMESPACE, "delete", "pod", name, "--timeout=60s", timeout=90)
+    assert agent_routes(node.layout.netns) == before
+    assert answered(lab, url, f"{url} from the second node, its agent restarting", client) == f"backend on {PROVIDER}"
 
 
 def test_a_killed_gateway_is_restarted_by_the_kubelet_and_traffic_resumes(lab, deployed):
