@@ -340,4 +340,4 @@ def test_entry_point_runs_as_nonroot_without_an_engine(image, unpacked):
     result = in_chroot(image, unpacked, *config["Entrypoint"], *config["Cmd"])
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: catamaran ")
-    assert "{manager,virtual-kubelet,gateway}" in result.stdout
+    assert "{manager,virtual-kubelet,gateway,route-agent}" in result.stdout
