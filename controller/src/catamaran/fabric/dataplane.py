@@ -89,6 +89,20 @@ async def _end(process: asyncio.subprocess.Process) -> None:
         await asyncio.shield(process.wait())
 
 
+async def _jump_first(table: str, builtin: str, chain: str) -> None:
+    """A jump to one of Catamaran's chains, first in the built-in chain, once."""
+    if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
+        await run("iptables", "-t", table, "-I", builtin, "1", "-j", chain)
+
+
+async def _remove_chain(table: str, builtin: str, chain: str) -> None:
+    """Every jump to one of Catamaran's chains, then the chain."""
+    while await succeeds("iptables", "-t", table, "-D", builtin, "-j", chain):
+        pass
+    await run("iptables", "-t", table, "-F", chain, check=False)
+    await run("iptables", "-t", table, "-X", chain, check=False)
+
+
 async def _link_exists(name: str) -> bool:
     # Asked of `ip`, not /sys: a process that only entered a network namespace (nsenter --net) still sees the
     # sysfs, and so the interfaces, of the namespace that mounted it.
@@ -146,11 +160,8 @@ class Dataplane:
         them), the jumps to Catamaran's chains and the chains themselves."""
         for name in sorted(await self.interfaces()):
             await self._delete(name)
-        for table, builtin, chain in JUMPS:
-            while await succeeds("iptables", "-t", table, "-D", builtin, "-j", chain):
-                pass
-            await run("iptables", "-t", table, "-F", chain, check=False)
-            await run("iptables", "-t", table, "-X", chain, check=False)
+        for jump in JUMPS:
+            await _remove_chain(*jump)
 
     def _alive(self, name: str) -> bool:
         process = self.userspace.get(name)
@@ -208,9 +219,8 @@ class Dataplane:
 
     async def _rules(self, tunnels: list[Tunnel]) -> None:
         await run("iptables-restore", "--noflush", stdin=iptables_restore(tunnels))
-        for table, builtin, chain in JUMPS:
-            if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
-                await run("iptables", "-t", table, "-I", builtin, "1", "-j", chain)
+        for jump in JUMPS:
+            await _jump_first(*jump)
 
 
 class NodeRouting:
@@ -241,9 +251,7 @@ class NodeRouting:
         for destination in ranges:
             await run("ip", "route", "replace", *kind, destination, *next_hop, *OWN_ROUTE)
         await run("iptables-restore", "--noflush", stdin=node_rules(ranges))
-        table, builtin, chain = NODE_JUMP
-        if not await succeeds("iptables", "-t", table, "-C", builtin, "-j", chain):
-            await run("iptables", "-t", table, "-I", builtin, "1", "-j", chain)
+        await _jump_first(*NODE_JUMP)
 
     async def next_hop(self, address: str) -> tuple[str, str]:
         """(next hop, interface) of this node's path to `address`: the address itself on a shared link, else the
@@ -259,11 +267,7 @@ class NodeRouting:
 
     async def remove_all(self) -> None:
         await run("ip", "route", "flush", "proto", str(ROUTE_PROTOCOL), check=False)
-        table, builtin, chain = NODE_JUMP
-        while await succeeds("iptables", "-t", table, "-D", builtin, "-j", chain):
-            pass
-        await run("iptables", "-t", table, "-F", chain, check=False)
-        await run("iptables", "-t", table, "-X", chain, check=False)
+        await _remove_chain(*NODE_JUMP)
 
 
 OWN_ROUTE = ("proto", str(ROUTE_PROTOCOL), "metric", str(ROUTE_METRIC))
