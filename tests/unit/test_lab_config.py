@@ -152,6 +152,12 @@ def test_metrics_server_verifies_kubelets_with_its_own_identity(tmp_path):
     assert ("kubelet-insecure-tls", "false") in args
     assert ("kubelet-certificate-authority", str(tmp_path / "pki" / "ca.crt")) in args
     assert ("kubelet-client-certificate", str(tmp_path / "pki" / "metrics-server-kubelet-client.crt")) in args
+    # Its callers' CAs as flags: looking them up at start is fatal when the API server does not serve yet.
+    assert ("client-ca-file", str(tmp_path / "pki" / "ca.crt")) in args
+    apiserver = [(a["key"], a["value"]) for a in patches["kube-apiserver"]["extraArgs"]]
+    front_proxy = [(key, value) for key, value in apiserver if key.startswith("requestheader-")]
+    assert len(front_proxy) == 5
+    assert set(front_proxy) <= set(args), "metrics-server trusts the headers the API server's aggregator sends"
     kinds = {d["kind"] for d in documents}
     assert {"Metric", "ClusterResourceUsage"} <= kinds
 
@@ -238,6 +244,21 @@ def test_another_port_block_gets_other_links():
     first = {c.real_node.host_ip for c in config.load(real_nodes=True).clusters}
     second = {c.real_node.host_ip for c in config.load(real_nodes=True, base_port=31000).clusters}
     assert not first & second
+
+
+def test_labs_side_by_side_never_share_a_pod_range_a_link_or_an_underlay():
+    """make test's labs: one per worker, a port block of 100 apart, and the overlap run's (tests/parallel.py)."""
+    labs = [config.load(base_port=26000 + 100 * block, overlapping_pod_cidrs=block == 9) for block in range(10)]
+    ranges = [ipaddress.ip_network(c.pod_cidr) for lab in labs for c in lab.clusters]
+    distinct = {str(r) for r in ranges}
+    assert len(distinct) == 9 * 3 + 1, "every cluster of a lab apart, and one shared range for the overlap lab"
+    networks = [ipaddress.ip_network(r) for r in distinct]
+    assert not any(a.overlaps(b) for a in networks for b in networks if a != b)
+    assert all(r.prefixlen == 16 and 100 <= r.network_address.packed[1] <= 199 for r in networks)
+    assert config.load().clusters[0].pod_cidr == "10.101.0.0/16", "the default lab keeps its ranges"
+    for attribute in ("host_ip", "node_ip", "underlay_ip"):
+        addresses = [getattr(c.real_node, attribute) for lab in labs for c in lab.clusters]
+        assert len(addresses) == len(set(addresses)), attribute
 
 
 def test_real_nodes_are_switched_off_by_the_environment(monkeypatch):
@@ -469,3 +490,18 @@ def test_real_nodes_share_an_underlay_per_lab_that_never_collides():
     names = [layout.underlay_host_link(9), layout.underlay_node_link(9), nodeconfig.underlay_bridge("abc123")]
     assert all(name.startswith("cmabc123") and len(name) <= 15 for name in names)
     assert len(layout.gateway_interface_prefix(9)) <= 11  # room for the gateway's 4+ characters per tunnel
+
+
+def test_inotify_limits_are_raised_never_lowered_and_a_refusal_says_how(tmp_path):
+    (tmp_path / "max_user_instances").write_text("128\n")
+    (tmp_path / "max_user_watches").write_text("1048576\n")
+    logged = []
+    preflight.raise_inotify_limits(logged.append, tmp_path)
+    assert (tmp_path / "max_user_instances").read_text() == str(preflight.INOTIFY_LIMITS["max_user_instances"])
+    assert (tmp_path / "max_user_watches").read_text() == "1048576\n", "a higher limit is kept"
+    assert len(logged) == 1
+    assert "max_user_instances raised from 128" in logged[0]
+    (tmp_path / "max_user_watches").unlink()
+    (tmp_path / "max_user_watches").mkdir()  # unreadable as a number, as a setting this process may not touch
+    with pytest.raises(LabError, match=r"sysctl -w fs.inotify.max_user_watches=524288"):
+        preflight.raise_inotify_limits(logged.append, tmp_path)

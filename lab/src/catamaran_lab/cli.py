@@ -10,6 +10,7 @@ from . import config as lab_config
 from . import e2e
 from .errors import LabError
 from .lab import Lab
+from .paths import labs_of_make_test
 
 
 def _log(message: str) -> None:
@@ -32,11 +33,13 @@ def main(argv: list[str] | None = None) -> None:
         const=True,
         help="give every cluster the same pod range (default: distinct; CATAMARAN_LAB_OVERLAP=1)",
     )
-    commands.add_parser("down", help="stop every lab process and remove the lab's state")
+    down = commands.add_parser("down", help="stop every lab process and remove the lab's state")
+    down.add_argument("--all", action="store_true", help="also the labs `make test` runs beside it (-gwN, -overlap)")
     commands.add_parser("status", help="list clusters, kubeconfigs, health and memory, real nodes included")
-    commands.add_parser(
+    leftovers = commands.add_parser(
         "leftovers", help="list what of the lab is still on the host (exit 1 if anything): processes, mounts, ..."
     )
+    leftovers.add_argument("--all", action="store_true", help="also the labs `make test` runs beside it")
     commands.add_parser(
         "e2e-build",
         help="build e2e.test and the upstream e2e test images from the pinned module into the cache "
@@ -56,7 +59,9 @@ def main(argv: list[str] | None = None) -> None:
             lab.up(wanted)
             _print_status(lab)
         elif args.command == "down":
-            lab.down()
+            for each in _labs(lab, args.all):
+                if each is lab or each.root.exists():
+                    each.down()
         elif args.command == "status" and not _print_status(lab):
             sys.exit(1)
         elif args.command == "e2e-build":
@@ -64,14 +69,21 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "e2e-import":
             lab.import_images(e2e.ensure_e2e(lab.cache, _log).images)
         elif args.command == "leftovers":
-            found = lab.leftovers()
+            labs = _labs(lab, args.all)
+            found = [f"{each.root.name}: {line}" for each in labs for line in each.leftovers()]
             for line in found:
                 _log(f"left behind: {line}")
             if found:
                 sys.exit(1)
-            _log(f"lab: nothing left on the host for {lab.root}")
+            _log(f"lab: nothing left on the host for {', '.join(str(each.root) for each in labs)}")
     except LabError as error:
         sys.exit(f"error: {error}")
+
+
+def _labs(lab: Lab, every_test_lab: bool) -> list[Lab]:
+    if not every_test_lab:
+        return [lab]
+    return [lab, *(Lab(root, lab.cache, log=_log) for root in labs_of_make_test(lab.root)[1:])]
 
 
 def _print_e2e(build: e2e.E2EBuild) -> None:

@@ -234,9 +234,15 @@ class LabConfig:
         raise LabError(f"the lab has no cluster named {name!r}; it has {[c.name for c in self.clusters]}")
 
 
-def cluster_pod_cidr(number: int, overlapping: bool) -> ipaddress.IPv4Network:
-    """Distinct /16 per cluster by default; one shared /16 when overlap is asked for."""
-    return ipaddress.IPv4Network(f"10.{100 if overlapping else 100 + number}.0.0/16")
+# Labs side by side (the test suite's lanes, a bench) take port blocks of 100 apart; each block's clusters take pod
+# ranges of their own, ten /16s apart, so the host routes every lab's pods (10.100-10.199, under the remap pool).
+POD_RANGE_BLOCKS = 10
+
+
+def cluster_pod_cidr(number: int, overlapping: bool, base_port: int = 26000) -> ipaddress.IPv4Network:
+    """Distinct /16 per cluster by default; one shared /16 when overlap is asked for; per lab port block."""
+    block = 10 * ((base_port // 100) % POD_RANGE_BLOCKS)
+    return ipaddress.IPv4Network(f"10.{100 + block + (0 if overlapping else number)}.0.0/16")
 
 
 def real_node_pod_cidr(cluster_range: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
@@ -384,7 +390,7 @@ def _cluster(
         raise LabError(f"cluster {name}: nodes must be between 1 and 200, not {node_count}")
     if len(extra_resources) > node_count:
         raise LabError(f"cluster {name}: {len(extra_resources)} extraResources entries but only {node_count} nodes")
-    cidr = cluster_pod_cidr(number, overlapping)
+    cidr = cluster_pod_cidr(number, overlapping, base_port)
     node_cidrs = list(cidr.subnets(new_prefix=24))
     nodes = []
     for index in range(node_count):

@@ -36,6 +36,21 @@ METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
 METRICS_SERVER_MANIFEST_DIR = "metrics-server"
 
 
+def front_proxy_trust(pki: ClusterPKI) -> list[dict]:
+    """Who may pass a caller's identity in headers: the aggregator, as front-proxy-client certified by the cluster CA.
+
+    The API server and metrics-server both take it from here. Given as flags, metrics-server never looks it up in
+    the cluster at start: that lookup is fatal, and a start on a slow machine can come before the API server serves.
+    """
+    return [
+        {"key": "requestheader-client-ca-file", "value": str(pki.ca_cert)},
+        {"key": "requestheader-allowed-names", "value": FRONT_PROXY_CLIENT},
+        {"key": "requestheader-username-headers", "value": "X-Remote-User"},
+        {"key": "requestheader-group-headers", "value": "X-Remote-Group"},
+        {"key": "requestheader-extra-headers-prefix", "value": "X-Remote-Extra-"},
+    ]
+
+
 def kube_apiserver_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
     """Reaching kubelets by address, verifying them, as a client they authorize; with a real node, being reached."""
     args = [
@@ -51,11 +66,7 @@ def kube_apiserver_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
         # aggregated API servers trust those headers only from that name, certified by the cluster CA.
         {"key": "proxy-client-cert-file", "value": str(pki.cert("front-proxy-client")), "override": True},
         {"key": "proxy-client-key-file", "value": str(pki.key("front-proxy-client")), "override": True},
-        {"key": "requestheader-client-ca-file", "value": str(pki.ca_cert)},
-        {"key": "requestheader-allowed-names", "value": FRONT_PROXY_CLIENT},
-        {"key": "requestheader-username-headers", "value": "X-Remote-User"},
-        {"key": "requestheader-group-headers", "value": "X-Remote-Group"},
-        {"key": "requestheader-extra-headers-prefix", "value": "X-Remote-Extra-"},
+        *front_proxy_trust(pki),
     ]
     if cluster.real_node:
         # Pods and the kubelet live in the node's network namespace and reach the host end of its link;
@@ -86,6 +97,9 @@ def metrics_server_args(cluster: ClusterSpec, pki: ClusterPKI) -> list[dict]:
         # Serving as metrics-server.kube-system.svc, so the aggregator verifies it with the APIService's caBundle.
         {"key": "tls-cert-file", "value": str(pki.cert("metrics-server")), "override": True},
         {"key": "tls-private-key-file", "value": str(pki.key("metrics-server")), "override": True},
+        # Its callers' CAs as flags, not looked up in the cluster (front_proxy_trust says why).
+        {"key": "client-ca-file", "value": str(pki.ca_cert)},
+        *front_proxy_trust(pki),
     ]
     if cluster.real_node:
         # Reached at the real node link's host end, where its Service's endpoint points (see metrics_server_endpoint).

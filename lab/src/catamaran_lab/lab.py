@@ -34,7 +34,7 @@ from .nodeconfig import NodeLayout, underlay_bridge
 from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
 from .pki import COREDNS_USER, ClusterPKI
-from .preflight import check_disk, check_ports_free, check_real_node_host
+from .preflight import check_disk, check_ports_free, check_real_node_host, raise_inotify_limits
 from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
 
 STATE_FILE = "lab.json"
@@ -147,6 +147,7 @@ class Lab:
     def prepare(self, wanted: LabConfig) -> list[Image]:
         """Binaries, and for real nodes the packages, host checks and images: all before anything starts."""
         self.cache.ensure(self.log)
+        raise_inotify_limits(self.log)
         if not wanted.real_nodes:
             return []
         ensure_packages(self.log)

@@ -22,6 +22,23 @@ def state_dir() -> Path:
     return Path(os.environ.get("CATAMARAN_LAB_DIR", REPO_ROOT / ".lab")).resolve()
 
 
+# `make test` runs labs beside the configured one (tests/parallel.py): one per further pytest-xdist worker and one
+# for the overlapping-ranges run. `catamaran-lab down --all` and `leftovers --all` cover them too.
+MAX_TEST_WORKERS = 8
+OVERLAP_LAB_SUFFIX = "-overlap"
+
+
+def worker_lab_dir(root: Path, worker: int) -> Path:
+    return root if worker == 0 else root.with_name(f"{root.name}-gw{worker}")
+
+
+def labs_of_make_test(root: Path | None = None) -> list[Path]:
+    """The configured lab and every lab `make test` may run beside it."""
+    root = root or state_dir()
+    workers = [worker_lab_dir(root, worker) for worker in range(MAX_TEST_WORKERS)]
+    return [*workers, root.with_name(root.name + OVERLAP_LAB_SUFFIX)]
+
+
 def cache_root() -> Path:
     """Binary cache, outside the repository so it survives clones and is never committed."""
     explicit = os.environ.get("CATAMARAN_LAB_CACHE")

@@ -134,6 +134,28 @@ def check_real_node_host() -> None:
         )
 
 
+# Each lab holds about 70 inotify instances (6 per kubelet, API server and controller manager, more per real node's
+# containerd); the kernel's default of 128 per user is spent by the second lab side by side (make test runs several),
+# whose kubelets then die with "inotify_init: too many open files". kind asks for 512 and 524288 likewise.
+INOTIFY_LIMITS = {"max_user_instances": 1024, "max_user_watches": 524288}
+
+
+def raise_inotify_limits(log, settings: Path = Path("/proc/sys/fs/inotify")) -> None:
+    """Raise the kernel's inotify limits to INOTIFY_LIMITS where they are lower (as root; never lowered)."""
+    for name, wanted in INOTIFY_LIMITS.items():
+        path = settings / name
+        try:
+            current = int(path.read_text())
+            if current < wanted:
+                path.write_text(str(wanted))
+                log(f"lab: fs.inotify.{name} raised from {current} to {wanted} (several labs' kubelets need it)")
+        except (OSError, ValueError) as error:
+            raise LabError(
+                f"fs.inotify.{name} is below {wanted} and could not be raised ({error}): the lab's kubelets and API "
+                f"servers would run out of inotify instances; run `sysctl -w fs.inotify.{name}={wanted}` as root"
+            ) from None
+
+
 def _effective_capabilities() -> int | None:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("CapEff:"):
