@@ -31,9 +31,18 @@ def running(pod_ip: str, **remote) -> dict:
     return {"pod": {"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], **remote}}
 
 
-def local_status(shadow_status: dict, translate, local: dict | None = None) -> dict:
+APP = {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+
+
+def local_status(shadow_status: dict, translate, local: dict | None = None, spec: dict | None = None) -> dict:
     return forge.local_pod_status(
-        local or {}, shadow_status, node_ip="10.0.0.9", translate=translate, provider_reachable=True, now="t"
+        local or {},
+        shadow_status,
+        node_ip="10.0.0.9",
+        translate=translate,
+        provider_reachable=True,
+        now="t",
+        spec=APP if spec is None else spec,
     )
 
 
@@ -363,3 +372,315 @@ def test_mirrored_events_are_bounded():
     assert compact["reason"] == trust.PROVIDER_REASON
     assert len(compact["message"]) == trust.MESSAGE_LIMIT
     assert not compact["message"].startswith("\u202e")
+
+
+# -- a pod's reported status, bounded by the local spec ------------------------------------------------------------
+
+SPEC = {
+    "initContainers": [{"name": "setup", "image": "busybox:1.36"}],
+    "containers": [{"name": "app", "image": "registry.example/shop/app:1.4"}],
+    "ephemeralContainers": [{"name": "debugger", "image": "busybox"}],
+}
+
+
+def container(name: str, **fields) -> dict:
+    return {"name": name, "ready": True, "restartCount": 0, "state": {"running": {}}, **fields}
+
+
+def kinds(refusals: list[trust.Refusal]) -> set[str]:
+    return {refusal.kind for refusal in refusals}
+
+
+def test_only_containers_of_the_spec_reach_local_status_each_with_the_specs_image():
+    remote = {
+        "phase": "Running",
+        "initContainerStatuses": [container("setup"), container("ghost-init")],
+        "containerStatuses": [
+            container("app", image="evil.example/backdoor:latest", imageID="sha256:" + "a" * 64),
+            container("ghost", image="evil.example/backdoor:latest"),
+            container("app", restartCount=9),  # a second status of the same container
+        ],
+        "ephemeralContainerStatuses": [container("debugger", image="docker.io/library/busybox:latest")],
+    }
+    status = local_status({"pod": remote}, None, spec=SPEC)
+    shown = {kind: [(c["name"], c["image"]) for c in status[kind]] for kind in trust.CONTAINER_STATUS_KINDS}
+    assert shown == {
+        "initContainerStatuses": [("setup", "busybox:1.36")],
+        "containerStatuses": [("app", "registry.example/shop/app:1.4")],
+        "ephemeralContainerStatuses": [("debugger", "busybox")],
+    }
+    assert status["containerStatuses"][0]["imageID"] == "sha256:" + "a" * 64  # the runtime's, bounded: kept
+    refusals = forge.report_refusals({"pod": remote}, SPEC)
+    assert kinds(refusals) == {trust.CONTAINER_STATUS_REFUSED, trust.IMAGE_REPLACED}
+    assert any("'ghost'" in r.message and "containerStatuses" in r.message for r in refusals)
+    assert any("'evil.example/backdoor:latest'" in r.message for r in refusals)
+
+
+def test_without_a_spec_no_container_status_is_shown():
+    status = local_status({"pod": {"phase": "Running", "containerStatuses": [container("app")]}}, None, spec={})
+    assert "containerStatuses" not in status
+
+
+@pytest.mark.parametrize(
+    ("reported", "spec"),
+    [
+        ("docker.io/library/nginx:1.25", "nginx:1.25"),
+        ("docker.io/library/nginx:latest", "nginx"),
+        ("docker.io/library/nginx:stable", "nginx:1.25"),  # another tag of the same image
+        ("docker.io/library/nginx@sha256:" + "b" * 64, "nginx:1.25"),  # the image's repository digest
+        ("sha256:" + "c" * 64, "registry.example/app:1"),  # a bare image ID
+        ("localhost:5000/app:1", "localhost:5000/app:1"),
+        ("registry.example:5000/team/app:2", "registry.example:5000/team/app:1"),
+    ],
+)
+def test_what_runtimes_report_of_the_specs_image_is_not_a_replacement(reported, spec):
+    assert trust.same_image(reported, spec)
+
+
+@pytest.mark.parametrize(
+    ("reported", "spec"),
+    [
+        ("evil.example/backdoor:latest", "nginx:1.25"),
+        ("docker.io/library/backdoor:1.25", "nginx:1.25"),
+        ("docker.io/evil/nginx:1.25", "nginx:1.25"),
+        ("quay.io/library/nginx:1.25", "nginx:1.25"),
+        (["nginx"], "nginx"),
+    ],
+)
+def test_another_repository_is_another_image(reported, spec):
+    assert not trust.same_image(reported, spec)
+
+
+@pytest.mark.parametrize(
+    ("restarts", "recreations", "shown", "clamped"),
+    [
+        (2, 1, 3, False),
+        (None, None, 0, False),
+        (2147483000, 0, trust.RESTART_COUNT_CEILING, True),
+        (2147483000, 2**62, trust.RESTART_COUNT_CEILING, True),
+        (trust.RESTART_COUNT_CEILING, 1, trust.RESTART_COUNT_CEILING, True),
+        (-5, 2, 2, True),
+        (3, -1, 3, True),
+        ("7", 0, 0, True),
+        (True, 0, 0, True),
+        (1.5, 0, 0, True),
+    ],
+)
+def test_restart_counts_are_whole_and_clamped(restarts, recreations, shown, clamped):
+    assert trust.shown_restart_count(restarts, recreations) == (shown, clamped)
+
+
+def test_no_recreation_can_overflow_a_clamped_restart_count():
+    remote = {"phase": "Running", "containerStatuses": [container("app", restartCount=2147483000)]}
+    for recreations in (0, 1, 2**31, 2**63 - 1):
+        status = local_status({"pod": remote, "recreations": recreations}, None, spec=SPEC)
+        assert status["containerStatuses"][0]["restartCount"] == trust.RESTART_COUNT_CEILING < 2**31 - 1
+    [refusal] = forge.report_refusals({"pod": remote, "recreations": 1}, SPEC)
+    assert refusal.kind == trust.RESTART_COUNT_CLAMPED
+    assert "2147483000" in refusal.message
+    assert str(trust.RESTART_COUNT_CEILING) in refusal.message
+
+
+def test_only_a_kubelets_condition_types_reach_the_pod_once_each():
+    reported = [
+        {"type": "Ready", "status": "True", "lastProbeTime": None},
+        {"type": "example.com/load-balancer-ready", "status": "True"},  # a readiness gate's: the consumer's
+        {"type": forge.POD_IP_CONDITION, "status": "True"},
+        {"type": "Ready", "status": "False"},
+        {"type": "Initialized", "status": "Maybe"},
+        {"type": "PodScheduled", "status": "True"},  # the provider's scheduler's: the local pod shows its own
+        "not a condition",
+    ]
+    conditions, refusals = trust.accepted_conditions(reported)
+    assert conditions == [{"type": "Ready", "status": "True"}]
+    assert len(refusals) == 5
+    assert kinds(refusals) == {trust.POD_CONDITION_REFUSED}
+    own = {"PodScheduled", forge.REMOTE_CONDITION, forge.POD_IP_CONDITION}
+    assert own.isdisjoint(trust.PROVIDER_POD_CONDITIONS)
+
+
+def test_fields_the_api_would_not_take_are_not_shown():
+    app = container(
+        "app",
+        image="registry.example/shop/app:1.4",
+        imageID="x" * (trust.IDENTIFIER_LIMIT + 1),
+        containerID="containerd://\x1b[31m",
+        ready="yes",
+        started=True,
+        resources={"limits": {"cpu": "64"}},  # not a field the local pod shows of the remote one
+        state={"terminated": {"exitCode": 2**40, "reason": "Error", "finishedAt": "yesterday", "signal": 9}},
+        lastState={"running": {"startedAt": "2026-01-01T00:00:00Z"}, "sleeping": {}},
+    )
+    remote = {"phase": "Running", "startTime": "soon", "containerStatuses": [app]}
+    status = local_status({"pod": remote}, None, spec=SPEC)
+    [shown] = status["containerStatuses"]
+    assert shown == {
+        "name": "app",
+        "image": "registry.example/shop/app:1.4",
+        "imageID": "",
+        "ready": False,
+        "started": True,
+        "restartCount": 0,
+        "state": {"terminated": {"reason": "Error", "signal": 9}},
+        "lastState": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+    }
+    assert "startTime" not in status
+    refusals = forge.report_refusals({"pod": remote}, SPEC)
+    assert kinds(refusals) == {trust.STATUS_FIELD_REFUSED}
+    assert any("imageID, containerID, ready and 3 more of container 'app'" in r.message for r in refusals)
+
+
+def test_conditions_and_states_times_must_be_times():
+    reported = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00.5+02:00"}]
+    assert trust.accepted_conditions(reported) == (reported, [])
+    conditions, refusals = trust.accepted_conditions([{"type": "Ready", "status": "True", "lastTransitionTime": 7}])
+    assert conditions == [{"type": "Ready", "status": "True"}]
+    assert kinds(refusals) == {trust.STATUS_FIELD_REFUSED}
+
+
+# -- usage a provider reports ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "shown", "kind"),
+    [
+        (0.25, 0.25, ""),
+        ("250m", 0.25, ""),
+        (3, 3.0, ""),
+        (float("nan"), None, trust.USAGE_REFUSED),
+        ("NaN", None, trust.USAGE_REFUSED),
+        (float("inf"), None, trust.USAGE_REFUSED),
+        (-1, None, trust.USAGE_REFUSED),
+        ("lots", None, trust.USAGE_REFUSED),
+        (None, None, trust.USAGE_REFUSED),
+        (True, None, trust.USAGE_REFUSED),
+        (1e300, 8.0, trust.USAGE_CLAMPED),
+        ("1e400", 8.0, trust.USAGE_CLAMPED),
+    ],
+)
+def test_usage_figures_are_finite_not_negative_and_clamped(value, shown, kind):
+    assert trust.usage_figure(value, 8.0) == (shown, kind)
+
+
+def test_usage_ceilings_are_the_limits_else_what_the_provider_can_allocate():
+    spec = {
+        "containers": [
+            {"name": "limited", "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}},
+            {"name": "free"},
+        ],
+        "ephemeralContainers": [{"name": "debugger"}],
+    }
+    ceilings = trust.usage_ceilings(spec, {"cpu": "8", "memory": "32Gi", "pods": "110"})
+    assert ceilings["limited"] == trust.UsageCeilings(0.5 * trust.CPU_LIMIT_TOLERANCE, 256 * 2**20)
+    assert ceilings["free"] == ceilings["debugger"] == trust.UsageCeilings(16.0, 64 * 2**30)
+    unknown = trust.usage_ceilings(spec, {"cpu": "1e400", "memory": "plenty"})["free"]
+    assert unknown == trust.UsageCeilings(trust.CPU_CORES_CEILING, trust.MEMORY_BYTES_CEILING)
+    assert trust.usage_ceilings(spec, "garbage")["free"] == unknown  # type: ignore[arg-type]
+    pod_level = trust.usage_ceilings({**spec, "resources": {"limits": {"memory": "1Gi"}}}, {})
+    assert pod_level["free"].memory_bytes == 2**30
+
+
+def test_a_cpu_counter_rises_no_faster_than_its_ceiling():
+    assert trust.bounded_counter(100.0, 10.0, None, 2.0) == 100.0  # a first sample: no rate yet
+    assert trust.bounded_counter(1e15, 20.0, (100.0, 10.0), 2.0) == 120.0  # 2 cores for 10 s at most
+    assert trust.bounded_counter(110.0, 20.0, (100.0, 10.0), 2.0) == 110.0
+    assert trust.bounded_counter(3.0, 20.0, (100.0, 10.0), 2.0) == 3.0  # the container restarted
+    assert trust.bounded_counter(1e300, 20.0, None, 2.0) == trust.CPU_SECONDS_CEILING
+    assert trust.bounded_counter(500.0, 10.0, (100.0, 10.0), 2.0) == 100.0  # the same sample time again
+
+
+def test_counters_of_no_container_of_the_spec_or_not_numbers_are_left_out():
+    ceilings = {"app": trust.UsageCeilings(2.0, 2**30)}
+    counters, refusals = trust.accepted_counters(
+        {"name": "app", "cpuSeconds": 5, "memoryWorkingSetBytes": 1e300, "startTime": 1e300, "sampledAt": 99.5},
+        ceilings,
+        now=100.0,
+    )
+    assert counters == trust.ContainerUsageReport("app", 5.0, float(2**30), None, 99.5)
+    assert kinds(refusals) == {trust.USAGE_CLAMPED, trust.USAGE_REFUSED}  # the working set, the start time
+    for reported in ({"name": "ghost", "cpuSeconds": 1}, {"name": "app", "cpuSeconds": float("nan")}, "x"):
+        counters, refusals = trust.accepted_counters(reported, ceilings, now=100.0)
+        assert counters is None
+        assert kinds(refusals) == {trust.USAGE_REFUSED}
+    rates, refusals = trust.accepted_rates({"name": "app", "usage": {"cpu": "1e400", "memory": "10Mi"}}, ceilings)
+    assert rates == trust.ContainerUsageReport("app", 2.0, float(10 * 2**20))
+    assert kinds(refusals) == {trust.USAGE_CLAMPED}
+    assert trust.accepted_rates({"name": "app", "usage": "much"}, ceilings)[0] == trust.ContainerUsageReport(
+        "app", 0.0, 0.0
+    )
+
+
+# -- refusals reported as Warning Events, once per pod and kind ------------------------------------------------
+
+
+class RecordingClient:
+    """The consumer's API server as PodStatus and the EventRecorder write to it."""
+
+    def __init__(self):
+        self.events: list = []
+        self.patches: list[dict] = []
+
+    async def create(self, obj):
+        self.events.append(obj)
+        return obj
+
+    async def patch(self, resource, name, body, **kwargs):
+        self.patches.append(body)
+
+
+def pod_status_writer(client: RecordingClient):
+    from types import SimpleNamespace
+
+    from catamaran.kube.events import EventRecorder
+    from catamaran.vk.context import PeeringContext
+    from catamaran.vk.pod_status import PodStatus
+
+    peering = PeeringContext("consumer", "provider-1", client, object(), EventRecorder(client, "test"), ("ns", "fc"))
+    node = SimpleNamespace(healthy=True, settings=SimpleNamespace(node_ip="10.0.0.9"))
+    return PodStatus(peering, node, SimpleNamespace(translate=None, network_down=None))
+
+
+def test_what_a_provider_forges_in_a_loop_is_one_event_per_kind_and_never_shown():
+    client = RecordingClient()
+    writer = pod_status_writer(client)
+    pod = {
+        "metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "3"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/shop/app:1.4"}]},
+        "status": {},
+    }
+
+    def forged(restarts: int) -> dict:
+        app = container("app", image="evil.example/backdoor:latest", restartCount=restarts)
+        return {"status": {"pod": {"phase": "Running", "containerStatuses": [app, container("ghost")]}}}
+
+    async def loop() -> None:
+        for restarts in (2147483000, 2147483001, 2147483002):
+            await writer.update(pod, forged(restarts))
+            pod["status"] = client.patches[-1]["status"] if client.patches else pod["status"]
+
+    asyncio.run(loop())
+    assert sorted(event.reason for event in client.events) == sorted(
+        [trust.CONTAINER_STATUS_REFUSED, trust.IMAGE_REPLACED, trust.RESTART_COUNT_CLAMPED]
+    )
+    assert all(event.type == "Warning" and event.involvedObject.uid == "u-1" for event in client.events)
+    assert all(event.message.startswith("provider provider-1 reported") for event in client.events)
+    [written] = client.patches  # the clamped status does not change with the forged count
+    [app] = written["status"]["containerStatuses"]
+    assert (app["name"], app["image"], app["restartCount"]) == (
+        "app",
+        "registry.example/shop/app:1.4",
+        trust.RESTART_COUNT_CEILING,
+    )
+
+
+def test_refusals_are_remembered_per_pod_and_kind_within_a_bound():
+    from catamaran.vk.refusals import RefusalEvents
+
+    refusals = RefusalEvents(events=None, provider_id="p", memory=2)  # type: ignore[arg-type]
+    web, db = ({"metadata": {"name": name, "namespace": "shop", "uid": name}} for name in ("web", "db"))
+    clamped, other = trust.Refusal("UsageClamped", "a"), trust.Refusal("UsageClamped", "b")
+    assert refusals.first_of_their_kind(web, [clamped, other]) == [clamped]  # one per kind
+    assert refusals.first_of_their_kind(web, [other]) == []
+    assert refusals.first_of_their_kind(db, [other]) == [other]  # another pod
+    refusals.first_of_their_kind(db, [trust.Refusal("UsageRefused", "c")])  # web's is the oldest: forgotten
+    assert refusals.first_of_their_kind(web, [clamped]) == [clamped]

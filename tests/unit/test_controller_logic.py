@@ -351,6 +351,9 @@ def test_remap_range_too_small_translates_what_fits_and_says_so():
     assert forge.IPTranslator(["10.0.0.0/16"], "10.200.0.0/16").problem == ""
 
 
+APP = {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+
+
 def test_local_status_translates_ips_and_counts_recreations():
     shadow_status = {
         "recreations": 2,
@@ -366,7 +369,7 @@ def test_local_status_translates_ips_and_counts_recreations():
     local = {"conditions": [{"type": "PodScheduled", "status": "True", "reason": "local"}]}
     translate = forge.IPTranslator(["10.102.0.0/16"], "10.200.0.0/16")
     status = forge.local_pod_status(
-        local, shadow_status, node_ip="10.0.0.9", translate=translate, provider_reachable=True, now="t"
+        local, shadow_status, node_ip="10.0.0.9", translate=translate, provider_reachable=True, now="t", spec=APP
     )
     assert status["podIP"] == "10.200.1.5"
     assert status["podIPs"] == [{"ip": "10.200.1.5"}]
@@ -384,7 +387,7 @@ def test_unreachable_provider_marks_pods_not_ready():
         }
     }
     status = forge.local_pod_status(
-        {}, shadow_status, node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=False, now="t"
+        {}, shadow_status, node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=False, now="t", spec=APP
     )
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ProviderUnreachable")
@@ -399,7 +402,7 @@ def test_a_fabric_tunnel_down_marks_pods_not_ready_and_its_return_ready_again():
             "containerStatuses": [{"name": "app", "ready": True}],
         }
     }
-    common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t")
+    common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t", spec=APP)
     down = forge.local_pod_status({}, shadow_status, network_down="the tunnel is down (TunnelSilent: quiet)", **common)
     ready = next(c for c in down["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "NetworkUnreachable")
@@ -422,7 +425,7 @@ def test_remote_refusal_shows_on_the_local_pod():
         translate=lambda ip: ip,
         provider_reachable=True,
         now="t",
-        containers=[("app", "nginx")],
+        spec={"containers": [{"name": "app", "image": "nginx"}]},
     )
     refused = next(c for c in status["conditions"] if c["type"] == forge.REMOTE_CONDITION)
     assert (refused["status"], refused["reason"]) == ("False", "QuotaExceeded")

@@ -29,6 +29,7 @@ from catamaran.vk.kubelet.stats import (
     summary,
 )
 from catamaran.vk.kubelet.streams import command_streams, negotiate
+from catamaran.vk.trust import usage_ceilings
 
 NODE = "catamaran-cluster-3"
 
@@ -340,9 +341,12 @@ def test_counter_rates_come_from_two_samples_and_survive_a_repeated_one():
 
 
 def test_counted_containers_pass_the_kubelets_counter_and_sample_time_on():
-    local = {"metadata": {"namespace": "shop", "name": "idle"}, "status": {}}
+    spec = {"containers": [{"name": "main"}]}
+    local = {"metadata": {"namespace": "shop", "name": "idle"}, "spec": spec, "status": {}}
     item = {"containers": [{"name": "main", "cpuSeconds": 0.02, "sampledAt": 1795592061.692, "startTime": 17.0}]}
-    (usage,) = counted_containers(item, local, 1.0, CounterRates())
+    ceilings = usage_ceilings(local["spec"], {})
+    (usage,), refusals = counted_containers(item, local, 1.0, CounterRates(), ceilings, now=1795592070.0)
+    assert refusals == []
     assert (usage.cpu_seconds, usage.sampled_at, usage.start_time) == (0.02, 1795592061.692, 17.0)
     pod = PodUsage("shop", "idle", "uid", 1.0, [usage])
     text = resource_metrics(
@@ -403,3 +407,210 @@ def test_websocket_frames_round_trip_masked_and_fragmented():
     assert websocket.frame(websocket.BINARY, big)[:4] == b"\x82\x7e\x02\x00"
     # RFC 6455's own example of the accept key.
     assert websocket.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+# -- what the kubelet API asks of its callers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "verb"),
+    [
+        ("exec", "create"),
+        ("attach", "create"),
+        ("portForward", "create"),
+        ("containerLogs", "get"),
+        ("stats", "get"),
+        ("metrics", "get"),
+        ("pods", "get"),
+        ("healthz", "get"),
+    ],
+)
+def test_each_route_needs_its_own_verb_whatever_the_method(endpoint, verb):
+    from catamaran.vk.kubelet.server import ROUTES
+
+    assert ROUTES[endpoint].verb == verb
+
+
+def test_paths_of_no_route_such_as_run_need_create():
+    from catamaran.vk.kubelet.server import ROUTES, UNROUTED_VERB
+
+    assert "run" not in ROUTES
+    assert UNROUTED_VERB == "create"
+
+
+class ReviewingClient:
+    """The consumer's API server answering TokenReviews (every token is `viewer`'s) and SubjectAccessReviews
+    (`viewer` holds only `get` on every node subresource)."""
+
+    def __init__(self):
+        self.reviews: list[dict] = []
+
+    async def create(self, review):
+        if review.kind == "TokenReview":
+            return {"status": {"authenticated": True, "user": {"username": "viewer", "groups": ["viewers"]}}}
+        attributes = review.spec.resourceAttributes
+        self.reviews.append({"verb": attributes.verb, "subresource": attributes.subresource})
+        return {"status": {"allowed": attributes.verb == "get"}}
+
+
+class Written:
+    def __init__(self):
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def drain(self) -> None:
+        pass
+
+
+def kubelet_server(client: ReviewingClient):
+    import socket
+    from types import SimpleNamespace
+
+    from catamaran.vk.kubelet.server import KubeletServer
+
+    peering = SimpleNamespace(local=client, node_name=NODE, provider_id="p", events=None)
+    return KubeletServer(
+        peering,
+        socket.socket(),
+        certificate=None,
+        channel=None,
+        local_pod=lambda namespace, name: None,
+        pods_on_node=list,
+        twin_of=lambda namespace: None,
+        node_published=None,
+    )
+
+
+def test_a_websocket_get_to_exec_needs_create_on_the_nodes_proxy():
+    import asyncio
+
+    client = ReviewingClient()
+    server = kubelet_server(client)
+    headers = {
+        "authorization": ["Bearer token-of-viewer"],
+        "connection": ["Upgrade"],
+        "upgrade": ["websocket"],
+        "sec-websocket-protocol": ["v5.channel.k8s.io"],
+    }
+    upgrade = Request("GET", "/exec/shop/web/app", {"command": ["sh"], "output": ["1"]}, headers, None, None)
+    with pytest.raises(HttpError) as refused:
+        asyncio.run(server.handle(upgrade))
+    assert refused.value.status == 403
+    assert client.reviews == [{"verb": "create", "subresource": "proxy"}]
+    assert "verb=create" in refused.value.message
+    server.sock.close()
+
+
+def test_a_stats_post_needs_only_get():
+    import asyncio
+    import json
+
+    client = ReviewingClient()
+    server = kubelet_server(client)
+    written = Written()
+    post = Request("POST", "/stats/summary", {}, {"authorization": ["Bearer token-of-viewer"]}, None, written)
+    asyncio.run(server.handle(post))
+    assert client.reviews == [{"verb": "get", "subresource": "stats"}]
+    assert json.loads(written.data.split(b"\r\n\r\n", 1)[1])["node"]["nodeName"] == NODE
+    server.sock.close()
+
+
+# -- counters a provider reports ---------------------------------------------------------------------------------
+
+
+class CountersChannel:
+    """A provider's manager serving forged podcounters (and garbage items) for twin `shop-c1`."""
+
+    def __init__(self, containers: list[dict]):
+        self.containers = containers
+
+    async def get_json(self, path: str, params=None) -> dict:
+        assert path.endswith("/namespaces/shop-c1/podcounters")
+        items = [{"metadata": {"name": "web"}, "containers": self.containers}, {"metadata": 7}, "garbage"]
+        return {"items": items}
+
+
+class LaterEvents:
+    def __init__(self):
+        self.recorded: list[tuple] = []
+
+    def later(self, involved: dict, kind_type: str, reason: str, message: str) -> None:
+        self.recorded.append((involved["uid"], kind_type, reason, message))
+
+
+def test_forged_counters_leave_the_summary_and_the_metrics_whole():
+    import asyncio
+    import json
+    import math
+
+    from catamaran.vk.kubelet.stats import NodeStats
+    from catamaran.vk.refusals import RefusalEvents
+    from catamaran.vk.trust import MEMORY_BYTES_CEILING, USAGE_CLAMPED, USAGE_REFUSED
+
+    web = {
+        "metadata": {"name": "web", "namespace": "shop", "uid": "u-1"},
+        "spec": {
+            "containers": [
+                {"name": "app", "resources": {"limits": {"memory": "1Gi"}}},
+                {"name": "cache"},
+                {"name": "worker"},
+            ]
+        },
+        "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"},
+    }
+    forged = [
+        {"name": "app", "cpuSeconds": 2.0, "memoryWorkingSetBytes": 1e300, "sampledAt": float("inf")},
+        {"name": "cache", "cpuSeconds": 3.0, "memoryWorkingSetBytes": 1e300},
+        {"name": "worker", "cpuSeconds": float("nan"), "memoryWorkingSetBytes": 5.0},
+        {"name": "ghost", "cpuSeconds": 1.0},
+        {"cpuSeconds": 1.0},
+    ]
+    events = LaterEvents()
+    stats = NodeStats(
+        CountersChannel(forged),
+        lambda: [web],
+        lambda namespace: "shop-c1",
+        NODE,
+        refusals=RefusalEvents(events, "p"),  # type: ignore[arg-type]
+        cache_seconds=0,
+    )
+    snapshot = asyncio.run(stats.snapshot())
+    snapshot = asyncio.run(stats.snapshot())  # the same forgeries again: no Event more
+    [pod] = snapshot.pods
+    assert {c.name: c.memory_bytes for c in pod.containers} == {"app": 2**30, "cache": MEMORY_BYTES_CEILING}
+    assert all(math.isfinite(c.cpu_seconds) and math.isfinite(c.start_time) for c in pod.containers)
+    json.dumps(summary(snapshot, NODE, 900.0), allow_nan=False)
+    text = resource_metrics(snapshot)
+    assert "nan" not in text.lower()
+    assert "inf" not in text.lower()
+    assert sorted(reason for _, _, reason, _ in events.recorded) == [USAGE_CLAMPED, USAGE_REFUSED]
+    assert all(uid == "u-1" and kind == "Warning" for uid, kind, _, _ in events.recorded)
+
+
+def test_the_summarys_nanoseconds_stay_within_int64():
+    pods = [PodUsage("shop", f"web-{i}", "u", 1.0, [ContainerUsage("app", 1.0, 1, 2.0**33, 1.0)]) for i in range(4)]
+    snapshot = Snapshot(taken=10.0, pods=pods, node_cpu_cores=4.0, node_cpu_seconds=2.0**35, node_memory_bytes=4)
+    result = summary(snapshot, NODE, 1.0)
+    assert result["node"]["cpu"]["usageCoreNanoSeconds"] == 2**63 - 1
+    assert result["pods"][0]["cpu"]["usageCoreNanoSeconds"] == 2**33 * 10**9
+
+
+def test_a_counter_jumping_ahead_is_shown_rising_at_its_ceiling():
+    from catamaran.vk.trust import USAGE_CLAMPED
+
+    local = {"metadata": {"namespace": "shop", "name": "web"}, "spec": {"containers": [{"name": "app"}]}}
+    ceilings = usage_ceilings(local["spec"], {"cpu": "2"})  # no limit: twice what the provider can allocate
+    rates = CounterRates()
+
+    def sample(seconds: float, at: float):
+        item = {"containers": [{"name": "app", "cpuSeconds": seconds, "sampledAt": at}]}
+        return counted_containers(item, local, 1.0, rates, ceilings, now=at)
+
+    assert sample(10.0, 100.0) == ([ContainerUsage("app", 0.0, 0, 10.0, 1.0, 100.0)], [])
+    (usage,), refusals = sample(1e9, 110.0)
+    assert (usage.cpu_seconds, usage.cpu_cores) == (50.0, pytest.approx(4.0))  # 4 cores for 10 s at most
+    assert [refusal.kind for refusal in refusals] == [USAGE_CLAMPED]
+    (usage,), refusals = sample(60.0, 120.0)  # honest again: 10 s in 10 s
+    assert (usage.cpu_seconds, usage.cpu_cores, refusals) == (60.0, pytest.approx(1.0), [])

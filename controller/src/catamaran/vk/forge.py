@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..constants import (
     ANNOTATION_API_SERVER_ACCESS,
@@ -25,7 +25,15 @@ from ..constants import (
 )
 from ..objects import changeable_pod_fields
 from ..steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
-from .trust import OwnRange, overlaps, provider_networks, sanitised_message, sanitised_reason
+from .trust import (
+    OwnRange,
+    Refusal,
+    accepted_report,
+    bounded_text,
+    overlaps,
+    provider_networks,
+    sanitised_message,
+)
 
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 TOKEN_NAMESPACE_KEY = "namespace"
@@ -62,8 +70,6 @@ POD_IP_NOT_TRANSLATABLE = "PodIPNotTranslatable"
 # Every pod IP of a provider refused: its ranges, or the remap range, overlap the consumer's own.
 PROVIDER_RANGE_OVERLAPS_CONSUMER = "ProviderRangeOverlapsConsumer"
 REMAP_OVERLAPS_CONSUMER = "RemapRangeOverlapsConsumer"
-# Conditions the virtual kubelet sets on a local pod; a provider's conditions of these types are not copied.
-OWN_POD_CONDITIONS = ("PodScheduled", REMOTE_CONDITION, POD_IP_CONDITION)
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
@@ -507,7 +513,7 @@ def local_pod_status(
     translate: IPTranslator | None,
     provider_reachable: bool,
     now: str,
-    containers: Sequence[tuple[str, str]] = (),
+    spec: Mapping | None = None,
     network_down: str | None = None,
     readiness_gates: Sequence[str] = (),
 ) -> dict:
@@ -515,91 +521,123 @@ def local_pod_status(
 
     What the provider reports is checked on the way: pod IPs by `translate` (a refused one leaves the pod
     without IP and with a POD_IP_CONDITION saying why; None: not decided yet, the pod keeps what it shows),
-    reasons and messages bounded (vk/trust.py), and its conditions of the types the virtual kubelet sets itself
-    are not copied. A pod is not ready while its provider cannot be reached, nor while the network fabric's
-    tunnel to it is down (`network_down` says why): Services then send nothing to it. Its readiness gates
-    (condition types, set on the local pod by the consumer's controllers) are kept and gate Ready, as a kubelet does.
+    and the rest bounded by the local pod's `spec` (vk/trust.py accepted_report: container statuses only of its
+    containers, with its images, restart counts clamped, condition types of a kubelet's only, fields the API takes,
+    reasons and messages bounded); report_refusals says what was refused. A pod is not ready while its provider
+    cannot be reached, nor while the network fabric's tunnel to it is down (`network_down` says why): Services then
+    send nothing to it. Its readiness gates (condition types, set on the local pod by the consumer's controllers) are
+    kept and gate Ready, as a kubelet does.
     """
     shadow_status = shadow_status or {}
     remote = shadow_status.get("pod") or {}
+    report = accepted_report(remote, spec or {}, shadow_status.get("recreations"))
     local_conditions = {c["type"]: c for c in local_status.get("conditions") or []}
     phase = remote.get("phase") or shadow_status.get("phase") or "Pending"
-    status: dict = {"phase": phase if phase in POD_PHASES else "Unknown", "hostIP": node_ip}
-    status["hostIPs"] = [{"ip": node_ip}]
+    status: dict = {
+        "phase": phase if phase in POD_PHASES else "Unknown",
+        "hostIP": node_ip,
+        "hostIPs": [{"ip": node_ip}],
+    }
     conditions = [local_conditions["PodScheduled"]] if "PodScheduled" in local_conditions else []
-    reported = [c for c in remote.get("conditions") or [] if isinstance(c, dict)]
-    conditions += [_bounded(c) for c in reported if c.get("type") not in OWN_POD_CONDITIONS]
-    failure = next(
-        (c for c in shadow_status.get("conditions") or [] if c["type"] == "PodCreated" and c["status"] == "False"),
-        None,
-    )
-    failure = _bounded(failure) if failure is not None else None
+    conditions += report.conditions
+    failure = _creation_failure(shadow_status)
     previous_failure = local_conditions.get(REMOTE_CONDITION)
     if failure is not None:
+        since = (previous_failure or {}).get("lastTransitionTime") or now
         conditions.append(
-            _condition(
-                REMOTE_CONDITION,
-                "False",
-                failure.get("reason", "Failed"),
-                failure.get("message", ""),
-                (previous_failure or {}).get("lastTransitionTime") or now,
-            )
+            _condition(REMOTE_CONDITION, "False", failure.get("reason", "Failed"), failure.get("message", ""), since)
         )
-    if translate is None:
-        status["podIP"], status["podIPs"] = local_status.get("podIP"), local_status.get("podIPs")
-        if POD_IP_CONDITION in local_conditions:
-            conditions.append(local_conditions[POD_IP_CONDITION])
-    elif remote.get("podIP"):
-        shown, refused = _pod_ips(remote, translate)
-        status["podIP"] = shown[0] if shown else None
-        status["podIPs"] = [{"ip": ip} for ip in shown] or None
-        if refused:
-            reason, message = translate.refusal(refused[0])
-            previous = local_conditions.get(POD_IP_CONDITION) or {}
-            since = previous.get("lastTransitionTime") if previous.get("status") == "False" else None
-            conditions.append(_condition(POD_IP_CONDITION, "False", reason, sanitised_message(message), since or now))
-    unreachable_reason = None
-    if not provider_reachable:
-        unreachable_reason, message = "ProviderUnreachable", "the provider cluster's API server is unreachable"
-    elif network_down:
-        unreachable_reason, message = "NetworkUnreachable", network_down
-    if unreachable_reason:
-        unreachable = [c for c in conditions if c["type"] not in ("Ready", "ContainersReady")]
-        for kind in ("ContainersReady", "Ready"):
-            previous = local_conditions.get(kind) or {}
-            since = previous.get("lastTransitionTime") if previous.get("status") == "False" else now
-            unreachable.append(_condition(kind, "False", unreachable_reason, message, since or now))
-        conditions = unreachable
+    ips, ip_conditions = _pod_ip_status(local_status, remote, translate, now)
+    status.update(ips)
+    conditions += ip_conditions
+    unreachable = _unreachable(provider_reachable, network_down)
+    if unreachable is not None:
+        conditions = _not_ready(conditions, local_conditions, *unreachable, now)
     status["conditions"] = _gated(conditions, local_conditions, readiness_gates, now)
-    if remote.get("startTime"):
-        status["startTime"] = remote["startTime"]
-    recreations = int(shadow_status.get("recreations") or 0)
-    for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        entries = copy.deepcopy(remote.get(kind) or [])
+    if report.start_time:
+        status["startTime"] = report.start_time
+    for kind, entries in report.container_statuses.items():
         for entry in entries:
-            entry["restartCount"] = int(entry.get("restartCount") or 0) + recreations
-            if unreachable_reason:
-                entry["ready"] = False
-            for state in ("state", "lastState"):
-                if entry.get(state):
-                    entry[state] = {key: _bounded(value) for key, value in entry[state].items()}
+            entry["ready"] = entry["ready"] and unreachable is None
         if entries:
             status[kind] = entries
-    if failure is not None and not remote.get("containerStatuses"):
-        status["containerStatuses"] = _waiting_containers(
-            list(containers), failure.get("reason", "Failed"), failure.get("message", "")
-        )
-    elif previous_failure is not None and not remote.get("containerStatuses"):
-        status["containerStatuses"] = None  # the waiting reasons were the failure's; it is over
-    said = _bounded({field: remote[field] for field in ("reason", "message") if remote.get(field)})
+    if not report.container_statuses["containerStatuses"]:
+        if failure is not None:
+            containers = [(c["name"], c.get("image", "")) for c in (spec or {}).get("containers") or []]
+            reason, message = failure.get("reason", "Failed"), failure.get("message", "")
+            status["containerStatuses"] = _waiting_containers(containers, reason, message)
+        elif previous_failure is not None:
+            status["containerStatuses"] = None  # the waiting reasons were the failure's; it is over
+    status.update(_reason_and_message(local_status, remote, failure, previous_failure))
+    return status
+
+
+def report_refusals(shadow_status: dict | None, spec: Mapping) -> list[Refusal]:
+    """What local_pod_status refuses or clamps of a ShadowPod's status for a local pod with `spec`."""
+    shadow_status = shadow_status or {}
+    return accepted_report(shadow_status.get("pod") or {}, spec, shadow_status.get("recreations")).refusals
+
+
+def _creation_failure(shadow_status: dict) -> dict | None:
+    """The provider's refusal to create the pod (its PodCreated condition False), reason and message bounded."""
+    for condition in shadow_status.get("conditions") or []:
+        if condition["type"] == "PodCreated" and condition["status"] == "False":
+            return bounded_text(condition)
+    return None
+
+
+def _pod_ip_status(
+    local_status: dict, remote: dict, translate: IPTranslator | None, now: str
+) -> tuple[dict, list[dict]]:
+    """podIP and podIPs as the local pod shows them, and its POD_IP_CONDITION when one is refused (or kept)."""
+    previous = next((c for c in local_status.get("conditions") or [] if c["type"] == POD_IP_CONDITION), None)
+    if translate is None:
+        return {"podIP": local_status.get("podIP"), "podIPs": local_status.get("podIPs")}, [
+            previous
+        ] if previous else []
+    if not remote.get("podIP"):
+        return {}, []
+    shown, refused = _pod_ips(remote, translate)
+    ips = {"podIP": shown[0] if shown else None, "podIPs": [{"ip": ip} for ip in shown] or None}
+    if not refused:
+        return ips, []
+    reason, message = translate.refusal(refused[0])
+    since = (previous or {}).get("lastTransitionTime") if (previous or {}).get("status") == "False" else None
+    return ips, [_condition(POD_IP_CONDITION, "False", reason, sanitised_message(message), since or now)]
+
+
+def _unreachable(provider_reachable: bool, network_down: str | None) -> tuple[str, str] | None:
+    """(reason, message) why the pod cannot be ready now, or None."""
+    if not provider_reachable:
+        return "ProviderUnreachable", "the provider cluster's API server is unreachable"
+    if network_down:
+        return "NetworkUnreachable", network_down
+    return None
+
+
+def _not_ready(conditions: list[dict], local: dict[str, dict], reason: str, message: str, now: str) -> list[dict]:
+    """The conditions with ContainersReady and Ready False for `reason` (since when they turned False)."""
+    kept = [c for c in conditions if c["type"] not in ("Ready", "ContainersReady")]
+    for kind in ("ContainersReady", "Ready"):
+        previous = local.get(kind) or {}
+        since = previous.get("lastTransitionTime") if previous.get("status") == "False" else now
+        kept.append(_condition(kind, "False", reason, message, since or now))
+    return kept
+
+
+def _reason_and_message(local_status: dict, remote: dict, failure: dict | None, previous_failure: dict | None) -> dict:
+    """The pod's reason and message: the remote pod's (bounded), else the creation failure's; a failure's are cleared
+    once it is over."""
+    said = bounded_text({field: remote[field] for field in ("reason", "message") if remote.get(field)})
+    shown = {}
     for field in ("reason", "message"):
         if said.get(field):
-            status[field] = said[field]
+            shown[field] = said[field]
         elif failure is not None:
-            status[field] = failure.get(field, "")
+            shown[field] = failure.get(field, "")
         elif previous_failure is not None and local_status.get(field) == previous_failure.get(field):
-            status[field] = None  # set for the failure that is over
-    return status
+            shown[field] = None  # set for the failure that is over
+    return shown
 
 
 def _gated(conditions: list[dict], local: dict[str, dict], gates: Sequence[str], now: str) -> list[dict]:
@@ -655,18 +693,6 @@ def terminated_pod_status(local_status: dict, *, now: str) -> dict:
         for c in status.get("conditions") or []
     ]
     return status
-
-
-def _bounded(reported: object) -> dict:
-    """A condition, container state or status from the provider, its reason and message bounded."""
-    if not isinstance(reported, dict):
-        return {}
-    bounded = dict(reported)
-    if "reason" in bounded:
-        bounded["reason"] = sanitised_reason(bounded["reason"])
-    if "message" in bounded:
-        bounded["message"] = sanitised_message(bounded["message"])
-    return bounded
 
 
 def _pod_ips(remote: dict, translate: IPTranslator) -> tuple[list[str], list[str]]:

@@ -1,5 +1,6 @@
 """Status back: what a local pod on the virtual node shows, from its ShadowPod's status (vk/forge.py's
-local_pod_status), or why it is held Pending; Warning Events when a refusal first appears."""
+local_pod_status), or why it is held Pending; Warning Events when a refusal first appears, and once per pod and
+kind for what the provider reported that the consumer refused or clamped (vk/refusals.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from .forge import (
     REMOTE_CONDITION,
     held_pod_status,
     local_pod_status,
+    report_refusals,
     terminated_pod_status,
 )
 from .node import VirtualNode
 from .pod_ips import PodIPs
+from .refusals import RefusalEvents
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def comparable_status(status: dict) -> dict:
             for c in status.get("conditions") or []
         ),
         "containers": [
-            (c["name"], c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()))
+            (c["name"], c.get("image"), c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()))
             for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
             for c in status.get(kind) or []
         ],
@@ -60,6 +63,7 @@ class PodStatus:
         self.peering = peering
         self.node = node
         self.ips = ips
+        self.refusals = RefusalEvents(peering.events, peering.provider_id)
 
     def held(self, pod: dict) -> bool:
         """Does the pod show a reason it is not offloaded, or that the provider refused its ShadowPod?"""
@@ -118,9 +122,11 @@ class PodStatus:
             provider_reachable=self.node.healthy,
             network_down=self.ips.network_down,
             now=now_iso(),
-            containers=[(c["name"], c.get("image", "")) for c in pod["spec"].get("containers") or []],
+            spec=pod["spec"],
             readiness_gates=[g["conditionType"] for g in pod["spec"].get("readinessGates") or []],
         )
+        # Before the comparison: a refused value (a ghost container) may leave the status as it was.
+        await self.refusals.record(pod, report_refusals(shadow_status, pod["spec"]))
         if comparable_status(wanted) == comparable_status(pod["status"]):
             return
         involved = reference({"apiVersion": "v1", "kind": "Pod", **pod})

@@ -209,6 +209,7 @@ class VirtualKubelet:
             pods_on_node=lambda: list(pods.local_pods.cache.values()),
             twin_of=lambda namespace: pods.twins.mapped_name(namespace) if pods.twins.twin_ready(namespace) else None,
             node_published=node.published,
+            provider_allocatable=lambda: (node.offer or {}).get("allocatable") or {},
         )
         offers = Informer(
             provider,

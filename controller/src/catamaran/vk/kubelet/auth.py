@@ -2,7 +2,9 @@
 
 Callers present a client certificate (verified against the cluster's client CA during the TLS
 handshake) or a bearer token (a TokenReview). Each request is then authorized by a
-SubjectAccessReview on the node subresource its path maps to, exactly as the kubelet maps it.
+SubjectAccessReview on the node subresource its path maps to, as the kubelet maps it, for the verb
+its route needs (server.py `Route.verb`): not the verb of its HTTP method, as the kubelet takes it,
+since a WebSocket upgrade is a GET and would run a command with only `get` on `nodes/proxy`.
 Decisions are cached briefly, in bounded caches, so metrics-server's scrapes and the API server's
 streams do not cost a review each.
 """
@@ -29,8 +31,6 @@ ALLOWED_TTL = 30.0
 DENIED_TTL = 10.0
 TOKEN_TTL = 30.0
 CACHE_ENTRIES = 4096
-
-VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,10 @@ class Gatekeeper:
         self.tokens = _Expiring()
         self.decisions = _Expiring()
 
-    async def check(self, request: Request) -> User:
+    async def check(self, request: Request, verb: str) -> User:
+        """Authenticate the caller, then authorize `verb` on the path's node subresources."""
         user = await self.authenticate(request)
-        await self.authorize(user, request)
+        await self.authorize(user, request, verb)
         request.user = user
         return user
 
@@ -143,8 +144,7 @@ class Gatekeeper:
         self.tokens.put(key, user, TOKEN_TTL)
         return user
 
-    async def authorize(self, user: User, request: Request) -> None:
-        verb = VERBS.get(request.method, "get")
+    async def authorize(self, user: User, request: Request, verb: str) -> None:
         for subresource in subresources_for(request.path):
             if await self._allowed(user, verb, subresource):
                 return

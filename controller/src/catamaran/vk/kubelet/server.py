@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from ... import metrics
 from ...logs import fields
 from ..context import PeeringContext
+from ..refusals import RefusalEvents
 from .auth import Gatekeeper
 from .certificate import ServingCertificate
 from .channel import ProviderChannel, ProviderError
@@ -52,6 +53,7 @@ class KubeletServer:
         pods_on_node: Callable[[], list[dict]],
         twin_of: Callable[[str], str | None],
         node_published: Callable[[], Awaitable[None]],
+        provider_allocatable: Callable[[], Mapping] = dict,
     ):
         self.peering = peering
         self.node_published = node_published  # the certificate names addresses the node must publish first
@@ -62,7 +64,14 @@ class KubeletServer:
         self.pods_on_node = pods_on_node
         self.twin_of = twin_of
         self.gatekeeper = Gatekeeper(peering.local, peering.node_name)
-        self.stats = NodeStats(channel, pods_on_node, twin_of, peering.node_name)
+        self.stats = NodeStats(
+            channel,
+            pods_on_node,
+            twin_of,
+            peering.node_name,
+            allocatable=provider_allocatable,
+            refusals=RefusalEvents(peering.events, peering.provider_id),
+        )
         self.connections: set[asyncio.Task] = set()
 
     @property
@@ -103,8 +112,8 @@ class KubeletServer:
         endpoint = parts[0] if parts else ""
         code = 200
         try:
-            await self.gatekeeper.check(request)
             route = ROUTES.get(endpoint)
+            await self.gatekeeper.check(request, route.verb if route is not None else UNROUTED_VERB)
             rest = parts[1:]
             if route is None or not route.matches(rest):
                 raise HttpError(404, f"{request.path}: not served by virtual node {self.peering.node_name}")
@@ -160,10 +169,12 @@ class KubeletServer:
 
 @dataclass(frozen=True)
 class Route:
-    """One endpoint of the kubelet API: the path after it, the methods the kubelet takes there, its handler."""
+    """One endpoint of the kubelet API: the path after it, the methods the kubelet takes there, its handler, and the
+    verb a caller needs on its node subresource, whatever the method."""
 
     serve: str  # the KubeletServer method answering it
     methods: frozenset[str]
+    verb: str  # `create` where a command runs or a port opens, `get` where something is read
     lengths: frozenset[int] = frozenset({0})  # how many path segments follow the endpoint
     rest: tuple[str, ...] | None = None  # or exactly these
 
@@ -178,14 +189,21 @@ class Route:
 READ = frozenset({"GET"})
 # The API server upgrades streams with POST (SPDY) or GET (WebSocket), as it does against a kubelet.
 STREAM = frozenset({"GET", "POST"})
-# Endpoint (the path's first segment) -> its route: what is served, answered 405 or counted in metrics.
+# Streams run commands or open ports: `create`, even when a WebSocket upgrade comes as a GET (the kubelet takes the
+# verb from the method, so `get` on nodes/proxy would run commands). Reads need `get`, even a stats/summary POST.
+GET, CREATE = "get", "create"
+# Endpoint (the path's first segment) -> its route: what is served, with which verb, answered 405 or counted in
+# metrics.
 ROUTES = {
-    "healthz": Route("_healthz", READ),
-    "pods": Route("_pods", READ),
-    "containerLogs": Route("_container_logs", READ, frozenset({3})),
-    "exec": Route("_command", STREAM, frozenset({3, 4})),
-    "attach": Route("_command", STREAM, frozenset({3, 4})),
-    "portForward": Route("_port_forward", STREAM, frozenset({2, 3})),
-    "stats": Route("_summary", frozenset({"GET", "POST"}), rest=("summary",)),
-    "metrics": Route("_resource_metrics", READ, rest=("resource",)),
+    "healthz": Route("_healthz", READ, GET),
+    "pods": Route("_pods", READ, GET),
+    "containerLogs": Route("_container_logs", READ, GET, frozenset({3})),
+    "exec": Route("_command", STREAM, CREATE, frozenset({3, 4})),
+    "attach": Route("_command", STREAM, CREATE, frozenset({3, 4})),
+    "portForward": Route("_port_forward", STREAM, CREATE, frozenset({2, 3})),
+    "stats": Route("_summary", frozenset({"GET", "POST"}), GET, rest=("summary",)),
+    "metrics": Route("_resource_metrics", READ, GET, rest=("resource",)),
 }
+# Paths of no route are answered 404, after authorization for this verb: the kubelet's other endpoints mostly act
+# (`run` runs a command, `checkpoint` and `cri` too), and a caller that may only read learns nothing of them.
+UNROUTED_VERB = CREATE

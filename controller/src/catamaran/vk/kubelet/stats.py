@@ -7,6 +7,10 @@ without that API (an older manager, or one not serving it) has its `metrics.k8s.
 instead, as a last resort. The node's figures are the sum over this node's pods: the virtual node's own load,
 not the provider's. One list per twin namespace, at most `fan_out` at once, shared by concurrent callers and
 cached for `cache_seconds`.
+
+Nothing the provider reports is passed on unchecked (vk/trust.py): only containers of the local pod's spec, figures
+that are finite numbers at least 0, bounded by the container's limits or what the provider can allocate, and CPU
+counters that rise no faster than that; what is refused or clamped is a Warning Event on the pod, once per kind.
 """
 
 from __future__ import annotations
@@ -15,13 +19,24 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ... import quantities
 from ...constants import COUNTERS_GROUP, COUNTERS_RESOURCE, VERSION
 from ...kube.reads import SharedReads
 from ...logs import fields
+from ..refusals import RefusalEvents
+from ..trust import (
+    CPU_SECONDS_CEILING,
+    UNTIMED_SAMPLE_SLACK,
+    Refusal,
+    UsageCeilings,
+    accepted_counters,
+    accepted_rates,
+    bounded_counter,
+    counter_clamped,
+    usage_ceilings,
+)
 from .channel import ProviderChannel, ProviderError
 
 log = logging.getLogger(__name__)
@@ -73,9 +88,12 @@ class Snapshot:
 
 
 def _epoch(timestamp: str | None, default: float) -> float:
-    if not timestamp:
+    if not timestamp or not isinstance(timestamp, str):
         return default
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    try:
+        return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return default  # a local pod's status from before its times were checked (vk/trust.py)
 
 
 def _started(pod: dict, container: str, default: float) -> float:
@@ -126,31 +144,49 @@ class CounterRates:
             self.previous[key] = (seconds, at)
         return self.rates.get(key, 0.0)
 
+    def bounded(self, key: tuple[str, str, str], seconds: float, at: float, cores: float) -> float:
+        """The counter as shown: rising no faster than `cores` since the last sample shown (trust.bounded_counter)."""
+        return bounded_counter(seconds, at, self.previous.get(key), cores)
+
     def forget_except(self, live: set[tuple[str, str, str]]) -> None:
         for key in [k for k in self.previous if k not in live]:
             del self.previous[key]
             self.rates.pop(key, None)
 
 
-def counted_containers(item: dict, local: dict, start: float, rates: CounterRates) -> list[ContainerUsage]:
-    """A podcounters item's containers as usage (its counters as the provider's kubelet took them)."""
+def counted_containers(
+    item: dict, local: dict, start: float, rates: CounterRates, ceilings: Mapping[str, UsageCeilings], now: float
+) -> tuple[list[ContainerUsage], list[Refusal]]:
+    """A podcounters item's containers as usage (its counters as the provider's kubelet took them, checked against
+    `ceilings`, one per container of the local pod's spec), and what was refused or clamped."""
     meta = local["metadata"]
-    usages = []
-    for container in item.get("containers") or []:
-        at = float(container.get("sampledAt") or 0) or None
-        seconds = float(container.get("cpuSeconds") or 0)
-        key = (meta["namespace"], meta["name"], container["name"])
+    usages, refusals = [], []
+    for reported in _listed(item.get("containers")):
+        counters, found = accepted_counters(reported, ceilings, now)
+        refusals += found
+        if counters is None:
+            continue
+        key = (meta["namespace"], meta["name"], counters.name)
+        at = counters.sampled_at or now
+        cores = ceilings[counters.name].cpu_cores * (1 if counters.sampled_at else UNTIMED_SAMPLE_SLACK)
+        seconds = rates.bounded(key, counters.cpu, at, cores)
+        if seconds < counters.cpu:
+            refusals.append(counter_clamped(counters.name, counters.cpu, seconds, cores))
         usages.append(
             ContainerUsage(
-                name=container["name"],
-                cpu_cores=rates.rate(key, seconds, at or time.time()),
-                memory_bytes=int(container.get("memoryWorkingSetBytes") or 0),
+                name=counters.name,
+                cpu_cores=rates.rate(key, seconds, at),
+                memory_bytes=int(counters.memory_bytes),
                 cpu_seconds=seconds,
-                start_time=float(container.get("startTime") or _started(local, container["name"], start)),
-                sampled_at=at,
+                start_time=counters.start_time or _started(local, counters.name, start),
+                sampled_at=counters.sampled_at,
             )
         )
-    return usages
+    return usages, refusals
+
+
+def _listed(value: object) -> list:
+    return value if isinstance(value, list) else []
 
 
 class NodeStats:
@@ -161,6 +197,8 @@ class NodeStats:
         twin_of: Callable[[str], str | None],
         node_name: str,
         *,
+        allocatable: Callable[[], Mapping] = dict,
+        refusals: RefusalEvents | None = None,
         cache_seconds: float = CACHE_SECONDS,
         fan_out: int = FAN_OUT,
     ):
@@ -168,6 +206,8 @@ class NodeStats:
         self.pods_on_node = pods_on_node
         self.twin_of = twin_of
         self.node_name = node_name
+        self.allocatable = allocatable  # the provider's, from its ResourceOffer: a ceiling of usage without limits
+        self.refusals = refusals
         self.limit = asyncio.Semaphore(fan_out)
         self.integrator = UsageIntegrator()
         self.rates = CounterRates()
@@ -191,24 +231,15 @@ class NodeStats:
         )
         now = time.time()
         usages: list[PodUsage] = []
-        live: set[tuple[str, str, str]] = set()
         for twin, result in zip(by_twin, listed, strict=True):
             if isinstance(result, BaseException):
                 log.warning("pod metrics unavailable", extra=fields(namespace=twin, error=str(result)))
                 continue
             for item, counted in merged_items(*result):
-                local = by_twin[twin].get(item["metadata"]["name"])
-                if local is None:
-                    continue
-                meta = local["metadata"]
-                start = _epoch((local.get("status") or {}).get("startTime"), now)
-                usage = PodUsage(meta["namespace"], meta["name"], meta.get("uid") or "", start)
-                if counted:
-                    usage.containers = counted_containers(item, local, start, self.rates)
-                else:
-                    usage.containers = self._integrated(item, local, start, now)
-                live.update((meta["namespace"], meta["name"], c.name) for c in usage.containers)
-                usages.append(usage)
+                local = by_twin[twin].get(_item_name(item) or "")
+                if local is not None:
+                    usages.append(self._pod_usage(item, counted, local, now))
+        live = {(p.namespace, p.name, c.name) for p in usages for c in p.containers}
         self.rates.forget_except(live)
         self.integrator.forget_except(live)
         node_cores = sum(p.cpu_cores for p in usages)
@@ -220,24 +251,43 @@ class NodeStats:
             node_memory_bytes=sum(p.memory_bytes for p in usages),
         )
 
-    def _integrated(self, item: dict, local: dict, start: float, now: float) -> list[ContainerUsage]:
+    def _pod_usage(self, item: dict, counted: bool, local: dict, now: float) -> PodUsage:
+        """One pod's usage from its counters (`counted`) or its usage rates; what was refused, reported."""
+        meta = local["metadata"]
+        start = _epoch((local.get("status") or {}).get("startTime"), now)
+        usage = PodUsage(meta["namespace"], meta["name"], meta.get("uid") or "", start)
+        ceilings = usage_ceilings(local.get("spec") or {}, self.allocatable() or {})
+        if counted:
+            usage.containers, refusals = counted_containers(item, local, start, self.rates, ceilings, now)
+        else:
+            usage.containers, refusals = self._integrated(item, local, start, now, ceilings)
+        if refusals and self.refusals is not None:
+            self.refusals.record_later(local, refusals)
+        return usage
+
+    def _integrated(
+        self, item: dict, local: dict, start: float, now: float, ceilings: Mapping[str, UsageCeilings]
+    ) -> tuple[list[ContainerUsage], list[Refusal]]:
         """A metrics.k8s.io item's containers, their rates integrated into cumulative seconds here."""
         meta = local["metadata"]
-        usages = []
-        for container in item.get("containers") or []:
-            key = (meta["namespace"], meta["name"], container["name"])
-            cores = float(quantities.parse(container["usage"].get("cpu", "0")))
-            started = _started(local, container["name"], start)
+        usages, refusals = [], []
+        for reported in _listed(item.get("containers")):
+            rates, found = accepted_rates(reported, ceilings)
+            refusals += found
+            if rates is None:
+                continue
+            key = (meta["namespace"], meta["name"], rates.name)
+            started = _started(local, rates.name, start)
             usages.append(
                 ContainerUsage(
-                    name=container["name"],
-                    cpu_cores=cores,
-                    memory_bytes=int(quantities.parse(container["usage"].get("memory", "0"))),
-                    cpu_seconds=self.integrator.container(key, cores, now, started),
+                    name=rates.name,
+                    cpu_cores=rates.cpu,
+                    memory_bytes=int(rates.memory_bytes),
+                    cpu_seconds=min(self.integrator.container(key, rates.cpu, now, started), CPU_SECONDS_CEILING),
                     start_time=started,
                 )
             )
-        return usages
+        return usages, refusals
 
     async def _list(self, twin: str, wanted: set[str]) -> tuple[dict | None, dict | None]:
         """The twin's podcounters from the provider's manager, and its metrics.k8s.io pods when some `wanted` pod
@@ -256,7 +306,7 @@ class NodeStats:
                         extra=fields(status=error.status),
                     )
                     self.counters_unavailable_until = time.monotonic() + COUNTERS_RETRY_SECONDS
-            counted = {item["metadata"]["name"] for item in (counters or {}).get("items") or []}
+            counted = {_item_name(item) for item in _items(counters)}
             if counters is not None and wanted <= counted:
                 return counters, None
             return counters, await self.channel.get_json(f"/apis/metrics.k8s.io/v1beta1/namespaces/{twin}/pods")
@@ -268,14 +318,32 @@ def _running(pods: dict[str, dict]) -> set[str]:
 
 def merged_items(counters: dict | None, rates: dict | None) -> list[tuple[dict, bool]]:
     """(item, counted) for each pod: its counters where the provider's manager has them, else its usage rates."""
-    items = [(item, True) for item in (counters or {}).get("items") or []]
-    counted = {item["metadata"]["name"] for item, _ in items}
-    items += [(item, False) for item in (rates or {}).get("items") or [] if item["metadata"]["name"] not in counted]
+    items = [(item, True) for item in _items(counters) if _item_name(item)]
+    counted = {_item_name(item) for item, _ in items}
+    items += [(item, False) for item in _items(rates) if _item_name(item) and _item_name(item) not in counted]
     return items
+
+
+def _items(listed: object) -> list[dict]:
+    """A provider's list's items that are objects (anything else in it is not a pod's figures)."""
+    items = listed.get("items") if isinstance(listed, dict) else None
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _item_name(item: dict) -> str | None:
+    meta = item.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _iso(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _nanos(value: float) -> int:
+    """Nanoseconds (or nanocores) as stats/summary holds them: readers decode them into int64, which a node's sum of
+    many containers' bounded counters could still pass."""
+    return min(int(value * 1e9), 2**63 - 1)
 
 
 def summary(snapshot: Snapshot, node_name: str, node_started: float) -> dict:
@@ -283,7 +351,7 @@ def summary(snapshot: Snapshot, node_name: str, node_started: float) -> dict:
     at = _iso(snapshot.taken)
 
     def cpu(cores: float, seconds: float) -> dict:
-        return {"time": at, "usageNanoCores": int(cores * 1e9), "usageCoreNanoSeconds": int(seconds * 1e9)}
+        return {"time": at, "usageNanoCores": _nanos(cores), "usageCoreNanoSeconds": _nanos(seconds)}
 
     def memory(working_set: int) -> dict:
         return {"time": at, "workingSetBytes": working_set, "usageBytes": working_set}
