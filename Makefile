@@ -14,7 +14,7 @@ SETUP_STAMP := $(VENV)/.setup-complete
 SANITY_ROOT := $(CURDIR)/.sanity
 SANITY_TREE := $(SANITY_ROOT)/ansible_collections/catamaran/federation
 # Python packages of the repository that are not Ansible content (ruff and pytest check them).
-SANITY_EXCLUDE := controller/ lab/ bench/ tests/unit/ tests/integration/
+SANITY_EXCLUDE := controller/ lab/ bench/ tests/unit/ tests/integration/ tests/timing.py tests/parallel.py
 # ansible-test bootstraps pip in each sanity venv with get-pip.py, downloaded from a host this machine
 # cannot reach; it looks in this cache first (pip 24.2 is ansible-core 2.19's pin).
 GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
@@ -81,8 +81,8 @@ lab-build: setup ## install the real nodes' Debian packages; build the pinned bi
 lab-up: lab-build ## start the lab clusters (CLUSTERS=n, CATAMARAN_LAB_OVERLAP=1 for overlapping pod ranges)
 	$(LAB) up $(if $(CLUSTERS),--clusters $(CLUSTERS))
 
-lab-down: ## stop every lab process and remove .lab/
-	@if [ -x $(LAB) ]; then $(LAB) down; else echo "lab: nothing to do (no $(VENV))"; fi
+lab-down: ## stop every lab process and remove .lab/ (and the labs `make test` runs beside it)
+	@if [ -x $(LAB) ]; then $(LAB) down --all; else echo "lab: nothing to do (no $(VENV))"; fi
 
 # The demo's clusters share one pod range, as clusters made with one tool's defaults do: the fabric remaps it.
 demo: export CATAMARAN_LAB_OVERLAP ?= 1
@@ -132,25 +132,34 @@ sanity: setup $(GET_PIP) ## ansible-test sanity on the collection, and ansible-d
 test-unit: setup ## pure-logic tests, no clusters
 	$(BIN)/pytest tests/unit
 
-# The network fabric again on a lab whose clusters share one pod range (as clusters made with one tool's defaults
-# do): every address each side sees of the other is remapped by the gateways.
+# Integration tests run on TEST_WORKERS labs side by side (pytest-xdist, tests/parallel.py). Beside them, the network
+# fabric again on a lab whose clusters share one pod range (as clusters made with one tool's defaults do): every
+# address each side sees of the other is remapped by the gateways.
+TEST_WORKERS ?= 2
+TEST_RUNS := $(CURDIR)/.test-runs
+TIMED := CATAMARAN_TEST_TIMES=$(TEST_RUNS)/times tools/timed
 FABRIC_OVERLAP_TESTS := tests/integration/test_fabric.py \
 	tests/integration/test_lab_network.py::test_every_cluster_resolves_its_services_by_name \
 	tests/integration/test_site_playbook.py::test_converges_from_empty_and_runs_the_app_remotely \
 	tests/integration/test_site_playbook.py::test_an_offloaded_pod_on_one_provider_calls_a_service_on_the_other_by_name
 
-test-integration: lab-build ## tests against the lab's real kube-apiservers (the lab is started if needed)
-	$(BIN)/pytest tests/integration
-	CATAMARAN_LAB_OVERLAP=1 $(BIN)/pytest $(FABRIC_OVERLAP_TESTS)
+test-integration: lab-build ## tests against the lab's real kube-apiservers, side by side on labs of their own
+	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS)
 
-# pytest exits 5 when it collects no test; make treats that as the failure it is.
-test: lint sanity lab-build ## everything CI runs: lint, sanity, unit and integration tests
-	$(BIN)/pytest tests --durations=20
-	CATAMARAN_LAB_OVERLAP=1 $(BIN)/pytest $(FABRIC_OVERLAP_TESTS)
+# Every phase timed (tools/timed); the run ends with the time by phase and file and its slowest tests
+# (tests/timing.py). Lint, sanity and unit tests come before the lab, which they do not need.
+test: setup ## everything CI runs: lint, sanity, unit tests, then integration and Molecule tests against the lab
+	rm -rf $(TEST_RUNS)
+	$(TIMED) lint $(MAKE) --no-print-directory lint
+	$(TIMED) sanity $(MAKE) --no-print-directory sanity
+	$(TIMED) unit $(BIN)/pytest tests/unit
+	$(TIMED) lab-build $(MAKE) --no-print-directory lab-build
+	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS)
+	@$(BIN)/python -m tests.timing report $(TEST_RUNS)/times
 
 # Not in `make test`: two runs of about 220 upstream tests take most of an hour on this machine.
 conformance: lab-build ## the upstream e2e tests on a real node, then offloaded: bench/results/conformance.{csv,png}
 	$(BIN)/python bench/conformance.py
 
 clean: lab-down ## remove the virtualenv and lab state (the binary cache is kept)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity .docs dist
+	rm -rf $(VENV) .pytest_cache .ruff_cache .sanity .docs dist .test-runs

@@ -16,7 +16,7 @@ BIN = Path(sys.executable).parent
 BUILD_SCRIPT = REPO_ROOT / "tools" / "build-collection"
 
 # What must never ship: the developer's lab and bench state holds admin kubeconfigs, keys and tokens.
-STATE_DIRECTORIES = re.compile(r"^(\.lab|\.lab-[^/]+|\.venv[^/]*|\.collections|\.sanity|\.git|dist)(/|$)")
+STATE_DIRECTORIES = re.compile(r"^(\.lab|\.lab-[^/]+|\.venv[^/]*|\.collections|\.sanity|\.git|\.test-runs|dist)(/|$)")
 # Tools' caches (linters, type checker, tests), at any depth.
 TOOL_CACHES = re.compile(r"(^|/)\.(mypy|ruff|pytest|import_linter)_cache(/|$)")
 SECRET_NAMES = re.compile(r"(^|/)([^/]*kubeconfig[^/]*|[^/]*\.(key|pem|crt|p12|pfx|kubeconfig))$", re.IGNORECASE)

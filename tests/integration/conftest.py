@@ -20,6 +20,7 @@ from catamaran_lab import controller_image as controller_image_build
 from catamaran_lab.errors import LabError
 from catamaran_lab.images import Image
 from catamaran_lab.lab import Lab
+from tests.parallel import built_once
 
 from . import collection, release
 
@@ -38,13 +39,17 @@ def lab(pytestconfig) -> Lab:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def collection_artifact(tmp_path_factory):
-    """The collection's artifact, built once per session from this checkout.
+def collection_artifact():
+    """The collection's artifact, built once per run from this checkout (shared by the run's workers).
 
     Autouse: building it also puts the controller's wheel from the current sources into the checkout's controller
     role, which every playbook run from the checkout installs (a stale wheel would test old code).
     """
-    return collection.build_artifact(tmp_path_factory.mktemp("artifact"))
+    with built_once("artifact") as (directory, fresh):
+        if fresh:
+            collection.build_artifact(directory)
+    (artifact,) = directory.glob("*.tar.gz")
+    return artifact
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +66,13 @@ def lab_config_in_use(lab):
 
 
 @pytest.fixture(scope="session")
-def controller_image_archive(lab, tmp_path_factory) -> Image:
+def controller_image_archive(lab) -> Image:
     """The controller's image as `make image` builds it (no container engine), imported into every real node of the
     lab, as users load it into their nodes or registry."""
-    archive = controller_image_build.build(tmp_path_factory.mktemp("image"), log=lambda message: None)
+    with built_once("controller-image") as (directory, fresh):
+        if fresh:
+            controller_image_build.build(directory, log=lambda message: None)
+    (archive,) = directory.glob("*.oci.tar")
     image = Image(controller_image_build.image_reference(), archive)
     lab.import_images([image])
     return image
@@ -77,9 +85,12 @@ def controller_image(controller_image_archive) -> str:
 
 
 @pytest.fixture(scope="session")
-def previous_release(tmp_path_factory) -> release.Release:
-    """The previous release's artifact and image, built from its commit (for the upgrade tests)."""
-    return release.build_previous(tmp_path_factory.mktemp("previous-release"))
+def previous_release() -> release.Release:
+    """The previous release's artifact and image, built once per run from its commit (for the upgrade tests)."""
+    with built_once("previous-release") as (directory, fresh):
+        if fresh:
+            release.build_previous(directory)
+    return release.built_previous(directory)
 
 
 @pytest.fixture(params=[c.name for c in lab_config.load().clusters])

@@ -81,16 +81,24 @@ def build_previous(directory: Path) -> Release:
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(source, filter="data")
     version = yaml.safe_load((source / "galaxy.yml").read_text())["version"]
-    artifact = _run(
+    _run(
         [str(source / "tools" / "build-collection"), str(directory / "artifact")],
         f"building release {version}'s collection",
         env=tool_environment(),
     )
     # That release's image builder, reading its own tree (its REPO_ROOT is where its package lies).
-    image = _run(
+    _run(
         [sys.executable, "-m", "catamaran_lab.controller_image", str(directory / "image")],
         f"building release {version}'s controller image",
         env=dict(os.environ, PYTHONPATH=str(source / "lab" / "src")),
     )
-    reference = f"{controller_image.IMAGE_REPOSITORY}:{version}"
-    return Release(version, Path(artifact.strip().splitlines()[-1]), Image(reference, Path(image.strip())), source)
+    return built_previous(directory)
+
+
+def built_previous(directory: Path) -> Release:
+    """The release build_previous(directory) built."""
+    source = directory / "source"
+    version = yaml.safe_load((source / "galaxy.yml").read_text())["version"]
+    (artifact,) = (directory / "artifact").glob("catamaran-federation-*.tar.gz")
+    (archive,) = (directory / "image").glob("*.oci.tar")
+    return Release(version, artifact, Image(f"{controller_image.IMAGE_REPOSITORY}:{version}", archive), source)

@@ -1,0 +1,101 @@
+"""The test suite's own tooling: how integration tests are grouped, ordered and given labs side by side
+(tests/parallel.py), and how their time is reported (tests/timing.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from catamaran_lab import paths
+from tests import parallel, timing
+
+
+def test_a_package_is_one_group_and_a_module_otherwise():
+    module = "tests/integration/test_fabric.py"
+    assert parallel.group_of(f"{module}::test_x[cluster-1]") == parallel.group_of(f"{module}::t@g") == module
+    assert parallel.group_of("tests/integration/tenancy/test_terms.py::test_y") == "tests/integration/tenancy/"
+    assert parallel.group_of("tests/unit/test_lab_config.py::test_w") == "tests/unit/test_lab_config.py"
+
+
+def test_the_lab_contract_comes_first_then_the_longest():
+    groups = ["a.py", "b.py", parallel.FIRST_GROUPS[1], "c.py", parallel.FIRST_GROUPS[0]]
+    costs = {"a.py": 10.0, "b.py": 300.0, "c.py": 50.0}
+    ordered = parallel.ordered_groups(groups, costs)
+    assert ordered[:2] == [parallel.FIRST_GROUPS[0], parallel.FIRST_GROUPS[1]]
+    assert ordered[2:] == ["b.py", "c.py", "a.py"]
+    assert parallel.ordered_groups(["new.py", "a.py"], costs) == ["new.py", "a.py"], "unknown: a federation's cost"
+
+
+def test_every_recorded_group_still_exists():
+    """durations.json names groups as group_of() makes them; a renamed or removed one is a stale cost."""
+    missing = [group for group in parallel.recorded_costs() if not (parallel.REPO_ROOT / group).exists()]
+    assert not missing
+
+
+def test_each_worker_has_a_lab_of_its_own(monkeypatch, tmp_path):
+    monkeypatch.setenv("CATAMARAN_LAB_DIR", str(tmp_path / ".lab"))
+    monkeypatch.delenv("CATAMARAN_LAB_BASE_PORT", raising=False)
+    assert parallel.worker_lab_environment(0) == {}
+    second = parallel.worker_lab_environment(1)
+    assert second == {"CATAMARAN_LAB_DIR": str(tmp_path / ".lab-gw1"), "CATAMARAN_LAB_BASE_PORT": "26100"}
+    overlap = parallel.overlap_lab_environment()
+    assert overlap["CATAMARAN_LAB_OVERLAP"] == "1"
+    ports = {int(parallel.worker_lab_environment(n).get("CATAMARAN_LAB_BASE_PORT", 26000)) for n in range(8)}
+    assert len(ports | {int(overlap["CATAMARAN_LAB_BASE_PORT"])}) == paths.MAX_TEST_WORKERS + 1
+    dirs = {parallel.worker_lab_environment(n).get("CATAMARAN_LAB_DIR") for n in range(1, 8)}
+    covered = {str(d) for d in paths.labs_of_make_test()[1:]}
+    assert dirs | {overlap["CATAMARAN_LAB_DIR"]} == covered, "lab-down --all takes every one down"
+    with pytest.raises(pytest.UsageError, match="at most 8 workers"):
+        parallel.worker_lab_environment(paths.MAX_TEST_WORKERS)
+
+
+def test_a_build_is_made_once_per_run_and_again_after_a_failure(monkeypatch, tmp_path):
+    monkeypatch.setattr(parallel, "SHARED_DIR", tmp_path)
+    monkeypatch.setenv(parallel.RUN_VARIABLE, "run-1")
+
+    def failed_build():
+        with parallel.built_once("thing") as (_, fresh):
+            assert fresh
+            raise RuntimeError("the build broke")
+
+    with pytest.raises(RuntimeError):
+        failed_build()
+    with parallel.built_once("thing") as (directory, fresh):
+        assert fresh, "a failed build is not reused"
+        (directory / "made").write_text("1")
+    with parallel.built_once("thing") as (again, fresh):
+        assert not fresh
+        assert (again / "made").read_text() == "1"
+    monkeypatch.setenv(parallel.RUN_VARIABLE, "run-2")
+    with parallel.built_once("thing") as (_, fresh):
+        assert fresh, "another run builds anew"
+
+
+def test_the_report_splits_phases_by_file_and_spans_overlapping_phases(tmp_path):
+    phases = ["lint\t30.0\t0\t1000", "integration\t600.0\t0\t1030", "overlap\t300.0\t1\t1040"]
+    (tmp_path / timing.PHASES_FILE).write_text("\n".join(phases) + "\n")
+    tests = [
+        {"nodeid": "tests/integration/test_a.py::t1", "wall": 400.0, "busy": 0.5},
+        {"nodeid": "tests/integration/test_b.py::t2", "wall": 100.0, "busy": 0.25},
+    ]
+    files = [
+        {"file": "tests/integration/test_a.py", "tests": 1, "wall": 400.0, "machine_cpu": 400.0},
+        {"file": "tests/integration/test_b.py", "tests": 1, "wall": 100.0, "machine_cpu": 50.0},
+    ]
+    document = {"phase": "integration", "elapsed": 600.0, "machine_cpu": 450.0, "cpus": 2}
+    document |= {"tests": tests, "files": files}
+    (tmp_path / "integration.json").write_text(json.dumps(document))
+    lines = timing.report(tmp_path).splitlines()
+    assert "   600.0  integration" in lines
+    assert "   400.0    tests/integration/test_a.py (1 tests, busy 50%)" in lines
+    assert "   300.0  overlap  (exit 1)" in lines
+    assert "   630.0  total, start to end" in lines
+    slowest = lines[lines.index(next(line for line in lines if line.startswith("slowest"))) + 1]
+    assert slowest.endswith("integration: tests/integration/test_a.py::t1")
+
+
+def test_sleeps_count_only_on_the_main_thread():
+    counter = timing._SleepCounter()
+    counter.sleep(0.01)
+    assert counter.main_thread_seconds >= 0.01
