@@ -456,11 +456,19 @@ def twin_ready(lab: Lab, consumer: str, provider: str, namespace: str) -> bool:
 def one_peering(lab: Lab, consumer: str, provider: str, namespace: str, **foreign_spec):
     """CRDs on both, `consumer` peered with `provider`, its manager and virtual kubelet serving with `namespace`
     offloaded (see serving()); the processes by role."""
+    with peered(lab, consumer, provider, **foreign_spec) as processes, offloaded(lab, consumer, provider, namespace):
+        yield processes
+
+
+@contextlib.contextmanager
+def peered(lab: Lab, consumer: str, provider: str, **foreign_spec):
+    """CRDs on both, `consumer` peered with `provider`, the provider's manager and the virtual kubelet running (see
+    running()); the processes by role. Namespaces are offloaded with offloaded()."""
     for cluster in (consumer, provider):
         install_crds(lab, cluster)
     peer(lab, consumer, provider, **foreign_spec)
     processes = {"manager": manager(lab, provider), "vk": virtual_kubelet(lab, consumer, provider)}
-    with serving(lab, consumer, provider, namespace, list(processes.values())):
+    with running(lab, consumer, provider, list(processes.values())):
         yield processes
 
 
@@ -486,22 +494,22 @@ def peering_processes(lab: Lab, consumer: str, provider: str) -> list[Controller
 @contextlib.contextmanager
 def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: list[ControllerProcess]):
     """Run the peering's processes until the virtual node is Ready and `namespace` is offloaded to the provider
-    (a NamespaceOffloading selecting every cluster, its twin Ready); undo all of it after.
+    (a NamespaceOffloading selecting every cluster, its twin Ready); undo all of it after (running, offloaded)."""
+    with running(lab, consumer, provider, processes), offloaded(lab, consumer, provider, namespace):
+        yield
 
-    The namespace and the twins go while the processes still run, so finalizers and remote pods are handled.
-    """
+
+@contextlib.contextmanager
+def running(lab: Lab, consumer: str, provider: str, processes: list[ControllerProcess]):
+    """Run the peering's processes until the virtual node is Ready; after, delete every twin of the consumer while
+    they still run (so finalizers and remote pods are handled), stop them and unpeer."""
     node = virtual_node_name(provider)
     for process in processes:
         process.start()
     try:
         wait_for(lambda: node_ready(lab, consumer, node) == "True", timeout=60, what=f"virtual node {node} Ready")
-        lab.kubectl(consumer, "create", "namespace", namespace)
-        offload_namespace(lab, consumer, namespace)
-        wait_for(lambda: lab.kubectl(consumer, "-n", namespace, "get", "sa", "default", check=False).returncode == 0)
-        wait_for(lambda: twin_ready(lab, consumer, provider, namespace), timeout=60, what=f"{namespace}'s twin Ready")
         yield
     finally:
-        lab.kubectl(consumer, "delete", "namespace", namespace, "--timeout=60s", check=False, timeout=90)
         lab.kubectl(
             provider, "-n", tenant_namespace(consumer), "delete", "twinnamespaces", "--all",
             "--timeout=60s", check=False, timeout=90,
@@ -509,6 +517,20 @@ def serving(lab: Lab, consumer: str, provider: str, namespace: str, processes: l
         for process in processes:
             process.stop()
         unpeer(lab, consumer, provider)
+
+
+@contextlib.contextmanager
+def offloaded(lab: Lab, consumer: str, provider: str, namespace: str, **spec):
+    """`namespace` made on the consumer and offloaded (a NamespaceOffloading with `spec`, by default selecting every
+    cluster) until its twin on `provider` is Ready; deleted after, while the peering's processes still run."""
+    lab.kubectl(consumer, "create", "namespace", namespace)
+    try:
+        offload_namespace(lab, consumer, namespace, **spec)
+        wait_for(lambda: lab.kubectl(consumer, "-n", namespace, "get", "sa", "default", check=False).returncode == 0)
+        wait_for(lambda: twin_ready(lab, consumer, provider, namespace), timeout=60, what=f"{namespace}'s twin Ready")
+        yield
+    finally:
+        lab.kubectl(consumer, "delete", "namespace", namespace, "--timeout=60s", check=False, timeout=90)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ manager, one virtual kubelet, namespace `reflect` offloaded with the Remote stra
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import urllib.request
 
@@ -307,7 +308,7 @@ def test_a_provider_object_of_the_same_name_is_left_alone_and_the_conflict_repor
     assert remote(lab, "configmap", "taken")["metadata"]["uid"] == theirs["metadata"]["uid"]
 
 
-def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provider(lab, fed):
+def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provider(lab, fed, lab_config_in_use):
     headless = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -327,6 +328,8 @@ def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provid
         "metadata": {"name": "external", "namespace": NAMESPACE},
         "spec": {"ports": [{"name": "http", "port": 80}]},
     }
+    # An address in the consumer's pod range (whichever lab this is), on none of its pods.
+    external_ip = str(ipaddress.ip_network(lab_config_in_use.cluster(CONSUMER).pod_cidr).network_address + 9)
     external_slice = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -337,7 +340,7 @@ def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provid
         },
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-        "endpoints": [{"addresses": ["10.101.0.9"], "conditions": {"ready": True}, "nodeName": f"{CONSUMER}-node-0"}],
+        "endpoints": [{"addresses": [external_ip], "conditions": {"ready": True}, "nodeName": f"{CONSUMER}-node-0"}],
     }
     apply(lab, headless, web, external, external_slice)
     copy = wait_for(lambda: remote(lab, "service", "web"), timeout=30, what="Service web reflected")
@@ -353,7 +356,6 @@ def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provid
         return slices if any(e for s in slices for e in s.get("endpoints") or []) else None
 
     # The provider's endpoint-slice controller retries with backoff when its cache lags: give it time.
-    # The provider's endpoint-slice controller retries with backoff when its cache lags: give it time.
     slices = wait_for(provider_slices, timeout=90, what="the provider's own EndpointSlice for web")
     own = [
         s
@@ -365,7 +367,7 @@ def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provid
     assert all(not s.get("endpoints") for s in reflected), "the offloaded pod's local endpoint is not reflected"
 
     copy = wait_for(lambda: remote(lab, "endpointslice", "external-1"), timeout=30, what="the external slice reflected")
-    assert copy["endpoints"][0]["addresses"] == ["10.101.0.9"]
+    assert copy["endpoints"][0]["addresses"] == [external_ip]
     assert copy["endpoints"][0]["conditions"]["ready"] is True
     external_slice["endpoints"][0]["conditions"]["ready"] = False
     apply(lab, external_slice)

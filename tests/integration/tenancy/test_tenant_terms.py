@@ -3,7 +3,8 @@ provider cluster-2.
 
 Each refused or rewritten row of the table is tried here as an attacker would: with the tenant's own credential
 on the provider, or through a pod of the consumer. Each allowance is then granted in the tenant's ResourceOffer,
-as the peering module writes it, and shown to work. The tests run in file order and share one federation.
+as the peering module writes it, and shown to work. The tests run in file order, on the package's peering
+(conftest.py), in namespace `termed`; the terms they grant are taken back, the manager they stop restarted.
 """
 
 from __future__ import annotations
@@ -27,25 +28,24 @@ from catamaran.constants import (
     tenant_namespace,
 )
 
-from . import federation
-from .conftest import get_json, wait_for
-from .manifests import container
+from .. import federation
+from ..conftest import get_json, wait_for
+from ..manifests import container
+from . import CONSUMER, PROVIDER
 
 pytestmark = pytest.mark.integration
 
-CONSUMER, PROVIDER = "cluster-1", "cluster-2"
 NAMESPACE = "termed"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 TENANT = tenant_namespace(CONSUMER)
-HEALTH = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
 TOLERATE_VIRTUAL_NODE = [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}]
 PROVIDER_CRITICAL = "provider-critical"
 
 
 @pytest.fixture(scope="module")
-def fed(lab):
-    with federation.one_peering(lab, CONSUMER, PROVIDER, NAMESPACE, healthCheck=HEALTH) as processes:
-        yield processes
+def fed(lab, peering):
+    with federation.offloaded(lab, CONSUMER, PROVIDER, NAMESPACE):
+        yield peering
     lab.kubectl(PROVIDER, "delete", "priorityclass", PROVIDER_CRITICAL, check=False)
     lab.kubectl(PROVIDER, "delete", "priorityclass", PROVIDER_CRITICAL, check=False)
 

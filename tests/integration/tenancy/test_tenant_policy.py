@@ -3,8 +3,8 @@ provider cluster-2.
 
 The tenant's terms are the spec of its ResourceOffer on the provider, written here as the peering module's
 provider side would. A pod the terms refuse never becomes a Pod on the provider; the refusal shows on the
-ShadowPod and, through the virtual kubelet, on the local pod. The tests run in file order and share one
-federation.
+ShadowPod and, through the virtual kubelet, on the local pod. The tests run in file order, on the package's
+peering (conftest.py), in namespace `guarded`; the terms they change are put back.
 """
 
 from __future__ import annotations
@@ -23,18 +23,17 @@ from catamaran.constants import (
     virtual_node_name,
 )
 
-from . import federation
-from .conftest import get_json, wait_for
-from .manifests import container
+from .. import federation
+from ..conftest import get_json, wait_for
+from ..manifests import container
+from . import CONSUMER, PROVIDER
 
 pytestmark = pytest.mark.integration
 
-CONSUMER, PROVIDER = "cluster-1", "cluster-2"
 NODE = virtual_node_name(PROVIDER)
 NAMESPACE = "guarded"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 TENANT = tenant_namespace(CONSUMER)
-HEALTH = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
 REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
 TO_VIRTUAL_NODE = {
     "nodeSelector": {"kubernetes.io/hostname": NODE},
@@ -44,8 +43,8 @@ TO_VIRTUAL_NODE = {
 
 
 @pytest.fixture(scope="module")
-def fed(lab):
-    with federation.one_peering(lab, CONSUMER, PROVIDER, NAMESPACE, healthCheck=HEALTH):
+def fed(lab, peering):
+    with federation.offloaded(lab, CONSUMER, PROVIDER, NAMESPACE):
         yield
 
 
