@@ -44,6 +44,8 @@ FIRST_GROUPS = (
 UNKNOWN_GROUP_SECONDS = 120.0  # a group not in durations.json yet: about a federation's setup and a few tests
 PORT_BLOCK = 100  # a lab's clusters use base+10 .. base+99 (catamaran_lab.config)
 RUN_VARIABLE = "CATAMARAN_TEST_RUN"
+# Set by `run`: each worker takes its lab down when its last test ends, so no idle lab costs CPU beside the rest.
+LAB_DOWN_VARIABLE = "CATAMARAN_TEST_LAB_DOWN_AFTER"
 SHARED_DIR = REPO_ROOT / ".test-runs" / "shared"
 
 
@@ -158,6 +160,10 @@ def _group_scheduling(config: pytest.Config, log):
     return GroupScheduling(config, log)
 
 
+def lab_down_after_run() -> bool:
+    return os.environ.get(LAB_DOWN_VARIABLE) == "1"
+
+
 def configure(config: pytest.Config) -> None:
     os.environ.update(worker_lab_environment(worker_number()))
     config.pluginmanager.register(GroupOrder(), "catamaran-group-order")
@@ -173,7 +179,8 @@ def run_integration(workers: int, overlap_tests: list[str]) -> int:
     status, else 0."""
     timed = str(REPO_ROOT / "tools" / "timed")
     bin_dir = Path(sys.executable).parent
-    environ = dict(os.environ, PYTHONUNBUFFERED="1")  # progress shows as it happens, also in CI's log
+    # progress shows as it happens, also in CI's log
+    environ = dict(os.environ, PYTHONUNBUFFERED="1", **{LAB_DOWN_VARIABLE: "1"})
     environ.setdefault(RUN_VARIABLE, uuid.uuid4().hex)
     overlap_environ = dict(environ, **overlap_lab_environment())
     log = SHARED_DIR.parent / "overlap.log"

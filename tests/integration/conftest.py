@@ -11,6 +11,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,13 @@ from catamaran_lab import controller_image as controller_image_build
 from catamaran_lab.errors import LabError
 from catamaran_lab.images import Image
 from catamaran_lab.lab import Lab
-from tests.parallel import built_once
+from tests.parallel import built_once, lab_down_after_run
 
 from . import collection, release
 
 
 @pytest.fixture(scope="session")
-def lab(pytestconfig) -> Lab:
+def lab(pytestconfig) -> Iterator[Lab]:
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     # Show the lab's progress live: a cold start takes minutes and must not look like a hang.
     with capture.global_and_fixture_disabled():
@@ -35,7 +36,10 @@ def lab(pytestconfig) -> Lab:
             lab.up(lab_config.load())
         except LabError as error:
             pytest.fail(f"the lab could not start, so no integration test can run:\n{error}", pytrace=False)
-    return lab
+    yield lab
+    if lab_down_after_run():
+        with capture.global_and_fixture_disabled():
+            lab.down()
 
 
 @pytest.fixture(scope="session", autouse=True)
