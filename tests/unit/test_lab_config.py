@@ -14,6 +14,7 @@ import yaml
 
 from catamaran_lab import binaries, config, dns, kwok, nodeconfig, pki, preflight
 from catamaran_lab.errors import LabError
+from catamaran_lab.lab import exited_components
 
 
 @pytest.fixture
@@ -505,3 +506,19 @@ def test_inotify_limits_are_raised_never_lowered_and_a_refusal_says_how(tmp_path
     (tmp_path / "max_user_watches").mkdir()  # unreadable as a number, as a setting this process may not touch
     with pytest.raises(LabError, match=r"sysctl -w fs.inotify.max_user_watches=524288"):
         preflight.raise_inotify_limits(logged.append, tmp_path)
+
+
+def test_a_component_that_exited_during_the_start_is_started_again_as_kwokctl_started_it():
+    config = {
+        "components": [
+            {"name": "kube-apiserver", "binary": "/lab/bin/kube-apiserver", "args": ["--a=1"], "workDir": "/lab/c1"},
+            {"name": "kube-controller-manager", "binary": "/lab/bin/kcm", "args": ["--b=2"], "workDir": "/lab/c1"},
+            {"name": "kube-scheduler", "binary": "/lab/bin/sched", "workDir": "/lab/c1"},
+        ]
+    }
+    processes = {"kube-apiserver": True, "kube-controller-manager": False, "kube-scheduler": False}
+    assert exited_components(processes, config) == [
+        ("kube-controller-manager", ["/lab/bin/kcm", "--b=2"], "/lab/c1"),
+        ("kube-scheduler", ["/lab/bin/sched"], "/lab/c1"),
+    ]
+    assert exited_components({"kube-apiserver": True}, config) == [], "no pid file: not kwokctl's to start"

@@ -43,6 +43,10 @@ KWOK_WORKDIR = "kwok"
 START_TIMEOUT_S = 240
 METRICS_API_TIMEOUT_S = 90
 RUNTIME_DISK_BYTES = 1024**3
+# kube-controller-manager and kube-scheduler exit when the API server is not healthy within about 10 s of their start.
+# kwokctl starts them before the API server's post-start hooks are done, which labs starting side by side on 2 CPUs
+# can delay past that: once the cluster is up, a component that exited is started again.
+COMPONENT_GIVE_UP_S = 20
 # A cluster's second real node numbers its links past any cluster's own (NodeLayout.host_link and the like).
 SECOND_NODE_LINK_NUMBER = 100
 
@@ -284,11 +288,16 @@ class Lab:
         if not saved_path.exists():
             raise LabError(f"{cluster}: {component} was not stopped by the lab")
         saved = json.loads(saved_path.read_text())
+        self._spawn_component(cluster, component, saved["argv"], saved["cwd"])
+        saved_path.unlink()
+
+    def _spawn_component(self, cluster: str, component: str, argv: list[str], cwd: str) -> None:
+        """A control-plane component started as kwokctl starts it: its log appended to, its pid file written."""
         log_path = self.kwok_workdir / "clusters" / cluster / "logs" / f"{component}.log"
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                saved["argv"],
-                cwd=saved["cwd"],
+                argv,
+                cwd=cwd,
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
@@ -296,7 +305,24 @@ class Lab:
             )
         pid_file = self.kwok_workdir / "clusters" / cluster / "pids" / f"{component}.pid"
         pid_file.write_text(str(process.pid))
-        saved_path.unlink()
+
+    def _revive_exited_components(self, cluster: ClusterSpec, created_at: float) -> None:
+        """Start again a component that exited while the cluster started (COMPONENT_GIVE_UP_S says why); fail if one
+        exits again."""
+        time.sleep(max(0.0, created_at + COMPONENT_GIVE_UP_S - time.monotonic()))
+        work = self.kwok_workdir / "clusters" / cluster.name
+        config = next(doc for doc in yaml.safe_load_all((work / "kwok.yaml").read_text()) if "components" in doc)
+        exited = exited_components(_processes_of(work / "pids"), config)
+        if not exited:
+            return
+        for name, argv, cwd in exited:
+            last = _last_line(work / "logs" / f"{name}.log")
+            self.log(f"lab: {cluster.name}: {name} exited while the cluster started ({last}); starting it again")
+            self._spawn_component(cluster.name, name, argv, cwd)
+        time.sleep(COMPONENT_GIVE_UP_S)
+        again = [name for name, _, _ in exited_components(_processes_of(work / "pids"), config)]
+        if again:
+            raise LabError(f"{cluster.name}: {', '.join(again)} exited again after a restart; see {work / 'logs'}")
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -372,6 +398,7 @@ class Lab:
             timeout=START_TIMEOUT_S + 60,
             check=False,
         )
+        created_at = time.monotonic()
         if result.returncode != 0:
             logs = self.kwok_workdir / "clusters" / cluster.name / "logs"
             raise LabError(
@@ -404,6 +431,7 @@ class Lab:
             node.start(images, self.log)
             self._write_gateway_facts(cluster, node)
         self._wait_for_metrics_api(cluster)
+        self._revive_exited_components(cluster, created_at)
         return time.monotonic() - started
 
     def gateway_facts_file(self, name: str) -> Path:
@@ -597,6 +625,24 @@ def _processes_of(pid_dir: Path) -> dict[str, bool]:
             continue
         found[pid_file.stem] = Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
     return found
+
+
+def exited_components(processes: dict[str, bool], kwok_config: dict) -> list[tuple[str, list[str], str]]:
+    """Components of kwokctl's configuration whose process is gone: (name, argv, working directory) to start it as
+    kwokctl did."""
+    return [
+        (component["name"], [component["binary"], *component.get("args", [])], component.get("workDir", "/"))
+        for component in kwok_config.get("components", [])
+        if processes.get(component["name"]) is False
+    ]
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "empty log"
 
 
 def _cmdline(pid: int) -> str:
