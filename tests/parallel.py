@@ -6,12 +6,9 @@
   host's kernel, and `make lab-down` takes every lab down.
 - **Groups.** A group runs whole on one worker, in order, so module and package fixtures (a federation) are built
   once: a package of tests/integration (its modules share the federation its conftest.py builds), else a module.
-- **Order.** The lab's own contract groups first (a broken lab fails within minutes). Then a worker that is free
-  takes the longest group that complements what the other workers run: a group that mostly waits (on controllers,
-  timers) beside one that keeps a CPU busy (Ansible, kubectl), and the other way round, so that the machine's CPUs
-  are used while tests wait; the longest of any kind when none fits. Costs are recorded in durations.json (wall
-  seconds, and the CPUs the tests' own processes kept busy). A worker gets its next group only when it has run the
-  one before (xdist would queue a second group behind a long one).
+- **Order.** The lab's own contract groups first (a broken lab fails within minutes), then the longest first
+  (the recorded costs in durations.json), so the workers finish together. A worker gets its next group only when
+  it has run the one before (xdist would queue a second group behind a long one).
 - **Built once per run.** What a run builds from the checkout (the collection's artifact, the controller's image,
   the previous release) is built by the first worker that needs it, under a lock, and reused by the others and by
   every pytest process of the same `make test` (CATAMARAN_TEST_RUN).
@@ -28,7 +25,6 @@ import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -46,9 +42,6 @@ FIRST_GROUPS = (
     "tests/integration/test_lab_network.py",
 )
 UNKNOWN_GROUP_SECONDS = 120.0  # a group not in durations.json yet: about a federation's setup and a few tests
-# A group whose own processes (pytest, Ansible, kubectl) keep this many CPUs busy on average is CPU-bound; below it, it
-# mostly waits. About half of the suite's time on either side.
-BUSY_GROUP_CPUS = 0.3
 PORT_BLOCK = 100  # a lab's clusters use base+10 .. base+99 (catamaran_lab.config)
 RUN_VARIABLE = "CATAMARAN_TEST_RUN"
 # Set by `run`: each worker takes its lab down when its last test ends, so no idle lab costs CPU beside the rest.
@@ -64,41 +57,16 @@ def group_of(nodeid: str) -> str:
     return path
 
 
-@dataclass(frozen=True)
-class GroupCost:
-    """What a group cost in a recorded run: wall seconds, and the CPUs its own processes kept busy meanwhile."""
-
-    seconds: float = UNKNOWN_GROUP_SECONDS
-    cpus: float = 0.0
-
-    @property
-    def busy(self) -> bool:
-        return self.cpus >= BUSY_GROUP_CPUS
+def recorded_costs() -> dict[str, float]:
+    return json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
 
 
-def recorded_costs() -> dict[str, GroupCost]:
-    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    return {group: GroupCost(**cost) for group, cost in recorded.items()}
-
-
-def ordered_groups(groups: list[str], costs: dict[str, GroupCost]) -> list[str]:
+def ordered_groups(groups: list[str], costs: dict[str, float]) -> list[str]:
     """The lab's contract first, then the longest first; ties keep their collection order."""
     first = [group for group in FIRST_GROUPS if group in groups]
     rest = [group for group in groups if group not in first]
-    rest.sort(key=lambda group: -costs.get(group, GroupCost()).seconds)
+    rest.sort(key=lambda group: -costs.get(group, UNKNOWN_GROUP_SECONDS))
     return first + rest
-
-
-def next_group(pending: list[str], running: list[str], costs: dict[str, GroupCost]) -> str:
-    """The group a free worker takes: the lab's contract first, then the longest of those that complement the groups
-    running on the other workers (a waiting one beside a busy one, a busy one beside waiting ones or none), then the
-    longest. `pending` is in ordered_groups() order."""
-    first = [group for group in pending if group in FIRST_GROUPS]
-    if first:
-        return first[0]
-    beside_busy = sum(costs.get(group, GroupCost()).cpus for group in running) >= BUSY_GROUP_CPUS
-    fitting = [group for group in pending if costs.get(group, GroupCost()).busy != beside_busy]
-    return max(fitting or pending, key=lambda group: costs.get(group, GroupCost()).seconds)
 
 
 def worker_number() -> int:
@@ -172,26 +140,11 @@ class GroupOrder:
 def _group_scheduling(config: pytest.Config, log):
     from xdist.scheduler import LoadScopeScheduling
 
-    costs = recorded_costs()
-
     class GroupScheduling(LoadScopeScheduling):
-        """LoadScopeScheduling with group_of() as the scope, the next group by next_group(), and no second group
-        queued behind a running one."""
+        """LoadScopeScheduling with group_of() as the scope, and no second group queued behind a running one."""
 
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            if self.workqueue:
-                running = [
-                    group
-                    for other, work in self.assigned_work.items()
-                    if other is not node
-                    for group, tests in work.items()
-                    if not all(tests.values())
-                ]
-                self.workqueue.move_to_end(next_group(list(self.workqueue), running, costs), last=False)
-            super()._assign_work_unit(node)
 
         def _reschedule(self, node) -> None:
             if node.shutting_down:
@@ -263,24 +216,17 @@ def run_integration(workers: int, overlap_tests: list[str]) -> int:
     return main.returncode or overlap_status
 
 
-def record_costs(measured: Path) -> dict[str, GroupCost]:
+def record_costs(measured: Path) -> dict[str, float]:
     """durations.json from a run's figures (tests/timing.py's JSON of the integration phase): each group's wall time,
-    its tests' summed, and the CPUs its own processes kept busy. Run after a change that moves a group's cost, so that
-    the scheduling still pairs them well."""
+    its tests' summed. Run after a change that moves a group's cost, so that the longest still start first."""
     tests = json.loads(measured.read_text())["tests"]
-    wall: dict[str, float] = {}
-    cpu: dict[str, float] = {}
+    costs: dict[str, float] = {}
     for test in tests:
         group = group_of(test["nodeid"])
-        wall[group] = wall.get(group, 0.0) + test["wall"]
-        cpu[group] = cpu.get(group, 0.0) + test["own_cpu"]
-    cpus = float(os.cpu_count() or 1)  # a child reaped during a test counts its whole life: never more than the machine
-    costs = {
-        group: GroupCost(round(seconds, 1), round(min(cpu[group] / seconds, cpus), 2) if seconds else 0.0)
-        for group, seconds in sorted(wall.items(), key=lambda item: -item[1])
-    }
-    DURATIONS.write_text(json.dumps({group: asdict(cost) for group, cost in costs.items()}, indent=1) + "\n")
-    return costs
+        costs[group] = round(costs.get(group, 0.0) + test["wall"], 1)
+    ordered = dict(sorted(costs.items(), key=lambda item: -item[1]))
+    DURATIONS.write_text(json.dumps(ordered, indent=1) + "\n")
+    return ordered
 
 
 if __name__ == "__main__":
@@ -296,4 +242,4 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     if arguments.command == "run":
         sys.exit(run_integration(arguments.workers, arguments.overlap_tests))
-    print(json.dumps({group: asdict(cost) for group, cost in record_costs(arguments.measured).items()}, indent=1))
+    print(json.dumps(record_costs(arguments.measured), indent=1))

@@ -33,7 +33,6 @@ DEFAULT_TIMES_DIR = Path(__file__).resolve().parent.parent / ".test-runs" / "tim
 PHASES_FILE = "phases.tsv"  # tools/timed appends "<phase>\t<seconds>\t<exit status>\t<start, epoch s>" lines
 SLOWEST = 20
 _PROPERTY = "catamaran_timing"
-_WHERE_PROPERTY = "catamaran_timing_where"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _CPUS = os.cpu_count() or 1
 
@@ -122,8 +121,6 @@ class TestTime:
     own_cpu: float
     slept: float
     outcome: str
-    worker: str = ""  # the xdist worker that ran it, "" without xdist
-    start: float = 0.0  # epoch seconds at its setup: with `worker`, the run's timeline
 
     @property
     def file(self) -> str:
@@ -143,7 +140,6 @@ class Recorder:
         self.started = time.monotonic()
         self.run_start = Sample.now()
         self._phase_start: dict[str, Sample] = {}
-        self._setup_epoch: dict[str, float] = {}
         self._measured: dict[str, Sample] = defaultdict(lambda: ZERO)
         self.tests: dict[str, TestTime] = {}
 
@@ -154,15 +150,10 @@ class Recorder:
         report = yield
         measured = Sample.now().since(self._phase_start.pop(item.nodeid, Sample.now()))
         report.user_properties.append((_PROPERTY, asdict(measured)))
-        if call.when == "setup":
-            worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-            where = {"worker": worker, "start": self._setup_epoch.pop(item.nodeid, 0.0)}
-            report.user_properties.append((_WHERE_PROPERTY, where))
         return report
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
-        self._setup_epoch[item.nodeid] = time.time()
         self._phase_start[item.nodeid] = Sample.now()
 
     @pytest.hookimpl(tryfirst=True)
@@ -183,10 +174,7 @@ class Recorder:
         self._measured[report.nodeid] = total
         previous = self.tests.get(report.nodeid)
         outcome = report.outcome if report.when == "call" or report.failed else (previous.outcome if previous else "")
-        where = next((value for key, value in report.user_properties if key == _WHERE_PROPERTY), None)
-        if where is None and previous:
-            where = {"worker": previous.worker, "start": previous.start}
-        self.tests[report.nodeid] = TestTime(report.nodeid, **asdict(total), outcome=outcome, **(where or {}))
+        self.tests[report.nodeid] = TestTime(report.nodeid, **asdict(total), outcome=outcome)
 
     def by_file(self) -> list[dict]:
         files: dict[str, dict] = {}

@@ -20,29 +20,11 @@ def test_a_package_is_one_group_and_a_module_otherwise():
 
 def test_the_lab_contract_comes_first_then_the_longest():
     groups = ["a.py", "b.py", parallel.FIRST_GROUPS[1], "c.py", parallel.FIRST_GROUPS[0]]
-    costs = {"a.py": parallel.GroupCost(10.0), "b.py": parallel.GroupCost(300.0), "c.py": parallel.GroupCost(50.0)}
+    costs = {"a.py": 10.0, "b.py": 300.0, "c.py": 50.0}
     ordered = parallel.ordered_groups(groups, costs)
     assert ordered[:2] == [parallel.FIRST_GROUPS[0], parallel.FIRST_GROUPS[1]]
     assert ordered[2:] == ["b.py", "c.py", "a.py"]
     assert parallel.ordered_groups(["new.py", "a.py"], costs) == ["new.py", "a.py"], "unknown: a federation's cost"
-
-
-def test_a_free_worker_takes_the_longest_group_that_complements_the_running_ones():
-    busy, busier, waiting, longest_waiting = (
-        parallel.GroupCost(300.0, 0.6),
-        parallel.GroupCost(500.0, 0.5),
-        parallel.GroupCost(100.0, 0.05),
-        parallel.GroupCost(200.0, 0.1),
-    )
-    costs = {"busy.py": busy, "busier.py": busier, "waiting.py": waiting, "longest_waiting.py": longest_waiting}
-    pending = parallel.ordered_groups(list(costs), costs)
-    assert parallel.next_group(pending, [], costs) == "busier.py", "nothing beside: the longest busy one"
-    assert parallel.next_group(pending, ["busy.py"], costs) == "longest_waiting.py", "beside a busy one: a waiting one"
-    assert parallel.next_group(pending, ["waiting.py"], costs) == "busier.py", "beside a waiting one: a busy one"
-    assert parallel.next_group(["busy.py", "busier.py"], ["busy.py"], costs) == "busier.py", "none fits: the longest"
-    first = parallel.FIRST_GROUPS[0]
-    assert parallel.next_group([first, *pending], ["busy.py"], costs) == first, "the lab's contract before all"
-    assert parallel.next_group(["new.py", "waiting.py"], [], costs) == "new.py", "unknown: a federation's cost"
 
 
 def test_every_recorded_group_still_exists():
