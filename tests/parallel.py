@@ -16,14 +16,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -100,24 +99,21 @@ def run_id() -> str:
     return os.environ.get(RUN_VARIABLE) or os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
 
 
-@contextlib.contextmanager
-def built_once(name: str) -> Iterator[tuple[Path, bool]]:
-    """A directory for `name`, shared by every process of this run: yields (directory, True) to the first caller,
-    which builds into it, and (directory, False) to the others, which wait for that build and reuse it. A build
-    that fails is not kept: the next caller builds again."""
+def built_once(name: str, build: Callable[[Path], object]) -> Path:
+    """The directory of `name`, shared by every process of this run: the first caller runs `build` into it, the
+    others wait for that build and reuse it. A build that fails is not kept: the next caller builds again."""
     from filelock import FileLock
 
     directory = SHARED_DIR / run_id() / name
     directory.parent.mkdir(parents=True, exist_ok=True)
     done = directory / ".built"
     with FileLock(f"{directory}.lock"):
-        if done.exists():
-            yield directory, False
-            return
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir()
-        yield directory, True
-        done.touch()
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
 
 
 class GroupOrder:

@@ -49,10 +49,7 @@ def collection_artifact():
     Autouse: building it also puts the controller's wheel from the current sources into the checkout's controller
     role, which every playbook run from the checkout installs (a stale wheel would test old code).
     """
-    with built_once("artifact") as (directory, fresh):
-        if fresh:
-            collection.build_artifact(directory)
-    (artifact,) = directory.glob("*.tar.gz")
+    (artifact,) = built_once("artifact", collection.build_artifact).glob("*.tar.gz")
     return artifact
 
 
@@ -73,9 +70,7 @@ def lab_config_in_use(lab):
 def controller_image_archive(lab) -> Image:
     """The controller's image as `make image` builds it (no container engine), imported into every real node of the
     lab, as users load it into their nodes or registry."""
-    with built_once("controller-image") as (directory, fresh):
-        if fresh:
-            controller_image_build.build(directory, log=lambda message: None)
+    directory = built_once("controller-image", lambda into: controller_image_build.build(into, log=lambda _: None))
     (archive,) = directory.glob("*.oci.tar")
     image = Image(controller_image_build.image_reference(), archive)
     lab.import_images([image])
@@ -91,10 +86,7 @@ def controller_image(controller_image_archive) -> str:
 @pytest.fixture(scope="session")
 def previous_release() -> release.Release:
     """The previous release's artifact and image, built once per run from its commit (for the upgrade tests)."""
-    with built_once("previous-release") as (directory, fresh):
-        if fresh:
-            release.build_previous(directory)
-    return release.built_previous(directory)
+    return release.built_previous(built_once("previous-release", release.build_previous))
 
 
 @pytest.fixture(params=[c.name for c in lab_config.load().clusters])

@@ -54,22 +54,27 @@ def test_a_build_is_made_once_per_run_and_again_after_a_failure(monkeypatch, tmp
     monkeypatch.setattr(parallel, "SHARED_DIR", tmp_path)
     monkeypatch.setenv(parallel.RUN_VARIABLE, "run-1")
 
-    def failed_build():
-        with parallel.built_once("thing") as (_, fresh):
-            assert fresh
-            raise RuntimeError("the build broke")
+    builds = []
+
+    def broken(directory):
+        builds.append(directory)
+        raise RuntimeError("the build broke")
+
+    def made(directory):
+        builds.append(directory)
+        (directory / "made").write_text("1")
 
     with pytest.raises(RuntimeError):
-        failed_build()
-    with parallel.built_once("thing") as (directory, fresh):
-        assert fresh, "a failed build is not reused"
-        (directory / "made").write_text("1")
-    with parallel.built_once("thing") as (again, fresh):
-        assert not fresh
-        assert (again / "made").read_text() == "1"
+        parallel.built_once("thing", broken)
+    directory = parallel.built_once("thing", made)
+    assert len(builds) == 2, "a failed build is not reused"
+    again = parallel.built_once("thing", made)
+    assert len(builds) == 2, "a build of this run is reused"
+    assert again == directory
+    assert (again / "made").read_text() == "1"
     monkeypatch.setenv(parallel.RUN_VARIABLE, "run-2")
-    with parallel.built_once("thing") as (_, fresh):
-        assert fresh, "another run builds anew"
+    parallel.built_once("thing", made)
+    assert len(builds) == 3, "another run builds anew"
 
 
 def test_the_report_splits_phases_by_file_and_spans_overlapping_phases(tmp_path):
