@@ -154,8 +154,8 @@ test: setup ## everything CI runs: lint, sanity, unit tests, then integration an
 	$(TIMED) sanity $(MAKE) --no-print-directory sanity
 	$(TIMED) unit $(BIN)/pytest tests/unit
 	$(TIMED) lab-build $(MAKE) --no-print-directory lab-build
-	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS)
-	@$(BIN)/python -m tests.timing report $(TEST_RUNS)/times
+	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS); status=$$?; \
+	  $(BIN)/python -m tests.timing report $(TEST_RUNS)/times; exit $$status
 
 # Not in `make test`: two runs of about 220 upstream tests take most of an hour on this machine.
 conformance: lab-build ## the upstream e2e tests on a real node, then offloaded: bench/results/conformance.{csv,png}

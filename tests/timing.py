@@ -244,8 +244,9 @@ def unconfigure(config: pytest.Config) -> None:
 
 
 def report(directory: Path) -> str:
-    """Every phase `tools/timed` recorded, in order; the pytest phases split by file; the slowest tests of the whole
-    run. Phases may overlap (the overlap run beside the integration run): the total is the span they cover."""
+    """The slowest tests of the whole run, then every phase `tools/timed` recorded, in order, the pytest phases split
+    by file (last, so that the tail of a log shows them). Phases may overlap (the overlap run beside the integration
+    run): the total is the span they cover."""
     lines = [f"{'seconds':>8}  phase"]
     phases = directory / PHASES_FILE
     recorded = [line.split("\t") for line in phases.read_text().splitlines()] if phases.exists() else []
@@ -265,11 +266,10 @@ def report(directory: Path) -> str:
         start = min(int(started) for *_, started in recorded)
         end = max(int(started) + float(seconds) for _, seconds, _, started in recorded)
         lines.append(f"{end - start:8.1f}  total, start to end")
-    lines.append("")
-    lines.append(f"slowest {SLOWEST} of the whole run (wall s; busy: the machine's CPUs' share meanwhile):")
+    slowest = [f"slowest {SLOWEST} of the whole run (wall s; busy: the machine's CPUs' share meanwhile):"]
     for test in sorted(tests, key=lambda t: -t["wall"])[:SLOWEST]:
-        lines.append(f"{test['wall']:8.1f} {test['busy']:5.0%}  {test['phase']}: {test['nodeid']}")
-    return "\n".join(lines)
+        slowest.append(f"{test['wall']:8.1f} {test['busy']:5.0%}  {test['phase']}: {test['nodeid']}")
+    return "\n".join([*slowest, "", *lines])
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@ from catamaran_lab import controller_image as controller_image_build
 from catamaran_lab.errors import LabError
 from catamaran_lab.images import Image
 from catamaran_lab.lab import Lab
-from tests.parallel import built_once, lab_down_after_run
+from tests.parallel import built_once, group_of, lab_down_after_run
 
 from . import collection, release
+
+LABS_IN_USE: list[Lab] = []  # the session's lab once started: checked between groups for what a group left
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +38,9 @@ def lab(pytestconfig) -> Iterator[Lab]:
             lab.up(lab_config.load())
         except LabError as error:
             pytest.fail(f"the lab could not start, so no integration test can run:\n{error}", pytrace=False)
+    LABS_IN_USE.append(lab)
     yield lab
+    LABS_IN_USE.remove(lab)
     if lab_down_after_run():
         with capture.global_and_fixture_disabled():
             lab.down()
@@ -160,3 +164,28 @@ def kill_container_process(container_id: str) -> int:
                 os.kill(int(entry), signal.SIGKILL)
                 killed += 1
     return killed
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Once a group's fixtures are torn down and another group follows on this lab: what the group left (leftovers)
+    is named in a warning and removed, and what it left running is stopped."""
+    result = yield
+    if nextitem is None or not LABS_IN_USE or group_of(nextitem.nodeid) == group_of(item.nodeid):
+        return result
+    from . import leftovers
+    from .federation import ChildProcess
+
+    lab = LABS_IN_USE[0]
+    left = [f"process {process.name}" for process in ChildProcess.started if process.running]
+    for process in list(ChildProcess.started):
+        process.kill()
+    for cluster in lab.recorded_config().clusters:
+        found = leftovers.in_cluster(lab, cluster.name)
+        leftovers.remove(lab, cluster.name, found)
+        left += [f"{cluster.name}: {name}" for name in found]
+    if left:
+        item.warn(
+            pytest.PytestWarning(f"{group_of(item.nodeid)} left this behind, removed before the next group: {left}")
+        )
+    return result

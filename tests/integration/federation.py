@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import yaml
 
@@ -167,6 +168,9 @@ def store_credential(lab: Lab, consumer: str, provider: str, token: str) -> None
 class ChildProcess:
     """A program run as a child process, its log in the lab's logs directory (the benches run Liqo's this way)."""
 
+    # Every one started and not stopped yet: what a group of tests left running is stopped before the next group.
+    started: ClassVar[set[ChildProcess]] = set()
+
     def __init__(self, lab: Lab, name: str, argv: list[str], env: dict[str, str] | None = None):
         self.lab = lab
         self.name = name
@@ -185,11 +189,13 @@ class ChildProcess:
             self.process = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **self.env)
             )
+        ChildProcess.started.add(self)
         time.sleep(0.5)
         if self.process.poll() is not None:
             raise LabError(f"{self.name} exited at once with {self.process.returncode}; see {self.log_path}")
 
     def stop(self) -> None:
+        ChildProcess.started.discard(self)
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGTERM)
@@ -199,6 +205,7 @@ class ChildProcess:
             self.kill()
 
     def kill(self) -> None:
+        ChildProcess.started.discard(self)
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
@@ -510,13 +517,15 @@ def running(lab: Lab, consumer: str, provider: str, processes: list[ControllerPr
         wait_for(lambda: node_ready(lab, consumer, node) == "True", timeout=60, what=f"virtual node {node} Ready")
         yield
     finally:
-        lab.kubectl(
-            provider, "-n", tenant_namespace(consumer), "delete", "twinnamespaces", "--all",
-            "--timeout=60s", check=False, timeout=90,
-        )  # fmt: skip
-        for process in processes:
-            process.stop()
-        unpeer(lab, consumer, provider)
+        try:
+            lab.kubectl(
+                provider, "-n", tenant_namespace(consumer), "delete", "twinnamespaces", "--all",
+                "--timeout=60s", check=False, timeout=90,
+            )  # fmt: skip
+        finally:  # stopped and unpeered even when the twins' deletion did not finish in time
+            for process in processes:
+                process.stop()
+            unpeer(lab, consumer, provider)
 
 
 @contextlib.contextmanager

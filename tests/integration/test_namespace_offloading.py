@@ -56,29 +56,31 @@ def fed(lab):
         federation.webhook_registered(lab, CONSUMER)
         yield {"processes": processes, "namespaces": created}
     finally:
-        # Every offloading's teardown started at once, then awaited: each waits on its twins' pods.
-        for namespace in created:
-            lab.kubectl(
-                CONSUMER, "-n", namespace, "delete", "namespaceoffloading", "offloading", "--wait=false", check=False
-            )
-        for namespace in created:
-            lab.kubectl(
-                CONSUMER,
-                "-n",
-                namespace,
-                "wait",
-                "--for=delete",
-                "namespaceoffloading/offloading",
-                "--timeout=90s",
-                check=False,
-                timeout=120,
-            )
-            lab.kubectl(CONSUMER, "delete", "namespace", namespace, "--wait=false", check=False)
-        for process in processes.values():
-            process.stop()
-        lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False)
-        for provider in REGIONS:
-            federation.unpeer(lab, CONSUMER, provider)
+        try:
+            # Every offloading's teardown started at once, then awaited: each waits on its twins' pods.
+            for namespace in created:
+                lab.kubectl(
+                    CONSUMER,
+                    "-n",
+                    namespace,
+                    "delete",
+                    "namespaceoffloading",
+                    "offloading",
+                    "--wait=false",
+                    check=False,
+                )
+            for namespace in created:
+                lab.kubectl(
+                    CONSUMER, "-n", namespace, "wait", "--for=delete", "namespaceoffloading/offloading",
+                    "--timeout=90s", check=False, timeout=120,
+                )  # fmt: skip
+                lab.kubectl(CONSUMER, "delete", "namespace", namespace, "--wait=false", check=False)
+        finally:  # the processes stop and the peerings go even when an offloading's teardown did not finish
+            for process in processes.values():
+                process.stop()
+            lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", "catamaran-pod-offloading", check=False)
+            for provider in REGIONS:
+                federation.unpeer(lab, CONSUMER, provider)
 
 
 def node_condition(lab, node: str, kind: str = "Ready") -> str | None:
