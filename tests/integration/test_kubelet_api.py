@@ -515,6 +515,116 @@ def test_callers_without_credentials_or_rights_are_refused(lab, fed):
     assert status == 404
 
 
+def _node_proxy_token(lab, name: str, verbs: list[str]) -> str:
+    """A service account of NAMESPACE holding only `verbs` on nodes/proxy (a monitoring agent's usual right)."""
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "create", "serviceaccount", name, check=False)
+    rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{NAMESPACE}-{name}"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": verbs}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{NAMESPACE}-{name}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{NAMESPACE}-{name}"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    ]
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=federation.as_list(rbac))
+    return lab.kubectl(CONSUMER, "-n", NAMESPACE, "create", "token", name).stdout.strip()
+
+
+def _kubelet_websocket(lab, path: str, token: str) -> tuple[int, bytes]:
+    """A WebSocket GET to the virtual node's kubelet API itself: (101 and stdout) or (the refusal's status, b"")."""
+    host, port = node_endpoint(lab, REAL_NODE)
+
+    async def run() -> tuple[int, bytes]:
+        headers = {"Authorization": f"Bearer {token}"}
+        tls = _admin_tls(lab, CONSUMER, with_client_certificate=False)
+        async with aiohttp.ClientSession() as session:
+            try:
+                async with session.ws_connect(
+                    f"wss://{host}:{port}{path}", protocols=["v4.channel.k8s.io"], headers=headers, ssl=tls
+                ) as socket:
+                    out = b""
+                    async for message in socket:
+                        if message.type == aiohttp.WSMsgType.BINARY and message.data[:1] == b"\x01":
+                            out += message.data[1:]
+                    return 101, out
+            except aiohttp.WSServerHandshakeError as refused:
+                return refused.status, b""
+
+    return asyncio.run(asyncio.wait_for(run(), 30))
+
+
+def test_get_on_nodes_proxy_reads_logs_but_runs_no_command(lab, fed):
+    """A GET WebSocket carries exec, attach and port-forward: the virtual node asks for `create`, not the method's
+    verb, so a monitoring agent's `get nodes/proxy` reads logs and opens nothing."""
+    command = "command=sh&command=-c&command=echo%20ran&output=1&error=1"
+    reader = _node_proxy_token(lab, "monitor", ["get"])
+    try:
+        status, body = _call(lab, REAL_NODE, f"/containerLogs/{NAMESPACE}/talker/main", token=reader)
+        assert status == 200, body
+        assert "line 1" in body
+        assert _kubelet_websocket(lab, f"/exec/{NAMESPACE}/talker/main?{command}", reader) == (403, b"")
+        assert _kubelet_websocket(lab, f"/attach/{NAMESPACE}/attachable/main?output=1", reader)[0] == 403
+        assert _kubelet_websocket(lab, f"/portForward/{NAMESPACE}/talker?port=8080", reader)[0] == 403
+        # The control: `create` on nodes/proxy runs the same command through the same door.
+        runner = _node_proxy_token(lab, "runner", ["create"])
+        assert _kubelet_websocket(lab, f"/exec/{NAMESPACE}/talker/main?{command}", runner) == (101, b"ran\n")
+    finally:
+        for name in ("monitor", "runner"):
+            lab.kubectl(CONSUMER, "delete", "clusterrole,clusterrolebinding", f"{NAMESPACE}-{name}", check=False)
+
+
+def _forged_status(remote: dict) -> dict:
+    """The remote pod's status as a provider's admin may rewrite it: a container the spec does not have, another
+    image, a restart count one recreation short of overflowing int32."""
+    status = json.loads(json.dumps(remote["status"]))
+    (main,) = status["containerStatuses"]
+    main.update(image="evil.example/backdoor:latest", restartCount=2147483000)
+    status["containerStatuses"].append(dict(main, name="ghost", containerID="containerd://" + "e" * 64))
+    return status
+
+
+def test_a_forged_pod_status_never_reaches_the_consumers_pod(lab, fed):
+    twin = f"{NAMESPACE}-{CONSUMER}"
+    shadow = get_json(lab, REAL_PROVIDER, "shadowpod", "-n", twin, "talker")
+    remote = get_json(lab, REAL_PROVIDER, "pod", "-n", twin, "talker")
+    forged = dict(shadow["status"], pod=_forged_status(remote))
+    spec_image = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "talker")["spec"]["containers"][0]["image"]
+    shown: list[dict] = []
+    try:
+        for _ in range(3):  # in a loop, as an admin fighting its own manager would
+            lab.kubectl(
+                REAL_PROVIDER, "-n", twin, "patch", "shadowpod", "talker", "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": forged}),
+            )  # fmt: skip
+            time.sleep(2)
+            shown += get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "talker")["status"]["containerStatuses"]
+
+        def refused() -> set[str]:
+            events = get_json(
+                lab, CONSUMER, "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=talker"
+            )
+            return {e["reason"] for e in events["items"] if e["type"] == "Warning"}
+
+        wanted = {"ContainerStatusRefused", "ContainerImageReplaced", "RestartCountClamped"}
+        wait_for(lambda: wanted <= refused(), timeout=30, what=f"Warning Events {sorted(wanted)} on the pod")
+        shown += get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "talker")["status"]["containerStatuses"]
+        assert {s["name"] for s in shown} == {"main"}, shown
+        assert {s["image"] for s in shown} == {spec_image}, shown
+        assert max(s["restartCount"] for s in shown) <= 1_000_000, shown
+    finally:  # the real status back (the provider's manager copies it again only on the pod's next change)
+        lab.kubectl(
+            REAL_PROVIDER, "-n", twin, "patch", "shadowpod", "talker", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"pod": get_json(lab, REAL_PROVIDER, "pod", "-n", twin, "talker")["status"]}}),
+        )  # fmt: skip
+
+
 # -- the serving certificate ------------------------------------------------------------------------------
 
 
