@@ -207,7 +207,7 @@ class VirtualKubelet:
             channel,
             local_pod=pods.local_pods.get,
             pods_on_node=lambda: list(pods.local_pods.cache.values()),
-            twin_of=lambda namespace: pods.twins.mapped_name(namespace) if pods.twins.twin_ready(namespace) else None,
+            twin_of=pods.twins.ready_twin,  # the namespace's own twin only, never another namespace's
             node_published=node.published,
             provider_allocatable=lambda: (node.offer or {}).get("allocatable") or {},
         )
