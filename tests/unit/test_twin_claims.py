@@ -99,6 +99,13 @@ class Recorder:
     async def delete(self, resource, name, **kwargs):
         self.calls.append(("delete", resource, name, kwargs.get("namespace")))
 
+    async def apply(self, obj, **kwargs):
+        self.calls.append(("apply", getattr(obj, "kind", None), obj))
+
+    async def list(self, resource, **kwargs):
+        for _ in ():
+            yield
+
 
 def twin_manager():
     from catamaran.vk.namespaces import TwinManager
@@ -241,3 +248,76 @@ def test_a_shadowpod_in_a_twin_is_judged_against_the_twins_origin_not_what_it_sa
     shadow = {"metadata": {"name": "web", "namespace": TWIN, "annotations": {"catamaran.io/local-namespace": "evil"}}}
     pods._shadow_changed("ADDED", (TWIN, "web"), shadow, None)
     assert pods.queue._queued == {("victim", "web")}
+
+
+# -- the consumer's manager and pod webhook ------------------------------------------------------------------
+
+
+def offloading_controller():
+    from catamaran.consumer.offloading import NamespaceOffloadingController
+
+    client = Recorder()
+    controller = NamespaceOffloadingController(client, CONSUMER, EventRecorder(client, "test"))
+    for namespace, body in (("victim", VICTIM), ("evil", EVIL)):
+        controller.offloadings._store((namespace, "offloading"), body)
+        controller._requeue_claimants("ADDED", (namespace, "offloading"), body, None)
+    return controller, client
+
+
+def test_a_conflicting_claim_is_its_own_phase_and_wins_over_the_clusters_entries():
+    from catamaran.consumer.offloading import offloading_phase
+
+    ready = {"a": {"phase": "Ready"}}
+    assert offloading_phase(False, ["a"], ready, "taken") == ("Conflict", "taken")
+    assert offloading_phase(True, ["a"], ready, "taken")[0] == "Terminating"
+    assert offloading_phase(False, ["a"], ready, None)[0] == "Ready"
+
+
+def test_the_manager_refuses_the_younger_claim_with_an_event_on_its_own_offloading_only():
+    controller, client = offloading_controller()
+    assert controller.twin_refusal("victim") is None
+    assert controller.twin_refusal("evil") is not None
+    asyncio.run(controller.reconcile(("evil", "offloading")))
+    [status] = [call[4]["status"] for call in client.calls if call[0] == "patch" and "status" in call[4]]
+    assert status["offloadingPhase"] == "Conflict"
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", TWIN_TAKEN)
+    [event] = [call[2] for call in client.calls if call[1] == "Event"]
+    assert (event.type, event.reason, event.involvedObject.namespace) == ("Warning", TWIN_TAKEN, "evil")
+    assert all(call[3] != "victim" for call in client.calls if call[0] == "patch")
+
+
+def test_the_younger_claim_is_reconsidered_when_the_older_one_is_let_go():
+    controller, _ = offloading_controller()
+    controller.queue = type(controller.queue)("namespaceoffloadings", controller.reconcile)  # empty
+    controller._requeue_claimants("DELETED", ("victim", "offloading"), None, VICTIM)
+    controller.offloadings._drop(("victim", "offloading"))
+    assert controller.queue._queued == {("evil", "offloading")}
+    assert controller.twin_refusal("evil") is None
+
+
+def test_a_policys_namespace_without_its_offloading_yet_is_the_youngest_claim():
+    controller, _ = offloading_controller()
+    spec = {"namespaceMappingStrategy": "EnforceSameName"}
+    assert controller.twin_refusal(TWIN, spec) is not None
+    assert controller.twin_refusal("fresh", spec) is None
+
+
+def test_the_webhook_keeps_a_refused_namespaces_pods_local_and_refuses_them_under_remote():
+    import base64
+    import json
+
+    from catamaran.consumer.webhook import review_response
+
+    def review() -> dict:
+        return {"request": {"uid": "u", "object": {"metadata": {}, "spec": {"containers": [{"name": "a"}]}}}}
+
+    refused = review_response(review(), {"podOffloadingStrategy": "Remote"}, "taken")["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["code"] == 403
+    assert "taken" in refused["status"]["message"]
+    local = review_response(review(), {"podOffloadingStrategy": "LocalAndRemote"}, "taken")["response"]
+    assert local["allowed"] is True
+    assert any("taken" in warning for warning in local["warnings"])
+    operations = json.loads(base64.b64decode(local["patch"]))
+    assert not any(op["path"] == "/spec/tolerations" for op in operations)  # never tolerates the virtual nodes
