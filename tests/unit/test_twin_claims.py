@@ -321,3 +321,83 @@ def test_the_webhook_keeps_a_refused_namespaces_pods_local_and_refuses_them_unde
     assert any("taken" in warning for warning in local["warnings"])
     operations = json.loads(base64.b64decode(local["patch"]))
     assert not any(op["path"] == "/spec/tolerations" for op in operations)  # never tolerates the virtual nodes
+
+
+# -- the provider ---------------------------------------------------------------------------------------------
+
+TENANT = tenant_namespace(CONSUMER)
+
+
+def twin_namespace(origin: str | None) -> dict:
+    annotations = {"catamaran.io/twin-of": f"{TENANT}/{TWIN}"}
+    if origin is not None:
+        annotations["catamaran.io/origin-namespace"] = origin
+    return {"metadata": {"name": TWIN, "labels": {"catamaran.io/managed-by": "catamaran"}, "annotations": annotations}}
+
+
+def test_a_twin_namespace_is_owned_by_the_twinnamespace_of_its_recorded_origin_only():
+    from catamaran.provider.twins import owned_by
+
+    twin_of = f"{TENANT}/{TWIN}"
+    assert owned_by(twin_namespace("victim"), twin_of, "victim")
+    assert not owned_by(twin_namespace("victim"), twin_of, "evil")
+    assert owned_by(twin_namespace("victim"), twin_of)  # made for this TwinNamespace's name, whatever its origin
+    assert owned_by(twin_namespace(None), twin_of, "evil")  # made before origins were recorded: adopted, recorded
+    assert not owned_by(twin_namespace("victim"), f"catamaran-tenant-other/{TWIN}", "victim")
+
+
+def twin_controller(existing: dict, origin: str, deleting: bool = False):
+    from catamaran.kube.informer import Informer
+    from catamaran.provider.twins import TwinNamespaceController
+
+    client = Recorder()
+    tenants = Informer(client, Pod, name="tenants")
+    tenants._store((None, TENANT), CONSUMER)
+    controller = TwinNamespaceController(client, "p1", tenants=tenants, events=EventRecorder(client, "test"))
+    meta = {"name": TWIN, "namespace": TENANT, "uid": "twin-uid", "finalizers": ["catamaran.io/twin-namespace"]}
+    if deleting:
+        meta["deletionTimestamp"] = "2024-06-01T00:00:00Z"
+    controller.twins._store((TENANT, TWIN), {"metadata": meta, "spec": {"originNamespace": origin}})
+    controller.namespaces._store((None, TWIN), existing)
+    return controller, client
+
+
+def test_the_provider_refuses_a_twinnamespace_of_another_origin_for_an_existing_twin():
+    controller, client = twin_controller(twin_namespace("victim"), "evil")
+    asyncio.run(controller.reconcile((TENANT, TWIN)))
+    [event] = [call[2] for call in client.calls if call[1] == "Event"]
+    assert (event.reason, event.involvedObject.name) == ("TwinNamespaceTaken", TWIN)
+    statuses = [call[4]["status"] for call in client.calls if call[0] == "patch" and "status" in call[4]]
+    assert statuses[-1]["phase"] == "Conflict"
+    assert not [call for call in client.calls if call[0] in ("apply", "delete")]  # no rights granted, nothing removed
+
+
+def test_deleting_a_twinnamespace_of_another_origin_never_removes_the_twin():
+    controller, client = twin_controller(twin_namespace("victim"), "evil", deleting=True)
+    asyncio.run(controller.reconcile((TENANT, TWIN)))
+    assert not [call for call in client.calls if call[0] == "delete"]
+
+
+def test_a_twin_made_before_origins_were_recorded_gets_its_origin_recorded():
+    controller, client = twin_controller(twin_namespace(None), "victim")
+    asyncio.run(controller.reconcile((TENANT, TWIN)))
+    [patch] = [call[4] for call in client.calls if call[0] == "patch" and call[2] == TWIN and "metadata" in call[4]][
+        -1:
+    ]
+    assert patch["metadata"]["annotations"]["catamaran.io/origin-namespace"] == "victim"
+
+
+def test_the_provider_runs_no_pod_of_another_namespace_in_a_twin():
+    from catamaran.provider.shadowpods import foreign_namespace
+
+    def shadow(local: str | None) -> dict:
+        annotations = {"catamaran.io/local-namespace": local} if local else {}
+        return {"metadata": {"name": "web", "namespace": TWIN, "annotations": annotations}}
+
+    recorded = twin_namespace("victim")["metadata"]["annotations"]
+    assert foreign_namespace(shadow("victim"), recorded) is None
+    assert foreign_namespace(shadow(None), recorded) is None
+    assert foreign_namespace(shadow("evil"), {}) is None  # a twin made before origins were recorded
+    refusal = foreign_namespace(shadow("evil"), recorded)
+    assert refusal is not None
+    assert "victim" not in refusal.replace(TWIN, "")

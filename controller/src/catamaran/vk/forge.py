@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from ..constants import (
     ANNOTATION_API_SERVER_ACCESS,
+    ANNOTATION_LOCAL_NAMESPACE,
     ANNOTATION_LOCAL_POD_UID,
     API_SERVER_ACCESS_HOME,
     API_SERVER_ACCESS_MODES,
@@ -35,7 +36,6 @@ from .trust import (
     sanitised_message,
 )
 
-ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 TOKEN_NAMESPACE_KEY = "namespace"
 DEFAULT_TOKEN_EXPIRATION = 3600
 # Fields that only make sense on the consumer: placement on its nodes, its priority classes,

@@ -15,7 +15,13 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from ..constants import ANNOTATION_DELETION_GRACE, ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, TERMINAL_PHASES
+from ..constants import (
+    ANNOTATION_DELETION_GRACE,
+    ANNOTATION_LOCAL_NAMESPACE,
+    ANNOTATION_LOCAL_POD_UID,
+    ROOT_CA_CONFIGMAP,
+    TERMINAL_PHASES,
+)
 from ..kube.informer import Informer, NamespacedInformers, call
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
@@ -26,7 +32,6 @@ from ..steering import is_daemonset_pod
 from ..twin_claims import TWIN_TAKEN
 from .context import PeeringContext
 from .forge import (
-    ANNOTATION_LOCAL_NAMESPACE,
     changed_template,
     missing_ephemeral_containers,
     offload_refusal,
