@@ -104,6 +104,16 @@ OTHER_PROVIDERS_RANGE = "AnotherProvidersRange"
 NOT_A_RANGE = "NotARange"
 
 
+def normalised(cidrs):
+    """CIDRs as networks write them (host bits cleared), each once, in the order given."""
+    result = []
+    for cidr in cidrs:
+        network = str(ipaddress.ip_network(cidr, strict=False))
+        if network not in result:
+            result.append(network)
+    return result
+
+
 def judge_announced(announced, consented, others=None):
     """(accepted ranges, [(range, reason, why)] refused) for a provider's announced pod ranges.
 
