@@ -24,7 +24,10 @@ def provider_behind(foreign: dict) -> ProviderBehind | None:
     if networking.get("mode") != "Fabric":
         return None
     remote = ((foreign.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
-    consented = consented_view(networking) or []
+    # No consent recorded (a peering of an earlier release, until its next run): its ranges as accepted, so that an
+    # upgrade keeps its traffic; they are still kept apart from every other provider's.
+    consented = consented_view(networking)
+    consented = remote if consented is None else consented
     return ProviderBehind(foreign["spec"]["clusterID"], tuple(remote), tuple(consented))
 
 

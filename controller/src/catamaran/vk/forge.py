@@ -484,15 +484,11 @@ class IPTranslator:
 
 
 def consented_pod_cidrs(networking: Mapping) -> list[str] | None:
-    """What a ForeignCluster's spec.networking consents to of the provider's announced pod ranges.
-
-    Its podCIDRs when recorded (the peering records them). Without: nothing in mode Fabric without a remap range,
-    since every accepted range would be routed into the tunnel as it is; None (no check) in mode Flat, where this
-    cluster routes nothing to the provider, and with a remap range, which alone is routed."""
+    """What a ForeignCluster's spec.networking consents to of the provider's announced pod ranges: its podCIDRs,
+    which every peering run records; None (no check, the ForeignCluster says NoConsentRecorded) when none are, as in
+    a peering of an earlier release until its next run, which must keep its traffic through an upgrade."""
     if "podCIDRs" in networking:
         return list(networking.get("podCIDRs") or [])
-    if networking.get("mode") == "Fabric" and not networking.get("podCIDRRemap"):
-        return []
     return None
 
 
