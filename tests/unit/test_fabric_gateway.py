@@ -94,16 +94,18 @@ def test_a_providers_tunnel_opens_only_to_the_namespaces_extended_to_it_and_the_
         offloadings={("shop", "offloading"): frozenset({"p1", "p2"}), ("billing", "offloading"): frozenset({"p2"})},
         pods={
             ("shop", "web"): (None, "10.101.0.5"),
+            ("shop", "cart"): (None, "100.65.0.7"),  # offloaded to p2: its IP as this cluster shows it
             ("billing", "ledger"): (None, "10.101.0.6"),
+            ("billing", "audit"): (None, "100.65.0.8"),  # offloaded to p2, in a namespace p1 does not share
             ("kube-system", "dns"): (None, "10.101.0.2"),
             ("shop", "starting"): (None, None),
         },
     )
     tunnels = {t.peering: t for t in built.consumer_tunnels()}
-    # p1 reaches the shop's pods and, relayed by this consumer, p2's; never billing's (not shared with p1) or
-    # kube-system's (shared with nobody).
-    assert tunnels["p1"].allowed_destinations == ("10.101.0.5", "100.65.0.0/16")
-    assert tunnels["p2"].allowed_destinations == ("10.101.0.5", "10.101.0.6", "100.64.0.0/16")
+    # p1 reaches the shop's pods, here and (relayed by this consumer) on p2; never billing's, here or on p2 (not
+    # shared with p1), nor kube-system's (shared with nobody), nor the rest of p2's range.
+    assert tunnels["p1"].allowed_destinations == ("10.101.0.5", "100.65.0.7")
+    assert tunnels["p2"].allowed_destinations == ("10.101.0.5", "10.101.0.6", "100.65.0.7", "100.65.0.8")
 
 
 def test_only_consented_ranges_apart_from_other_providers_are_routed_and_allowed():

@@ -209,16 +209,13 @@ class Gateway:
             except ValueError as error:  # one peering's bad input leaves the others' tunnels alone
                 self.problems[provider] = str(error)
         return [
-            dataclasses.replace(
-                tunnel,
-                allowed_destinations=self._shared_with(tunnel.peering)
-                + tuple(cidr for other in tunnels if other is not tunnel for cidr in other.remote_cidrs),
-            )
-            for tunnel in tunnels
+            dataclasses.replace(tunnel, allowed_destinations=self._shared_with(tunnel.peering)) for tunnel in tunnels
         ]
 
     def _shared_with(self, provider: str) -> tuple[str, ...]:
-        """This cluster's pods in the namespaces extended to `provider`."""
+        """This cluster's pods in the namespaces extended to `provider`, wherever they run: here, or offloaded to
+        another provider (their IP as this cluster shows it, which is where that provider's pods send). Never another
+        provider's whole range: a pod there of a namespace not extended to `provider` is none of its business."""
         extended = {namespace for (namespace, _), providers in self.offloadings.cache.items() if provider in providers}
         return tuple(
             sorted(
