@@ -9,8 +9,9 @@ left is named in a warning and removed, so the next group starts from a clean la
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from catamaran.constants import LABEL_MANAGED_BY, LABEL_TYPE, TYPE_VIRTUAL_NODE
+from catamaran.constants import LABEL_MANAGED_BY, LABEL_TYPE, MANAGED_BY_CATAMARAN, TYPE_VIRTUAL_NODE
 from catamaran_lab.lab import Lab
 
 # Custom resources whose finalizers only a (stopped) controller would remove: stripped before the delete.
@@ -19,42 +20,48 @@ WEBHOOK = "mutatingwebhookconfiguration/catamaran-pod-offloading"
 DELETE_TIMEOUT_S = 60
 
 
-def _names(lab: Lab, cluster: str, *args: str) -> list[str]:
-    """`kubectl get -o json` items as kind/namespace/name; none when the kind is not served (CRDs not installed)."""
+@dataclass(frozen=True)
+class Leftover:
+    kind: str  # lower case, as kubectl takes it: foreigncluster, namespace, ...
+    namespace: str | None
+    name: str
+
+    def __str__(self) -> str:
+        return "/".join(filter(None, (self.kind, self.namespace, self.name)))
+
+    def kubectl_args(self, verb: str) -> list[str]:
+        return [*(["-n", self.namespace] if self.namespace else []), verb, f"{self.kind}/{self.name}"]
+
+
+def _listed(lab: Lab, cluster: str, *args: str) -> list[Leftover]:
+    """`kubectl get -o json`'s items; none when the kind is not served (CRDs not installed) or the object is absent."""
     result = lab.kubectl(cluster, "get", *args, "-o", "json", check=False)
     if result.returncode != 0:
         return []
-    found = []
     listed = json.loads(result.stdout)
-    for item in listed.get("items", [listed]):
-        meta = item["metadata"]
-        found.append("/".join(filter(None, (item["kind"].lower(), meta.get("namespace"), meta["name"]))))
+    return [
+        Leftover(item["kind"].lower(), item["metadata"].get("namespace"), item["metadata"]["name"])
+        for item in listed.get("items", [listed])
+    ]
+
+
+def in_cluster(lab: Lab, cluster: str) -> list[Leftover]:
+    """What peering left in `cluster`."""
+    found = [leftover for kind in PEERING_KINDS for leftover in _listed(lab, cluster, kind, "-A")]
+    found += _listed(lab, cluster, "namespaces", "-l", f"{LABEL_MANAGED_BY}={MANAGED_BY_CATAMARAN}")
+    found += _listed(lab, cluster, "nodes", "-l", f"{LABEL_TYPE}={TYPE_VIRTUAL_NODE}")
+    found += _listed(lab, cluster, WEBHOOK)
     return found
 
 
-def in_cluster(lab: Lab, cluster: str) -> list[str]:
-    """What peering left in `cluster`, as kind/[namespace/]name."""
-    found = [name for kind in PEERING_KINDS for name in _names(lab, cluster, kind, "-A")]
-    found += _names(lab, cluster, "namespaces", "-l", f"{LABEL_MANAGED_BY}=catamaran")
-    found += _names(lab, cluster, "nodes", "-l", f"{LABEL_TYPE}={TYPE_VIRTUAL_NODE}")
-    found += _names(lab, cluster, WEBHOOK)
-    return found
-
-
-def remove(lab: Lab, cluster: str, names: list[str]) -> None:
+def remove(lab: Lab, cluster: str, found: list[Leftover]) -> None:
     """Delete what in_cluster() found, finalizers first, and wait until it is gone (a namespace's pods end first)."""
-    for name in names:
-        kind, *rest = name.split("/")
-        namespace_args = ["-n", rest[0]] if len(rest) == 2 else []
-        if f"{kind}s" in PEERING_KINDS:
-            lab.kubectl(
-                cluster, *namespace_args, "patch", f"{kind}/{rest[-1]}", "--type=merge",
-                "-p", '{"metadata":{"finalizers":null}}', check=False,
-            )  # fmt: skip
-    for name in names:
-        kind, *rest = name.split("/")
-        namespace_args = ["-n", rest[0]] if len(rest) == 2 else []
+    for leftover in found:
+        if f"{leftover.kind}s" in PEERING_KINDS:
+            patch = ["--type=merge", "-p", '{"metadata":{"finalizers":null}}']
+            lab.kubectl(cluster, *leftover.kubectl_args("patch"), *patch, check=False)
+    for leftover in found:
         lab.kubectl(
-            cluster, *namespace_args, "delete", f"{kind}/{rest[-1]}", "--ignore-not-found",
-            f"--timeout={DELETE_TIMEOUT_S}s", check=False, timeout=DELETE_TIMEOUT_S + 30,
+            cluster, *leftover.kubectl_args("delete"), "--ignore-not-found", f"--timeout={DELETE_TIMEOUT_S}s",
+            check=False, timeout=DELETE_TIMEOUT_S + 30,
         )  # fmt: skip
