@@ -39,7 +39,8 @@ description:
     an unknown cluster or the consumer itself, a sharing percentage outside 1-100, a Pod Security level that is
     unknown or that the provider does not allow, a credential lifetime under 600 seconds, an invalid label key or
     value (cluster labels, C(node_labels), C(provider_node_selector)), an invalid C(node_taints) entry (key, value
-    or effect invalid, a key and effect listed twice, Catamaran's own taint), a C(pod_cidr_remap) that is not a CIDR,
+    or effect invalid, a key and effect listed twice, Catamaran's own taint), a C(pod_cidr_remap) or an entry of
+    C(pod_cidrs) that is not a CIDR,
     health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, taints,
     offloaded namespaces, offloading policies), an offloading policy without a name or with an empty C(namespace_selector),
     invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
@@ -113,6 +114,7 @@ PEERING_KEYS = {
     "node_taints",
     "health_check",
     "pod_cidr_remap",
+    "pod_cidrs",
     "provider_node_selector",
     "provider_tolerations",
     "reflection",
@@ -343,6 +345,8 @@ def _peering(consumer, entry, clusters, where):
     health = _checked(validation.health_check, entry.get("health_check"), where + ": health_check")
     if entry.get("pod_cidr_remap") is not None:
         _checked(validation.cidr, entry["pod_cidr_remap"], where + ": pod_cidr_remap")
+    for index, cidr in enumerate(entry.get("pod_cidrs") or []):
+        _checked(validation.cidr, cidr, "%s: pod_cidrs[%d]" % (where, index))
     pod_security = _checked(
         validation.pod_security, entry.get("pod_security", DEFAULT_POD_SECURITY_LEVEL), where + ": pod_security"
     )
@@ -368,6 +372,7 @@ def _peering(consumer, entry, clusters, where):
         node_taints=node_taints,
         health_check=health,
         pod_cidr_remap=entry.get("pod_cidr_remap"),
+        pod_cidrs=list(entry.get("pod_cidrs") or []),
         home_api_server=consumer["home_api_server"],
         network=_peering_network(consumer, provider, where),
         provider_node_selector=dict((str(k), str(v)) for k, v in selector.items()),

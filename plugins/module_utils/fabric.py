@@ -128,8 +128,10 @@ class Exchange:
             if other["metadata"]["name"] == self.provider_id:
                 continue
             other_networking = (other.get("spec") or {}).get("networking") or {}
-            seen = ((other.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
-            seen = [other_networking["podCIDRRemap"]] if other_networking.get("podCIDRRemap") else seen
+            # Where the consumer agreed to see that provider (its consent or remap range), else where it does now.
+            seen = networks.consented_view(other_networking) or (
+                ((other.get("status") or {}).get("network") or {}).get("remotePodCIDRs") or []
+            )
             consumer_taken += seen + [e["seenAs"] for e in other_networking.get("localPodCIDRRemap") or []]
             reach = (params.get("network") or {}).get("reach_peers")
             if other_networking.get("mode") == "Fabric" and (reach is None or other["metadata"]["name"] in reach):

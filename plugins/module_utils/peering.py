@@ -73,6 +73,7 @@ TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
 
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
+MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs holds
 
 
 def check_toleration(toleration, where):
@@ -152,6 +153,7 @@ class Peering:
         self.node_name = virtual_node_name(provider_id)
         self.secret_name = credentials_secret_name(provider_id)
         self._consumer_pod_cidrs = None
+        self._consented = None
         self.fabric = fabric.Exchange(consumer, provider, consumer_id, provider_id, self.tenant_namespace)
 
     # -- shared checks -------------------------------------------------------------------------
@@ -172,6 +174,10 @@ class Peering:
             validation.labels(params.get("provider_node_selector"), "provider_node_selector")
             if params.get("pod_cidr_remap"):
                 validation.cidr(params["pod_cidr_remap"], "pod_cidr_remap")
+            for index, cidr in enumerate(params.get("pod_cidrs") or []):
+                validation.cidr(cidr, "pod_cidrs[%d]" % index)
+            if len(params.get("pod_cidrs") or []) > MAX_POD_CIDRS:
+                raise validation.InvalidSetting("pod_cidrs: at most %d ranges" % MAX_POD_CIDRS)
             if params.get("home_api_server"):
                 validation.home_api_server(params["home_api_server"], "home_api_server")
             validation.health_check(params.get("health_check"), "health_check")
@@ -223,7 +229,7 @@ class Peering:
             )
         if params.get("pod_cidr_remap"):
             try:
-                validation.remap_covers(params["pod_cidr_remap"], self._provider_pod_cidrs(), "pod_cidr_remap")
+                validation.remap_covers(params["pod_cidr_remap"], self.consented_pod_cidrs(params), "pod_cidr_remap")
             except validation.InvalidSetting as error:
                 raise InvalidInput("%s: %s" % (self.provider.label, error)) from None
         priority_class = terms(params)["priorityClassName"]
@@ -243,6 +249,34 @@ class Peering:
         if reported:
             return reported
         return node_pod_cidrs(self.provider)
+
+    def consented_pod_cidrs(self, params):
+        """The provider's pod ranges the consumer consents to (ForeignCluster spec.networking.podCIDRs): as stated,
+        else as recorded before (a run never widens a consent by itself), else what the provider announces now, at
+        the first peering. Read once per run."""
+        if self._consented is None:
+            foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
+            recorded = (((foreign or {}).get("spec") or {}).get("networking") or {}).get("podCIDRs")
+            stated = params.get("pod_cidrs")
+            if stated:
+                self._consented = networks.normalised(stated)
+            elif recorded:  # none recorded (the provider announced none at its peering): the announcement now
+                self._consented = list(recorded)
+            else:
+                self._consented = list(self._provider_pod_cidrs())
+            announced = self._provider_pod_cidrs()
+            _, refused = networks.judge_announced(announced, self._consented)
+            if refused:
+                self.module.ansible.warn(
+                    "%s announces pod ranges %s is not consenting to: %s; they are neither shown nor routed (state "
+                    "them in pod_cidrs for a new consent)"
+                    % (
+                        self.provider.label,
+                        self.consumer.label,
+                        "; ".join("%s (%s)" % (cidr, why) for cidr, _, why in refused),
+                    )
+                )
+        return self._consented
 
     def consumer_pod_cidrs(self):
         """The consumer's pod ranges, announced to the provider in the ResourceOffer (read once per run)."""
@@ -282,8 +316,10 @@ class Peering:
         changes.ensure(self.consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
         changes.ensure(self.provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
         offer_network, foreign_networking, announced = self.fabric.converge(
-            changes, params, self.consumer_pod_cidrs(), self._provider_pod_cidrs()
+            changes, params, self.consumer_pod_cidrs(), self.consented_pod_cidrs(params)
         )
+        if self.consented_pod_cidrs(params):
+            foreign_networking = dict(foreign_networking, podCIDRs=self.consented_pod_cidrs(params))
         changes.apply(self.provider, self.resource_offer(params, announced, offer_network))
         replaced = None
         if rotate:

@@ -379,6 +379,17 @@ options:
         certificate must name the host.
       - Unset, offloaded pods see the provider's C(kubernetes) Service, where their token is not valid.
     type: str
+  pod_cidrs:
+    description:
+      - The provider's pod ranges the consumer consents to, recorded in the ForeignCluster's
+        C(spec.networking.podCIDRs). The consumer shows and routes only pod IPs inside them. A range the provider
+        announces (its ResourceOffer's C(status.podCIDRs), which its administrator may change at any time) outside
+        them is refused and named in the ForeignCluster's condition C(catamaran.io/PodCIDRsRefused) and an Event.
+      - Unset, the consent already recorded is kept, so a later run never widens it silently. At the first peering
+        (or the first run of this release) the provider's announcement at that moment is recorded.
+      - A change is a new consent, shown by the diff and check mode like any other change of the ForeignCluster.
+    type: list
+    elements: str
   pod_cidr_remap:
     description:
       - CIDR the provider's pod IPs are translated into on the consumer (needed when pod ranges overlap).
@@ -804,6 +815,7 @@ def argument_spec():
                 reach_peers=dict(type="list", elements="str"),
             ),
         ),
+        pod_cidrs=dict(type="list", elements="str"),
         pod_cidr_remap=dict(type="str"),
         home_api_server=dict(type="str"),
         reflection=dict(type="dict", options=reflection_options()),

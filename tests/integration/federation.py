@@ -352,6 +352,8 @@ def connect_fabric(lab: Lab, consumer: str, provider: str, port: int = FABRIC_PO
     consumer_seen = networks.seen_as([consumer_range], taken=[provider_range])
     network = {"mode": "Fabric", "gateway": {"listenPort": port, "publicKey": keys.public_key(consumer_key)}}
     networking = {"mode": "Fabric", "gateway": {"endpoint": endpoint, "publicKey": keys.public_key(provider_key)}}
+    # The consent the peering module records at the first peering: the provider's pod range as it announces it.
+    networking["podCIDRs"] = [provider_range]
     if remapped := [{"podCIDR": real, "seenAs": seen} for real, seen in provider_seen if real != seen]:
         network["localPodCIDRRemap"] = remapped
         networking["podCIDRRemap"] = remapped[0]["seenAs"]

@@ -16,7 +16,15 @@ import subprocess
 import pytest
 
 from catamaran import networks
-from catamaran.constants import FABRIC_KEY_LABEL, FABRIC_NAMESPACE, NETWORK_READY_CONDITION, virtual_node_name
+from catamaran.constants import (
+    FABRIC_KEY_LABEL,
+    FABRIC_NAMESPACE,
+    NETWORK_READY_CONDITION,
+    tenant_namespace,
+    virtual_node_name,
+)
+from catamaran.fabric.plan import interface_name
+from catamaran.vk.pod_ips import CONSENT_CONDITION, RANGES_NOT_CONSENTED
 from catamaran_lab.host import wireguard_leftovers
 
 from . import federation
@@ -244,6 +252,76 @@ def test_the_provider_reaches_only_the_consumers_pods_it_shares(lab, fed):
     finally:
         lab.kubectl(PROVIDER, "delete", "namespace", native, "--wait=false", check=False)
         lab.kubectl(CONSUMER, "-n", LOCAL, "delete", "pod", "hidden", "--wait=false", check=False)
+
+
+def consent_condition(lab) -> dict | None:
+    conditions = (foreign(lab).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == CONSENT_CONDITION), None)
+
+
+def announce(lab, pod_cidrs: list[str]) -> None:
+    """The provider's administrator announcing pod ranges in the tenant's ResourceOffer (its manager writes them
+    again only when what it computes changes)."""
+    patch = json.dumps({"status": {"podCIDRs": pod_cidrs}})
+    namespace = tenant_namespace(CONSUMER)
+    lab.kubectl(
+        PROVIDER, "-n", namespace, "patch", "resourceoffer", "resources", "--subresource=status", "--type=merge",
+        "-p", patch,
+    )  # fmt: skip
+
+
+def gateway_node_holds(lab, cidr: str) -> dict:
+    """What of `cidr` the consumer's gateway node holds: its routes, and the provider tunnel's WireGuard allowed IPs."""
+    facts = federation.gateway_facts(lab, CONSUMER)
+    netns, interface = facts["network_namespace"], interface_name(facts["interface_prefix"], f"to-{PROVIDER}")
+
+    def run(*command: str) -> str:
+        return subprocess.run(
+            ["ip", "netns", "exec", netns, *command], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+
+    allowed = run("wg", "show", interface, "allowed-ips").split()
+    routes = [json_route["dst"] for json_route in json.loads(run("ip", "-j", "route", "show") or "[]")]
+    return {"routes": [r for r in routes if r == cidr], "allowed_ips": [a for a in allowed if a == cidr]}
+
+
+def test_an_announced_range_outside_the_consent_is_refused_and_never_routed(lab, fed):
+    """Issue 37: the provider announces 8.8.8.0/24 besides its own range. The consumer refuses it (a condition naming
+    it, an Event), keeps it out of the ranges its gateway routes, and neither a route nor a WireGuard allowed IP for
+    it appears on the gateway's node; traffic to the provider's pods goes on."""
+    peering = foreign(lab)
+    consented = peering["spec"]["networking"]["podCIDRs"]
+    assert consented == [lab.recorded_config().cluster(PROVIDER).pod_cidr], "the peering records the consent"
+    offer = get_json(lab, PROVIDER, "resourceoffer", "-n", tenant_namespace(CONSUMER), "resources")
+    announced = offer["status"]["podCIDRs"]
+    refused = "8.8.8.0/24"
+    announce(lab, [*announced, refused])
+    try:
+        condition = wait_for(
+            lambda: (c := consent_condition(lab)) and c["status"] == "True" and refused in c["message"] and c,
+            timeout=60,
+            what=f"{CONSENT_CONDITION}=True naming {refused}",
+        )
+        assert condition["reason"] == RANGES_NOT_CONSENTED
+        assert "outside the consented ranges" in condition["message"]
+        events = get_json(lab, CONSUMER, "events", "-n", "catamaran-system", "--field-selector",
+                          f"involvedObject.name={PROVIDER},reason={RANGES_NOT_CONSENTED}")  # fmt: skip
+        assert any(refused in event["message"] for event in events["items"]), "a Warning Event names the range"
+        seen = foreign(lab)["status"]["network"]["remotePodCIDRs"]
+        assert refused not in seen
+        assert seen, "the consented range stays routed"
+        # The gateway reconciles on every ForeignCluster change: give it a moment, then nothing of the range is there.
+        wait_for(lambda: network_ready(lab)["status"] == "True", timeout=30, what="NetworkReady=True")
+        assert gateway_node_holds(lab, refused) == {"routes": [], "allowed_ips": []}
+        url = f"http://backend.{NAMESPACE}/"
+        assert answered(lab, url, f"{url} from a consumer pod") == f"backend on {PROVIDER}"
+    finally:
+        announce(lab, announced)
+    wait_for(
+        lambda: (c := consent_condition(lab)) and c["status"] == "False" and c,
+        timeout=60,
+        what=f"{CONSENT_CONDITION}=False once the provider announces only its consented range again",
+    )
 
 
 def test_a_killed_gateway_turns_the_network_not_ready_and_its_restart_brings_traffic_back(lab, fed):

@@ -572,3 +572,164 @@ def test_a_policy_steers_pods_at_admission_and_says_why_a_namespace_is_not_offlo
     finally:
         lab.kubectl(CONSUMER, "delete", "namespaceoffloadingpolicy", "team-blue", "--wait=false", check=False)
     wait_for(lambda: POLICY_WEBHOOK not in webhook_names(lab), what="the policy's webhook to go")
+
+
+# -- a twin belongs to one origin namespace (issue 37) ----------------------------------------------------------
+
+VICTIM, INTRUDER, SAME_NAME_INTRUDER = "twin-victim", "twin-intruder", "twin-victim-cluster-1"
+VICTIM_TWIN = f"{VICTIM}-{CONSUMER}"  # DefaultName; the same-name intruder's namespace is literally called that
+TWIN_TAKEN = "TwinNamespaceTaken"
+IN_A = {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": REGION, "operator": "In", "values": [REGIONS[PROVIDER_A]]}]}]
+}
+
+
+def events_with_reason(lab, namespace: str, reason: str) -> list[dict]:
+    return get_json(lab, CONSUMER, "events", "-n", namespace, "--field-selector", f"reason={reason}")["items"]
+
+
+def remote_pods(lab) -> dict[str, str]:
+    """The victim's twin on provider A: pod name -> uid."""
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in get_json(lab, PROVIDER_A, "pods", "-n", VICTIM_TWIN)["items"]
+    }
+
+
+def refused_for_its_twin(lab, namespace: str):
+    """(Ready condition, Warning Events) of an offloading in phase Conflict for reason TwinNamespaceTaken; else None."""
+    status = (offloading(lab, namespace) if phase(lab, namespace) else {}).get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+    events = [
+        e
+        for e in events_with_reason(lab, namespace, TWIN_TAKEN)
+        if e["involvedObject"]["kind"] == "NamespaceOffloading"
+    ]
+    if status.get("offloadingPhase") != "Conflict" or ready.get("reason") != TWIN_TAKEN or not events:
+        return None
+    return ready, events
+
+
+def test_a_namespace_never_takes_another_namespaces_twin(lab, fed):
+    """The red team's case: a user of one namespace names another namespace's twin (SelectedName, or EnforceSameName in
+    a namespace named like it, here made by a policy). Its offloading is refused with a reason, its pods never run in
+    that twin nor read its objects, and the victim's pods keep running untouched; removing the intruder's offloading
+    leaves the victim's twin alone."""
+    offload(lab, fed, VICTIM, podOffloadingStrategy="Remote", clusterSelector=IN_A)
+    wait_for(lambda: phase(lab, VICTIM) == "Ready", what="the victim's phase Ready")
+    lab.kubectl(
+        CONSUMER, "-n", VICTIM, "create", "secret", "generic", "only-victim", "--from-literal=token=victim-only"
+    )
+    lab.kubectl(CONSUMER, "-n", VICTIM, "apply", "-f", "-", input=json.dumps(bare_pod("web")))
+    assert wait_for(lambda: running_on(lab, VICTIM, "web"), timeout=120, what="the victim's pod Running") == NODE_A
+    victims = wait_for(lambda: remote_pods(lab) or None, what="the victim's remote pod")
+    assert set(victims) == {"web"}
+
+    # SelectedName naming the victim's twin.
+    offload(
+        lab,
+        fed,
+        INTRUDER,
+        namespaceMappingStrategy="SelectedName",
+        remoteNamespaceName=VICTIM_TWIN,
+        clusterSelector=IN_A,
+    )
+    ready, events = wait_for(lambda: refused_for_its_twin(lab, INTRUDER), what="the intruder's refusal")
+    assert ready["status"] == "False"
+    assert VICTIM_TWIN in ready["message"]
+    assert VICTIM not in ready["message"].replace(VICTIM_TWIN, "")  # the holder is not named
+    assert all(e["type"] == "Warning" and e["involvedObject"]["namespace"] == INTRUDER for e in events)
+    entry = wait_for(
+        lambda: next(
+            (
+                e
+                for e in (offloading(lab, INTRUDER).get("status") or {}).get("clusters") or []
+                if e["reason"] == TWIN_TAKEN
+            ),
+            None,
+        ),
+        what="provider A's virtual kubelet to refuse the claim",
+    )
+    assert (entry["clusterID"], entry["phase"]) == (PROVIDER_A, "Failed")
+    assert not events_with_reason(lab, VICTIM, TWIN_TAKEN)  # nothing said on the victim's side
+    assert phase(lab, VICTIM) == "Ready"
+
+    # Its pods: one as the scheduler would place it (steered local by the webhook, same name as the victim's), one
+    # given the virtual node by name, tolerating its taint and mounting a Secret only the victim has.
+    lab.kubectl(CONSUMER, "-n", INTRUDER, "apply", "-f", "-", input=json.dumps(bare_pod("web")))
+    snoop = bare_pod("snoop")
+    snoop["spec"].update(
+        nodeName=NODE_A,
+        tolerations=[{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists"}],
+        volumes=[{"name": "stolen", "secret": {"secretName": "only-victim"}}],
+    )
+    snoop["spec"]["containers"][0]["volumeMounts"] = [{"name": "stolen", "mountPath": "/stolen"}]
+    lab.kubectl(CONSUMER, "-n", INTRUDER, "apply", "-f", "-", input=json.dumps(snoop))
+    local_node = wait_for(lambda: running_on(lab, INTRUDER, "web"), timeout=90, what="the intruder's web Running")
+    assert local_node not in (NODE_A, NODE_B)
+    web = get_json(lab, CONSUMER, "pod", "-n", INTRUDER, "web")
+    assert web["metadata"]["annotations"]["catamaran.io/offloading-strategy"] == "Local"
+
+    def held() -> dict | None:
+        pod = get_json(lab, CONSUMER, "pod", "-n", INTRUDER, "snoop")
+        return pod if pod["status"].get("reason") == TWIN_TAKEN else None
+
+    held_pod = wait_for(held, what="the intruder's snoop held Pending")
+    assert held_pod["status"]["phase"] == "Pending"
+    logs = lab.kubectl(CONSUMER, "-n", INTRUDER, "logs", "snoop", check=False)
+    assert logs.returncode != 0
+    assert "victim-only" not in logs.stdout + logs.stderr
+    execed = lab.kubectl(CONSUMER, "-n", INTRUDER, "exec", "snoop", "--", "cat", "/stolen/token", check=False)
+    assert execed.returncode != 0
+    assert "victim-only" not in execed.stdout + execed.stderr
+    time.sleep(3)  # what a virtual kubelet would have sent by now
+    assert remote_pods(lab) == victims  # no pod of the intruder's, the victim's own untouched
+    shadows = get_json(lab, PROVIDER_A, "shadowpods", "-n", VICTIM_TWIN)["items"]
+    assert {s["metadata"]["name"] for s in shadows} == {"web"}
+    assert {(s["metadata"].get("annotations") or {}).get("catamaran.io/local-namespace") for s in shadows} == {VICTIM}
+    request = get_json(lab, PROVIDER_A, "twinnamespace", "-n", f"catamaran-tenant-{CONSUMER}", VICTIM_TWIN)
+    assert request["spec"]["originNamespace"] == VICTIM
+    twin = get_json(lab, PROVIDER_A, "namespace", VICTIM_TWIN)["metadata"]
+    assert twin["annotations"]["catamaran.io/origin-namespace"] == VICTIM
+
+    # Deleting the intruder's pods and then its offloading deletes nothing of the victim's.
+    lab.kubectl(CONSUMER, "-n", INTRUDER, "delete", "pod", "web", "snoop", "--timeout=60s", timeout=90)
+    lab.kubectl(CONSUMER, "-n", INTRUDER, "delete", "namespaceoffloading", "offloading", "--timeout=60s", timeout=90)
+
+    # EnforceSameName in a namespace named like the victim's twin, offloaded by a policy: refused alike, and its
+    # pods refused at admission (Remote has nowhere else to put them).
+    policy = namespace_offloading_policy(
+        "twin-intruders",
+        {"matchLabels": {"catamaran-test/twin-intruder": "yes"}},
+        namespaceMappingStrategy="EnforceSameName",
+        podOffloadingStrategy="Remote",
+        clusterSelector=IN_A,
+    )
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(policy))
+    fed["namespaces"].append(SAME_NAME_INTRUDER)
+    try:
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": SAME_NAME_INTRUDER, "labels": {"catamaran-test/twin-intruder": "yes"}},
+        }
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(namespace))
+        wait_for(
+            lambda: (
+                lab.kubectl(CONSUMER, "-n", SAME_NAME_INTRUDER, "get", "sa", "default", check=False).returncode == 0
+            ),
+            what="the same-name intruder's namespace",
+        )
+        wait_for(lambda: refused_for_its_twin(lab, SAME_NAME_INTRUDER), what="the same-name intruder's refusal")
+        created = lab.kubectl(
+            CONSUMER, "-n", SAME_NAME_INTRUDER, "apply", "-f", "-", input=json.dumps(bare_pod("web")), check=False
+        )
+        assert created.returncode != 0
+        assert TWIN_TAKEN in created.stderr or "not offloaded" in created.stderr
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespaceoffloadingpolicy", "twin-intruders", "--wait=false", check=False)
+
+    assert remote_pods(lab) == victims
+    assert running_on(lab, VICTIM, "web") == NODE_A
+    assert phase(lab, VICTIM) == "Ready"
+    assert namespace_exists(lab, PROVIDER_A, VICTIM_TWIN)

@@ -197,6 +197,83 @@ def test_an_offloaded_pod_on_one_provider_calls_a_service_on_the_other_by_name(l
         )
 
 
+ONLY_ON_3 = "only-on-3"  # a consumer namespace extended to cluster-3 alone
+OWN_2 = "own-2"  # a namespace of cluster-2's own, not a tenant's
+
+
+@pytest.fixture
+def not_shared_with_2(lab, federation):
+    """A pod of consumer namespace only-on-3 (extended to cluster-3 alone) serving on cluster-3, and a pod of
+    cluster-2's own on its real node. Yields the first's IP as the consumer sees it."""
+    lab.kubectl(CONSUMER, "create", "namespace", ONLY_ON_3)
+    lab.kubectl(PROVIDERS[0], "create", "namespace", OWN_2)
+    try:
+        to_3 = [{"key": "catamaran.io/remote-cluster-id", "operator": "In", "values": ["cluster-3"]}]
+        offloading = {
+            "apiVersion": "offloading.catamaran.io/v1alpha1",
+            "kind": "NamespaceOffloading",
+            "metadata": {"name": "offloading", "namespace": ONLY_ON_3},
+            "spec": {
+                "podOffloadingStrategy": "Remote",
+                "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": to_3}]},
+            },
+        }
+        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloading))
+        pin = {"nodeSelector": {"kubernetes.io/hostname": "catamaran-cluster-3"}, "tolerations": []}
+        env = {"env": [{"name": "CLUSTER", "value": "cluster-3"}]}
+        served = real_pod("private", ["sh", "-c", SERVE], container=env, **pin)
+        wait_for(lambda: lab.kubectl(CONSUMER, "-n", ONLY_ON_3, "get", "sa", "default", check=False).returncode == 0)
+        lab.kubectl(CONSUMER, "-n", ONLY_ON_3, "apply", "-f", "-", input=json.dumps(served))
+        own = real_pod("own", ["sleep", "3600"])
+        wait_for(lambda: lab.kubectl(PROVIDERS[0], "-n", OWN_2, "get", "sa", "default", check=False).returncode == 0)
+        lab.kubectl(PROVIDERS[0], "-n", OWN_2, "apply", "-f", "-", input=json.dumps(own))
+        lab.kubectl(
+            CONSUMER, "-n", ONLY_ON_3, "wait", "--for=condition=Ready", "pod/private", "--timeout=120s", timeout=150
+        )
+        lab.kubectl(
+            PROVIDERS[0], "-n", OWN_2, "wait", "--for=condition=Ready", "pod/own", "--timeout=120s", timeout=150
+        )
+        yield get_json(lab, CONSUMER, "-n", ONLY_ON_3, "pod", "private")["status"]["podIP"]
+    finally:
+        lab.kubectl(CONSUMER, "delete", "namespace", ONLY_ON_3, "--timeout=90s", check=False, timeout=120)
+        lab.kubectl(PROVIDERS[0], "delete", "namespace", OWN_2, "--wait=false", check=False)
+
+
+def test_a_provider_reaches_no_consumer_pod_on_another_provider_of_a_namespace_not_extended_to_it(
+    lab, federation, across, not_shared_with_2
+):
+    """Issue 37: through cluster-2's tunnel the consumer's gateway admits only pods of namespaces extended to
+    cluster-2, wherever they run; never the rest of cluster-3's range. The same pod of cluster-2's own, by the same
+    path, reaches demo's pod on cluster-3 (demo is extended to both) and not only-on-3's, which the consumer reaches."""
+    front = lab.kubectl(CONSUMER, "-n", "demo-front", "get", "pods", "-l", "app=front", "-o", "name").stdout.split()[0]
+    from_consumer = ["-n", "demo-front", "exec", front.removeprefix("pod/"), "--", "timeout", "5", "wget", "-qO-"]
+    from_own_pod = ["-n", OWN_2, "exec", "own", "--", "timeout", "5", "wget", "-qO-"]
+    private = f"http://{not_shared_with_2}:8080/"
+    shared = f"http://{across['cluster-3']}:8080/"
+    # The controls: the consumer reaches the private pod; cluster-2's own pod reaches the shared one through the hub.
+    wait_for(
+        lambda: (
+            lab.kubectl(CONSUMER, *from_consumer, private, check=False, timeout=30).stdout.strip()
+            == "served in cluster-3"
+        ),
+        timeout=30,
+        interval=1,
+        what=f"{private} answering the consumer",
+    )
+    wait_for(
+        lambda: (
+            lab.kubectl(PROVIDERS[0], *from_own_pod, shared, check=False, timeout=30).stdout.strip()
+            == "served in cluster-3"
+        ),
+        timeout=30,
+        interval=1,
+        what=f"{shared} (demo, extended to both) answering cluster-2's own pod",
+    )
+    refused = lab.kubectl(PROVIDERS[0], *from_own_pod, private, check=False, timeout=30)
+    assert refused.returncode != 0, refused.stdout
+    assert "served" not in refused.stdout
+
+
 def test_cutting_one_peerings_tunnel_stops_its_traffic_and_nothing_elses(lab, federation, across):
     """The underlay path of cluster-3's tunnel cut (its WireGuard packets dropped in cluster-1's gateway): cluster-3's
     pods are unreachable from the consumer and from cluster-2, as nothing but the fabric routes pod ranges, while

@@ -12,7 +12,14 @@ from lightkube.resources.networking_v1 import ServiceCIDR
 
 from catamaran.vk import forge, trust
 from catamaran.vk.local_ranges import LocalRanges
-from catamaran.vk.pod_ips import NO_PROVIDER_RANGES, REFUSED_CONDITION, UNTRANSLATED_CONDITION, translation_conditions
+from catamaran.vk.pod_ips import (
+    CONSENT_CONDITION,
+    NO_CONSENT_RECORDED,
+    NO_PROVIDER_RANGES,
+    REFUSED_CONDITION,
+    UNTRANSLATED_CONDITION,
+    translation_conditions,
+)
 from catamaran.vk.remote_events import compact_event
 
 API_SERVER = "172.31.40.165"
@@ -95,7 +102,8 @@ def test_no_ip_is_shown_before_the_provider_announces_a_range():
     assert "none yet" in ip_condition(status)["message"]
     conditions = translation_conditions(translate, [])
     assert [(c["type"], c["status"], c["reason"]) for c in conditions] == [
-        (REFUSED_CONDITION, "True", NO_PROVIDER_RANGES)
+        (CONSENT_CONDITION, "False", NO_CONSENT_RECORDED),
+        (REFUSED_CONDITION, "True", NO_PROVIDER_RANGES),
     ]
 
 

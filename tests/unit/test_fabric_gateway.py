@@ -6,6 +6,7 @@ from __future__ import annotations
 from catamaran.fabric import keys
 from catamaran.fabric.dataplane import Dataplane
 from catamaran.fabric.gateway import Gateway
+from catamaran.fabric.plan import routes, wg_set_arguments
 
 NS = "catamaran-system"
 KEYS = "catamaran-fabric"
@@ -13,14 +14,27 @@ PRIVATE = keys.generate_private_key()
 PEER = keys.public_key(keys.generate_private_key())
 
 
-def foreign(provider: str, public_key: str = PEER, remap: list | None = None) -> dict:
-    networking = {"mode": "Fabric", "gateway": {"endpoint": "192.0.2.1:51820", "publicKey": public_key}}
+def foreign(
+    provider: str,
+    public_key: str = PEER,
+    remap: list | None = None,
+    seen: str = "100.64.0.0/16",
+    announced: list | None = None,
+) -> dict:
+    """A provider seen at `seen` (its remap range, so the consented view); `announced`: what the virtual kubelet
+    wrote as its ranges (`seen` unless given)."""
+    networking = {
+        "mode": "Fabric",
+        "gateway": {"endpoint": "192.0.2.1:51820", "publicKey": public_key},
+        "podCIDRs": ["10.102.0.0/16"],
+        "podCIDRRemap": seen,
+    }
     if remap:
         networking["localPodCIDRRemap"] = remap
     return {
         "metadata": {"name": provider, "namespace": NS},
         "spec": {"clusterID": provider, "networking": networking},
-        "status": {"network": {"remotePodCIDRs": ["100.64.0.0/16"]}},
+        "status": {"network": {"remotePodCIDRs": [seen] if announced is None else announced}},
     }
 
 
@@ -75,22 +89,59 @@ def test_a_tenants_tunnel_opens_only_to_its_own_pods():
 
 def test_a_providers_tunnel_opens_only_to_the_namespaces_extended_to_it_and_the_providers_relayed_to():
     built = gateway(
-        foreigns={(NS, "p1"): foreign("p1"), (NS, "p2"): foreign("p2")},
+        foreigns={(NS, "p1"): foreign("p1"), (NS, "p2"): foreign("p2", seen="100.65.0.0/16")},
         keys={(KEYS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("p1", "p2")},
         offloadings={("shop", "offloading"): frozenset({"p1", "p2"}), ("billing", "offloading"): frozenset({"p2"})},
         pods={
             ("shop", "web"): (None, "10.101.0.5"),
+            ("shop", "cart"): (None, "100.65.0.7"),  # offloaded to p2: its IP as this cluster shows it
             ("billing", "ledger"): (None, "10.101.0.6"),
+            ("billing", "audit"): (None, "100.65.0.8"),  # offloaded to p2, in a namespace p1 does not share
             ("kube-system", "dns"): (None, "10.101.0.2"),
             ("shop", "starting"): (None, None),
         },
     )
-    built.foreigns.cache[(NS, "p2")]["status"]["network"]["remotePodCIDRs"] = ["100.65.0.0/16"]
     tunnels = {t.peering: t for t in built.consumer_tunnels()}
-    # p1 reaches the shop's pods and, relayed by this consumer, p2's; never billing's (not shared with p1) or
-    # kube-system's (shared with nobody).
-    assert tunnels["p1"].allowed_destinations == ("10.101.0.5", "100.65.0.0/16")
-    assert tunnels["p2"].allowed_destinations == ("10.101.0.5", "10.101.0.6", "100.64.0.0/16")
+    # p1 reaches the shop's pods, here and (relayed by this consumer) on p2; never billing's, here or on p2 (not
+    # shared with p1), nor kube-system's (shared with nobody), nor the rest of p2's range.
+    assert tunnels["p1"].allowed_destinations == ("10.101.0.5", "100.65.0.7")
+    assert tunnels["p2"].allowed_destinations == ("10.101.0.5", "10.101.0.6", "100.65.0.7", "100.65.0.8")
+
+
+def test_only_consented_ranges_apart_from_other_providers_are_routed_and_allowed():
+    """Issue 37: whatever the status says, a tunnel routes and accepts (allowed IPs) only its provider's consent,
+    and never a part of another provider's."""
+    plain = foreign("p1", seen="10.102.0.0/16", announced=["10.102.0.0/16", "8.8.8.0/24"])
+    plain["spec"]["networking"].pop("podCIDRRemap")  # no overlap, no remap: its consented pod ranges are routed
+    stealing = foreign("p2", seen="10.103.0.0/16", announced=["10.103.0.0/16", "10.102.5.0/24"])
+    stealing["spec"]["networking"]["podCIDRs"] = ["10.102.5.0/24", "10.103.0.0/16"]  # even a consent can't take it
+    stealing["spec"]["networking"].pop("podCIDRRemap")
+    unconsented = foreign("p3", seen="10.104.0.0/16")
+    for field in ("podCIDRs", "podCIDRRemap"):
+        unconsented["spec"]["networking"].pop(field)  # a peering of an earlier release: as accepted, until it runs
+    built = gateway(
+        foreigns={(NS, "p1"): plain, (NS, "p2"): stealing, (NS, "p3"): unconsented},
+        keys={(KEYS, f"catamaran-fabric-to-{p}"): PRIVATE for p in ("p1", "p2", "p3")},
+    )
+    tunnels = {t.peering: t for t in built.consumer_tunnels()}
+    # Two consents that overlap (only a hand edit makes them: the peering remaps instead) leave the overlap to neither.
+    assert (tunnels["p1"].remote_cidrs, tunnels["p2"].remote_cidrs, tunnels["p3"].remote_cidrs) == (
+        (),
+        ("10.103.0.0/16",),
+        ("10.104.0.0/16",),
+    )
+    assert routes(list(tunnels.values())) == {
+        "10.103.0.0/16": tunnels["p2"].interface,
+        "10.104.0.0/16": tunnels["p3"].interface,
+    }
+    arguments = wg_set_arguments(tunnels["p2"])
+    assert arguments[arguments.index("allowed-ips") + 1] == "10.103.0.0/16"
+    assert built.unrouted["p1"] == (
+        "10.102.0.0/16 (overlaps provider p2's range 10.102.5.0/24)",
+        "8.8.8.0/24 (outside the consented ranges (10.102.0.0/16))",
+    )
+    assert built.unrouted["p2"] == ("10.102.5.0/24 (overlaps provider p1's range 10.102.0.0/16)",)
+    assert "p3" not in built.unrouted
 
 
 def test_a_pod_on_its_nodes_network_or_finished_is_never_a_destination():

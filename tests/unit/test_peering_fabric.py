@@ -299,3 +299,45 @@ def test_a_pod_range_over_the_other_sides_services_or_nodes_is_remapped_never_ro
     # each side sees the other's at a free range of the pool instead.
     assert networking["podCIDRRemap"] == "100.64.0.0/24"
     assert changes.after[OFFER]["spec"]["consumerPodCIDRs"] == ["100.64.0.0/24"]  # the provider's view
+
+
+def announce(provider, pod_cidrs):
+    """The provider's manager (or its administrator) announcing pod ranges in the tenant's ResourceOffer."""
+    offer = provider.get("offloading.catamaran.io/v1alpha1", "ResourceOffer", "resources", "catamaran-tenant-c1")
+    offer["status"] = {"podCIDRs": pod_cidrs}
+    provider._store(offer)
+
+
+def test_the_first_peering_records_the_providers_ranges_as_the_consent_and_a_later_run_keeps_it():
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.102.0.0/24")],
+    )
+    changes = present(consumer, provider)
+    assert changes.after[FOREIGN]["spec"]["networking"]["podCIDRs"] == ["10.102.0.0/24"]
+    # The provider's administrator announces more: no run widens the consent by itself, and the run says so.
+    announce(provider, ["10.102.0.0/24", "8.8.8.0/24"])
+    module_peering = Peering(FakeModule(True), consumer, provider, "c1", "p1")
+    again = module_peering.present(params(**FABRIC))
+    assert not again.changed
+    assert "8.8.8.0/24 (outside the consented ranges (10.102.0.0/24))" in module_peering.module.ansible.warnings[-1]
+
+
+def test_a_new_consent_is_a_change_the_plan_shows():
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.102.0.0/24")],
+    )
+    present(consumer, provider)
+    plan = present(consumer, provider, check_mode=True, pod_cidrs=["10.102.0.0/24", "10.103.0.1/16"])
+    assert plan.changed
+    assert plan.before[FOREIGN]["spec"]["networking"]["podCIDRs"] == ["10.102.0.0/24"]
+    assert plan.after[FOREIGN]["spec"]["networking"]["podCIDRs"] == ["10.102.0.0/24", "10.103.0.0/16"]
+    assert consumer.get("core.catamaran.io/v1alpha1", "ForeignCluster", "p1", "catamaran-system")["spec"]["networking"][
+        "podCIDRs"
+    ] == ["10.102.0.0/24"]  # check mode changed nothing
+
+
+def test_a_stated_consent_must_be_ranges():
+    with pytest.raises(InvalidInput, match=r"pod_cidrs\[0\]"):
+        Peering.validate(params(**FABRIC, pod_cidrs=["eight.eight"]))

@@ -50,6 +50,12 @@ ANNOTATION_LOCAL_POD_UID = "catamaran.io/local-pod-uid"
 # --grace-period, a second delete cutting it short). A custom resource keeps no grace period of its own.
 ANNOTATION_DELETION_GRACE = "catamaran.io/deletion-grace-period-seconds"
 ANNOTATION_TWIN_OF = "catamaran.io/twin-of"
+# On a twin namespace, written by the provider's manager when it creates it: the consumer namespace it extends (its
+# first TwinNamespace's originNamespace). A later TwinNamespace of the same name extending another one never adopts
+# it, nor removes it.
+ANNOTATION_ORIGIN_NAMESPACE = "catamaran.io/origin-namespace"
+# On a ShadowPod: the consumer namespace of its local pod (its twin's origin; the provider refuses any other).
+ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 # Reflection policy, per object: skipped under a DenyList policy, chosen under an AllowList one.
 ANNOTATION_SKIP_REFLECTION = "catamaran.io/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION = "catamaran.io/allow-reflection"

@@ -94,3 +94,78 @@ def reachable_through_consumer(others_seen, provider_taken):
     consumer's gateway: those that overlap nothing the provider already uses. Its pods then reach the other
     providers' pods at the very addresses the consumer's EndpointSlices hold for them."""
     return [cidr for cidr in others_seen if not overlaps_any(cidr, provider_taken)]
+
+
+# Consent: the provider's pod ranges the consumer agreed to route, recorded on its ForeignCluster at peering
+# (spec.networking.podCIDRs). A provider's admin may announce other ranges at any time (its ResourceOffer's
+# status.podCIDRs); only what lies inside the consent, and apart from every other provider's, is ever accepted.
+OUTSIDE_CONSENT = "OutsideConsent"
+OTHER_PROVIDERS_RANGE = "AnotherProvidersRange"
+NOT_A_RANGE = "NotARange"
+
+
+def normalised(cidrs):
+    """CIDRs as networks write them (host bits cleared), each once, in the order given."""
+    result = []
+    for cidr in cidrs:
+        network = str(ipaddress.ip_network(cidr, strict=False))
+        if network not in result:
+            result.append(network)
+    return result
+
+
+def judge_announced(announced, consented, others=None):
+    """(accepted ranges, [(range, reason, why)] refused) for a provider's announced pod ranges.
+
+    Accepted: inside one `consented` range (the whole of it or a sub-range) and overlapping no range of another
+    provider (`others`: {provider: its ranges as this cluster sees them}). A longer prefix inside another provider's
+    range is refused even when consented: routes take the longest prefix, so it would take that provider's traffic.
+    """
+    consent = _networks(consented)
+    accepted, refused = [], []
+    for cidr in announced:
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except (TypeError, ValueError):
+            refused.append((repr(cidr)[:60], NOT_A_RANGE, "not a CIDR"))
+            continue
+        inside = any(network.version == c.version and network.subnet_of(c) for c in consent)
+        taken_by = _provider_overlapping(network, others or {})
+        if not inside:
+            agreed = ", ".join(str(c) for c in consent) or "none recorded"
+            refused.append((str(network), OUTSIDE_CONSENT, f"outside the consented ranges ({agreed})"))
+        elif taken_by:
+            refused.append((str(network), OTHER_PROVIDERS_RANGE, "overlaps provider {}'s range {}".format(*taken_by)))
+        elif str(network) not in accepted:
+            accepted.append(str(network))
+    return accepted, refused
+
+
+def _provider_overlapping(network, others):
+    """(provider, its range) of the first other provider whose range overlaps `network`; None when none does."""
+    for provider in sorted(others):
+        for other in _networks(others[provider]):
+            if network.version == other.version and network.overlaps(other):
+                return provider, str(other)
+    return None
+
+
+def _networks(cidrs):
+    """The CIDRs that are networks (the CRD validates them; a hand-made object may not have been)."""
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(cidr, strict=False))
+        except (TypeError, ValueError):
+            continue
+    return networks
+
+
+def consented_view(networking):
+    """A ForeignCluster's spec.networking: the ranges the consumer agreed to see the provider's pods at (its remap
+    range when it has one, else the consented pod ranges); None when no consent is recorded."""
+    if networking.get("podCIDRRemap"):
+        return [networking["podCIDRRemap"]]
+    if "podCIDRs" in networking:
+        return list(networking["podCIDRs"] or [])
+    return None

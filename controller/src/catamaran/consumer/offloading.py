@@ -7,6 +7,9 @@ gone. An entry of a provider that is no longer peered (neither its ForeignCluste
 node is left) has nobody to clear it, so this controller removes it: otherwise deletion would wait
 for it forever. It also binds the virtual kubelets' reflection role (Secrets, service-account tokens) in the
 offloaded namespace, and only there, for as long as the namespace is offloaded.
+
+A namespace whose remote name belongs to another namespace (twin_claims.py) is in phase `Conflict`, with a Warning
+Event `TwinNamespaceTaken` on its own NamespaceOffloading; the virtual kubelets refuse it the same way.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from ..kube.ops import tolerating
 from ..kube.resources import ForeignCluster, NamespaceOffloading
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, reference, same_conditions, set_condition
-from ..steering import ENABLED_LABEL, STRATEGY_ANNOTATION, remote_namespace_name, selector_matches
+from ..objects import as_dict, now_iso, reference, same_conditions, set_condition
+from ..steering import ENABLED_LABEL, OFFLOADING_NAME, STRATEGY_ANNOTATION, remote_namespace_name, selector_matches
+from ..twin_claims import TWIN_TAKEN, RemoteNames, claim_refusal, twin_holder
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +56,14 @@ def selected_clusters(spec: dict, virtual_nodes: dict) -> list[str]:
     )
 
 
-def offloading_phase(deleting: bool, selected: list[str], entries: dict[str, dict]) -> tuple[str, str]:
+def offloading_phase(
+    deleting: bool, selected: list[str], entries: dict[str, dict], refusal: str | None = None
+) -> tuple[str, str]:
+    """(phase, message); `refusal` says why the namespace's remote name is another namespace's."""
     if deleting:
         return "Terminating", f"removing twin namespaces from {sorted(entries) or 'no cluster'}"
+    if refusal:
+        return "Conflict", refusal
     if not selected:
         return "NoClusterSelected", "no peered cluster matches the clusterSelector"
     phases = {cluster: (entries.get(cluster) or {}).get("phase", "Pending") for cluster in selected}
@@ -134,8 +143,41 @@ class NamespaceOffloadingController:
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.offloadings.on_change(enqueue(self.queue))
+        self.remote_names = RemoteNames(cluster_id)  # who claims each remote name
+        self.offloadings.on_change(self._requeue_claimants)
         self.virtual_nodes.on_change(call(self._requeue_all))
         self.foreign_clusters.on_change(call(self._requeue_all))
+
+    def _requeue_claimants(self, event, key, new, old) -> None:
+        """A claim came, went or began its deletion: the other claimants of its remote name may be decided anew."""
+        remotes = self.remote_names.changed(key[0], new)
+        if event == "MODIFIED" and bool(new["metadata"].get("deletionTimestamp")) == bool(
+            old["metadata"].get("deletionTimestamp")
+        ):
+            return
+        for remote in remotes:
+            for namespace in self.remote_names.namespaces(remote) - {key[0]}:
+                self.queue.add((namespace, OFFLOADING_NAME))
+
+    def twin_refusal(self, namespace: str, spec: dict | None = None) -> str | None:
+        """Why this namespace may not have its remote name (another namespace's offloading came first), or None.
+        `spec`: a policy's, for a namespace whose NamespaceOffloading it has not made yet (the youngest claim).
+
+        This cluster sees no TwinNamespace: the older claim decides here, the holder on each provider's side
+        (the virtual kubelets report that)."""
+        offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
+        if (offloading is None and spec is None) or (offloading or {}).get("metadata", {}).get("deletionTimestamp"):
+            return None  # no claim, or one being let go
+        if offloading is None:
+            offloading = {"metadata": {"name": OFFLOADING_NAME, "creationTimestamp": now_iso()}, "spec": spec}
+        remote = remote_namespace_name(namespace, offloading["spec"], self.cluster_id)
+        claims = [
+            (other, found)
+            for other in self.remote_names.namespaces(remote) - {namespace}
+            if (found := self.offloadings.get(other, OFFLOADING_NAME)) is not None
+        ]
+        claims.append((namespace, offloading))
+        return claim_refusal(namespace, remote, twin_holder(remote, None, claims, self.cluster_id))
 
     def _requeue_all(self) -> None:
         for key in list(self.offloadings.cache):
@@ -189,9 +231,10 @@ class NamespaceOffloadingController:
                 await self._report_preexisting_pods(offloading)
                 status = offloading.get("status") or {}
         selected = selected_clusters(offloading["spec"], self.virtual_nodes.cache)
-        phase, message = offloading_phase(deleting, selected, entries)
+        phase, message = offloading_phase(deleting, selected, entries, self.twin_refusal(namespace))
+        reason = TWIN_TAKEN if phase == "Conflict" else phase
         conditions = set_condition(
-            status.get("conditions") or [], "Ready", "True" if phase == "Ready" else "False", phase, message
+            status.get("conditions") or [], "Ready", "True" if phase == "Ready" else "False", reason, message
         )
         wanted = {
             "offloadingPhase": phase,
@@ -209,8 +252,8 @@ class NamespaceOffloadingController:
                 patch_type=PatchType.MERGE,
             )
             if status.get("offloadingPhase") != phase:
-                kind = "Warning" if phase in ("SomeFailed", "AllFailed") else "Normal"
-                await self.events.record(reference(offloading), kind, phase, message)
+                kind = "Warning" if phase in ("SomeFailed", "AllFailed", "Conflict") else "Normal"
+                await self.events.record(reference(offloading), kind, reason, message)
         return None
 
     async def _forget_unpeered(self, offloading: dict, indexes: list[int]) -> None:

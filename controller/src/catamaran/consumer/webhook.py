@@ -9,6 +9,9 @@ Each NamespaceOffloadingPolicy adds a webhook of its own, selecting the namespac
 offloaded: a pod created an instant after its namespace is steered at admission, before the manager has given
 the namespace its NamespaceOffloading. Exactly one webhook steers a pod: the offloaded namespaces' one, or the
 policy deciding the namespace (the first by name) when several policies select it.
+
+A namespace whose remote name is another namespace's (twin_claims.py) is not offloaded: its pods are steered as
+`Local` with a warning, and refused outright under `Remote`, which has nowhere else for them to go.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ..kube.informer import call
 from ..kube.resources import NamespaceOffloading
 from ..logs import fields
 from ..objects import as_dict
-from ..steering import ENABLED_LABEL, OFFLOADING_NAME, never_offloaded_by_policy, steer
+from ..steering import ENABLED_LABEL, OFFLOADING_NAME, is_daemonset_pod, never_offloaded_by_policy, steer
 from .offloading import NamespaceOffloadingController
 from .policies import NamespaceOffloadingPolicyController
 
@@ -112,16 +115,27 @@ def webhook_configuration(
     }
 
 
-def review_response(review: dict, offloading_spec: dict | None) -> dict:
+def review_response(review: dict, offloading_spec: dict | None, twin_refusal: str | None = None) -> dict:
+    """`twin_refusal`: why the namespace's remote name is another namespace's (its pods are then not offloaded)."""
     request = review.get("request") or {}
     response: dict = {"uid": request.get("uid", ""), "allowed": True}
     pod = request.get("object")
     if offloading_spec is not None and pod:
         pod.setdefault("metadata", {})
+        warnings = []
+        if twin_refusal:
+            if offloading_spec.get("podOffloadingStrategy") == "Remote" and not is_daemonset_pod(pod):
+                message = f"this namespace is not offloaded: {twin_refusal}"
+                response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": message})
+                return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+            offloading_spec = {**offloading_spec, "podOffloadingStrategy": "Local"}
+            warnings.append(f"steered to local nodes only: {twin_refusal}")
         operations, summary = steer(pod, offloading_spec)
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(operations).encode()).decode()
-        response["warnings"] = [] if "DaemonSet" not in summary else ["DaemonSet pods are never steered remotely"]
+        if "DaemonSet" in summary:
+            warnings.append("DaemonSet pods are never steered remotely")
+        response["warnings"] = warnings
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
@@ -201,7 +215,8 @@ class PodWebhook:
         spec = await (
             self._spec_for(namespace) if policy_name is None else self._policy_spec_for(namespace, policy_name)
         )
-        answer = review_response(review, spec)
+        refusal = self.offloadings.twin_refusal(namespace, spec) if spec is not None else None
+        answer = review_response(review, spec, refusal)
         log.debug(
             "pod steered",
             extra=fields(namespace=namespace, policy=policy_name, strategy=(spec or {}).get("podOffloadingStrategy")),

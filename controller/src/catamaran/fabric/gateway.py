@@ -62,7 +62,7 @@ from ..networks import remap_pairs
 from ..objects import as_dict, condition, set_condition
 from . import keys
 from .dataplane import Dataplane, DataplaneError
-from .peerings import consumer_behind, provider_behind
+from .peerings import consumer_behind, provider_behind, routed_ranges
 from .plan import KEEPALIVE_SECONDS, Tunnel, check_remap, interface_name
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class Gateway:
         for informer in self._informers:
             informer.on_change(enqueue(self.queue, key=lambda _: DATAPLANE, when=changed))
         self.problems: dict[str, str] = {}  # consumer-side peering -> why its tunnel is not configured
+        self.unrouted: dict[str, tuple[str, ...]] = {}  # provider -> its ranges left out of its tunnel, and why
         self._last_rx: dict[str, tuple[int, float]] = {}  # interface -> (bytes received, when they last grew)
 
     @property
@@ -172,10 +173,17 @@ class Gateway:
     def consumer_tunnels(self) -> list[Tunnel]:
         tunnels = []
         self.problems = {}
-        for foreign in self.foreigns.cache.values():
+        foreigns = list(self.foreigns.cache.values())
+        routed, unrouted = routed_ranges(provider_behind(foreign) for foreign in foreigns)
+        if unrouted != self.unrouted:
+            for provider, refused in unrouted.items():
+                why = "; ".join(refused)
+                log.warning("provider pod ranges not routed", extra=fields(provider=provider, refused=why))
+            self.unrouted = unrouted
+        for foreign in foreigns:
             if (behind := provider_behind(foreign)) is None:
                 continue
-            provider, remote = behind
+            provider, remote = behind.provider, routed[behind.provider]
             networking = foreign["spec"]["networking"]
             gateway = networking.get("gateway") or {}
             secret = FABRIC_KEY_TO_PROVIDER_PREFIX + provider
@@ -201,16 +209,13 @@ class Gateway:
             except ValueError as error:  # one peering's bad input leaves the others' tunnels alone
                 self.problems[provider] = str(error)
         return [
-            dataclasses.replace(
-                tunnel,
-                allowed_destinations=self._shared_with(tunnel.peering)
-                + tuple(cidr for other in tunnels if other is not tunnel for cidr in other.remote_cidrs),
-            )
-            for tunnel in tunnels
+            dataclasses.replace(tunnel, allowed_destinations=self._shared_with(tunnel.peering)) for tunnel in tunnels
         ]
 
     def _shared_with(self, provider: str) -> tuple[str, ...]:
-        """This cluster's pods in the namespaces extended to `provider`."""
+        """This cluster's pods in the namespaces extended to `provider`, wherever they run: here, or offloaded to
+        another provider (their IP as this cluster shows it, which is where that provider's pods send). Never another
+        provider's whole range: a pod there of a namespace not extended to `provider` is none of its business."""
         extended = {namespace for (namespace, _), providers in self.offloadings.cache.items() if provider in providers}
         return tuple(
             sorted(

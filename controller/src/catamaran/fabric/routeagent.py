@@ -32,7 +32,7 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict
 from .dataplane import DataplaneError, NodeRouting
-from .peerings import consumer_behind, provider_behind
+from .peerings import consumer_behind, provider_behind, routed_ranges
 from .plan import node_ranges
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,8 @@ class RouteAgent:
     async def _reconcile(self, key: str) -> None:
         for informer in self._informers:
             await informer.synced.wait()
-        behind = [*self.foreigns.cache.values(), *self.offers.cache.values()]
+        routed, _ = routed_ranges(self.foreigns.cache.values())  # the gateway logs what it leaves out
+        behind = [*routed.items(), *self.offers.cache.values()]
         ranges, address, doing = wanted(behind, self.gateways.cache.values(), self.node_name)
         try:
             await self.routing.apply(ranges, address)

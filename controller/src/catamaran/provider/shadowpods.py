@@ -4,7 +4,8 @@ Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: 
 and checked field by field (provider/terms.py), must meet the tenant's Pod Security level and fit its quota
 (its requests after the terms' defaults). A refusal is the ShadowPod's `PodCreated=False` condition (reason
 FieldNotAllowed, PodSecurityViolation or QuotaExceeded) and a Warning Event; the
-ShadowPod is tried again when the tenant's terms change or its pods free some of its quota.
+ShadowPod is tried again when the tenant's terms change or its pods free some of its quota. A ShadowPod whose local
+pod is of another consumer namespace than its twin's origin gets no Pod either (reason ForeignNamespace).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from lightkube.types import PatchType
 
 from .. import quantities
 from ..constants import (
+    ANNOTATION_LOCAL_NAMESPACE,
+    ANNOTATION_ORIGIN_NAMESPACE,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
@@ -102,6 +105,19 @@ def pod_from_shadow(
         },
         "spec": spec,
     }
+
+
+def foreign_namespace(shadow: dict, twin_annotations: dict) -> str | None:
+    """Why a ShadowPod is not its twin's to run: its local pod is in another consumer namespace than the one the
+    twin extends (the manager recorded it when it made the twin). None when it is, or when either is unknown."""
+    local = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
+    origin = twin_annotations.get(ANNOTATION_ORIGIN_NAMESPACE)
+    if local is None or origin is None or local == origin:
+        return None
+    return (
+        f"the ShadowPod's pod is of consumer namespace {local}, and twin {shadow['metadata']['namespace']} extends"
+        " another namespace; a twin runs the pods of its own namespace only"
+    )
 
 
 def material_status(status: dict) -> tuple:
@@ -221,6 +237,10 @@ class ShadowPodController:
         twin = self.twin_namespaces.get(None, namespace) if self.twin_namespaces is not None else None
         labels = ((twin or {}).get("metadata") or {}).get("labels") or {}
         return labels.get(LABEL_ORIGIN_CLUSTER_ID), labels.get(podsecurity.ENFORCE_LABEL)
+
+    def _twin_annotations(self, namespace: str) -> dict:
+        twin = self.twin_namespaces.get(None, namespace) if self.twin_namespaces is not None else None
+        return ((twin or {}).get("metadata") or {}).get("annotations") or {}
 
     def _twin_namespace_changed(self, event, key, new, old) -> None:
         """A relabelled twin may now admit what it refused (the level is relaxed once the label is)."""
@@ -397,7 +417,8 @@ class ShadowPodController:
         meta = shadow["metadata"]
         key = (meta["namespace"], meta["name"])
         consumer, enforced, terms, pod = self._tenant_pod(shadow)
-        refusal = self._refusal(key, consumer, terms, enforced, pod)
+        foreign = foreign_namespace(shadow, self._twin_annotations(meta["namespace"]))
+        refusal = ("ForeignNamespace", foreign) if foreign else self._refusal(key, consumer, terms, enforced, pod)
         if refusal is not None:
             self._refused.setdefault(consumer, set()).add(key)
             await self._report_refusal(shadow, *refusal)

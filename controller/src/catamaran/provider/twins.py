@@ -6,6 +6,11 @@ Admission enforces it; relabelled when the tenant's ResourceOffer changes the le
 the tenant's workload role there. A namespace that Catamaran did not create is reported as a
 conflict and never adopted or altered; reserved names (the cluster's own namespaces, Catamaran's)
 are refused before anything is created.
+
+A twin extends one consumer namespace: the manager records its first TwinNamespace's originNamespace on the namespace
+(ANNOTATION_ORIGIN_NAMESPACE). A TwinNamespace of the same name extending another namespace (one made after the first
+lost its finalizer, say) is a conflict: never adopted, and its deletion never removes the namespace. The consumer
+refuses such claims too (twin_claims.py); the provider does not rely on it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from ..constants import (
+    ANNOTATION_ORIGIN_NAMESPACE,
     ANNOTATION_TWIN_OF,
     FABRIC_NAMESPACE,
     LABEL_DESTINATION_CLUSTER_ID,
@@ -60,11 +66,21 @@ def pod_security_labels(level: str) -> dict[str, str]:
     return {**labels, **{f"pod-security.kubernetes.io/{mode}-version": "latest" for mode in POD_SECURITY_MODES}}
 
 
-def owned_by(namespace: dict | None, twin_of: str) -> bool:
+def owned_by(namespace: dict | None, twin_of: str, origin: str | None = None) -> bool:
+    """Is this namespace the twin `twin_of` (tenant namespace/name) made, extending `origin` (when given)? A twin made
+    before origins were recorded has none: its TwinNamespace's origin is taken as its own."""
     meta = (namespace or {}).get("metadata") or {}
-    return (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN and (
-        meta.get("annotations") or {}
-    ).get(ANNOTATION_TWIN_OF) == twin_of
+    annotations = meta.get("annotations") or {}
+    return (
+        (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN
+        and annotations.get(ANNOTATION_TWIN_OF) == twin_of
+        and origin_matches(annotations, origin)
+    )
+
+
+def origin_matches(annotations: dict, origin: str | None) -> bool:
+    recorded = annotations.get(ANNOTATION_ORIGIN_NAMESPACE)
+    return origin is None or recorded is None or recorded == origin
 
 
 class TwinNamespaceController:
@@ -137,8 +153,9 @@ class TwinNamespaceController:
             return None
         twin_of = f"{tenant_ns}/{name}"
         meta = twin["metadata"]
+        origin = (twin.get("spec") or {}).get("originNamespace")
         if meta.get("deletionTimestamp"):
-            return await self._remove(twin, twin_of)
+            return await self._remove(twin, twin_of, origin)
         consumer = self.tenants.get(None, tenant_ns)
         if consumer is None:
             await self._status(twin, "Failed", f"{tenant_ns} is not a Catamaran tenant namespace")
@@ -172,8 +189,16 @@ class TwinNamespaceController:
             )
         level = terms.pod_security
         ranges, problem = tenant_terms.endpoint_ranges(terms.consumer_pod_cidrs, self.provider_pod_cidrs())
-        annotations = tenant_terms.twin_annotations(terms, ranges)
+        annotations = {**tenant_terms.twin_annotations(terms, ranges), ANNOTATION_ORIGIN_NAMESPACE: origin}
         existing = await self._get_namespace(name)
+        if existing is not None and owned_by(existing, twin_of) and not owned_by(existing, twin_of, origin):
+            message = (
+                f"namespace {name} is the twin of another namespace of this tenant; a twin extends only one namespace"
+            )
+            if (twin.get("status") or {}).get("phase") != "Conflict":
+                await self.events.record(reference(twin), "Warning", "TwinNamespaceTaken", message)
+            await self._status(twin, "Conflict", message)
+            return None
         if existing is not None and not owned_by(existing, twin_of):
             message = f"namespace {name} already exists and is not managed by Catamaran for {twin_of}; not adopted"
             if (twin.get("status") or {}).get("phase") != "Conflict":
@@ -235,11 +260,11 @@ class TwinNamespaceController:
         ):
             await self.client.apply(resource.from_dict(body), field_manager="catamaran-manager", force=True)
 
-    async def _remove(self, twin: dict, twin_of: str) -> float | None:
+    async def _remove(self, twin: dict, twin_of: str, origin: str | None) -> float | None:
         name = twin["metadata"]["name"]
         await self._status(twin, "Terminating", f"removing namespace {name}")
         existing = await self._get_namespace(name)
-        if existing is not None and owned_by(existing, twin_of):
+        if existing is not None and owned_by(existing, twin_of, origin):
             if not existing["metadata"].get("deletionTimestamp"):
                 await self.client.delete(Namespace, name)
             return 2

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from ..constants import (
     ANNOTATION_API_SERVER_ACCESS,
+    ANNOTATION_LOCAL_NAMESPACE,
     ANNOTATION_LOCAL_POD_UID,
     API_SERVER_ACCESS_HOME,
     API_SERVER_ACCESS_MODES,
@@ -23,6 +24,7 @@ from ..constants import (
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
+from ..networks import judge_announced
 from ..objects import changeable_pod_fields
 from ..steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
 from .trust import (
@@ -35,7 +37,6 @@ from .trust import (
     sanitised_message,
 )
 
-ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 TOKEN_NAMESPACE_KEY = "namespace"
 DEFAULT_TOKEN_EXPIRATION = 3600
 # Fields that only make sense on the consumer: placement on its nodes, its priority classes,
@@ -70,6 +71,7 @@ POD_IP_NOT_TRANSLATABLE = "PodIPNotTranslatable"
 # Every pod IP of a provider refused: its ranges, or the remap range, overlap the consumer's own.
 PROVIDER_RANGE_OVERLAPS_CONSUMER = "ProviderRangeOverlapsConsumer"
 REMAP_OVERLAPS_CONSUMER = "RemapRangeOverlapsConsumer"
+POD_IP_NOT_CONSENTED = "PodIPNotConsented"
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
@@ -358,10 +360,25 @@ class IPTranslator:
     provider range (or of another address family) cannot hold every offset: the IPs beyond it are refused too,
     not shown untranslated (they would be addresses the remap was meant to keep apart from the consumer's),
     and `problem` says so; it is empty when every offset fits.
+
+    `consented` (consented_pod_cidrs): the provider's pod ranges the consumer agreed to at peering. An announced
+    range outside them is refused (`refused`: (range, reason, why)), and so are its pod IPs; None: no consent to
+    check against (mode Flat, or a remap range, which alone is routed, from a peering of an earlier release).
     """
 
-    def __init__(self, provider_cidrs: list[str], remap_cidr: str | None, own: tuple[OwnRange, ...] = ()):
+    def __init__(
+        self,
+        provider_cidrs: list[str],
+        remap_cidr: str | None,
+        own: tuple[OwnRange, ...] = (),
+        consented: Sequence[str] | None = None,
+    ):
         self.sources, self.ignored = provider_networks(provider_cidrs)
+        self.consented = tuple(consented) if consented is not None else None
+        self.refused: list[tuple[str, str, str]] = []
+        if self.consented is not None:
+            accepted, self.refused = judge_announced([str(s) for s in self.sources], self.consented)
+            self.sources = [ipaddress.ip_network(cidr) for cidr in accepted]
         self.target = ipaddress.ip_network(remap_cidr, strict=False) if remap_cidr else None
         self.problem = ""
         self.conflict: tuple[str, str] | None = None
@@ -437,6 +454,13 @@ class IPTranslator:
                 POD_IP_NOT_TRANSLATABLE,
                 f"the provider reported pod IP {shown}, which cannot be translated: {self.problem}",
             )
+        if address is not None and (refused := self._refused_range(address)) is not None:
+            cidr, _, why = refused
+            return (
+                POD_IP_NOT_CONSENTED,
+                f"the provider reported pod IP {shown}, inside its announced range {cidr}, which the consumer refuses"
+                f" ({why}): the pod shows no IP, so no Service sends it traffic",
+            )
         announced = ", ".join(map(str, self.sources)) or "none yet"
         return (
             POD_IP_OUTSIDE_PROVIDER_RANGES,
@@ -449,7 +473,30 @@ class IPTranslator:
         return self._verdict() == other._verdict()
 
     def _verdict(self) -> tuple:
-        return self.sources, self.target, self.problem, self.conflict, self.ignored
+        return self.sources, self.target, self.problem, self.conflict, self.ignored, self.consented, self.refused
+
+    def _refused_range(self, address) -> tuple[str, str, str] | None:
+        for refused in self.refused:
+            network = _network_or_none(refused[0])
+            if network is not None and address.version == network.version and address in network:
+                return refused
+        return None
+
+
+def consented_pod_cidrs(networking: Mapping) -> list[str] | None:
+    """What a ForeignCluster's spec.networking consents to of the provider's announced pod ranges: its podCIDRs,
+    which every peering run records; None (no check, the ForeignCluster says NoConsentRecorded) when none are, as in
+    a peering of an earlier release until its next run, which must keep its traffic through an upgrade."""
+    if "podCIDRs" in networking:
+        return list(networking.get("podCIDRs") or [])
+    return None
+
+
+def _network_or_none(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return None
 
 
 def _address(ip: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -7,6 +7,10 @@ entry of the offloading's `status.clusters` (server-side apply, one field manage
 A twin is removed only once no pod and no reflected object of Catamaran's is left in it.
 A namespace without a NamespaceOffloading selecting this virtual node never gets a twin: its pods
 bound here (by name, or tolerating every taint) stay Pending; the pod controller says why.
+
+A twin belongs to one namespace, its TwinNamespace's origin (twin_claims.py): a namespace asking for a remote name
+that extends another namespace is refused on its own entry (reason TwinNamespaceTaken), never creates, drains or
+removes that twin, and the pod controller, reflection and kubelet API of the namespace see no twin (`twin_of`).
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from ..constants import (
     VERSION,
     default_twin_namespace,
 )
-from ..kube.informer import Informer, call, changed, enqueue
+from ..kube.informer import Informer, call, changed
 from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading, TwinNamespace
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso
 from ..steering import OFFLOADING_NAME, remote_namespace_name
+from ..twin_claims import TWIN_TAKEN, RemoteNames, claim_refusal, twin_holder
 from .context import PeeringContext
 from .forge import offloading_selects
 
@@ -59,6 +64,7 @@ class TwinManager:
             transform=as_dict,
         )
         self.offloadings = Informer(peering.local, NamespaceOffloading, name="namespaceoffloadings", transform=as_dict)
+        self.remote_names = RemoteNames(peering.consumer_id)  # who claims each remote name
         self.node = Informer(
             peering.local,
             Node,
@@ -72,7 +78,7 @@ class TwinManager:
         # Each gets (origin, twin) when a twin is leaving, starts removing its copies there and says how many are left.
         self.drainers: list[Callable[[str, str], int]] = []
         self.requests.on_change(self._request_changed)
-        self.offloadings.on_change(enqueue(self.queue, key=lambda key: key[0]))
+        self.offloadings.on_change(self._offloading_changed)
         # Only its labels matter here (clusterSelectors); status heartbeats change nothing.
         self.node.on_change(call(self._requeue_all, when=changed))
 
@@ -95,10 +101,25 @@ class TwinManager:
         for request in list(self.requests.cache.values()):
             self.queue.add(request["spec"]["originNamespace"])
 
+    def _offloading_changed(self, event, key, new, old) -> None:
+        namespace = key[0]
+        self.queue.add(namespace)
+        remotes = self.remote_names.changed(namespace, new)
+        if event == "MODIFIED" and _deleting(new) == _deleting(old):
+            return  # the claimants are the same (status writes are most changes)
+        for remote in remotes:
+            self._requeue_claimants(remote)
+
+    def _requeue_claimants(self, remote: str) -> None:
+        for namespace in self.remote_names.namespaces(remote):
+            self.queue.add(namespace)
+
     def _request_changed(self, event, key, new, old) -> None:
         request = new or old
         origin = request["spec"]["originNamespace"]
         self.queue.add(origin)
+        if event != "MODIFIED":
+            self._requeue_claimants(request["metadata"]["name"])  # a name taken or let go
         if new is not None and (new.get("status") or {}).get("phase") == "Ready":
             for listener in self.ready_listeners:
                 listener(origin, new["metadata"]["name"])
@@ -126,13 +147,39 @@ class TwinManager:
         """May pods of this namespace run here? Only when its NamespaceOffloading selects this virtual node."""
         return offloading_selects(self.offloading(namespace), self.node_labels, self.peering.node_name)
 
+    def twin_origin(self, twin: str) -> str | None:
+        """The namespace a twin here extends (its TwinNamespace's origin), None when there is no such twin."""
+        request = self.requests.get(self.peering.tenant_namespace, twin)
+        return request["spec"]["originNamespace"] if request is not None else None
+
+    def twin_of(self, namespace: str) -> str | None:
+        """This namespace's own twin here (ready or not, leaving or not); None when it has none, or when the twin
+        of its remote name extends another namespace. Whatever acts in a twin for a namespace asks this."""
+        remote = self.mapped_name(namespace)
+        return remote if self.twin_origin(remote) == namespace else None
+
+    def ready_twin(self, namespace: str) -> str | None:
+        twin = self.twin_of(namespace)
+        request = self.requests.get(self.peering.tenant_namespace, twin) if twin else None
+        return twin if request is not None and (request.get("status") or {}).get("phase") == "Ready" else None
+
     def has_twin(self, namespace: str) -> bool:
-        """Is there a twin here (ready or not, leaving or not) for this namespace?"""
-        return self.requests.get(self.peering.tenant_namespace, self.mapped_name(namespace)) is not None
+        """Is there a twin here (ready or not, leaving or not) of this namespace's own?"""
+        return self.twin_of(namespace) is not None
 
     def twin_ready(self, namespace: str) -> bool:
-        request = self.requests.get(self.peering.tenant_namespace, self.mapped_name(namespace))
-        return request is not None and (request.get("status") or {}).get("phase") == "Ready"
+        return self.ready_twin(namespace) is not None
+
+    def claim_refusal(self, namespace: str) -> str | None:
+        """Why this namespace may not have its remote name here (another namespace holds or precedes it), or None."""
+        remote = self.mapped_name(namespace)
+        claims = [
+            (other, offloading)
+            for other in self.remote_names.namespaces(remote)
+            if (offloading := self.offloadings.get(other, OFFLOADING_NAME)) is not None
+        ]
+        holder = twin_holder(remote, self.twin_origin(remote), claims, self.peering.consumer_id)
+        return claim_refusal(namespace, remote, holder)
 
     def want(self, namespace: str) -> None:
         self.queue.add(namespace)
@@ -143,7 +190,13 @@ class TwinManager:
         offloading = self.offloadings.get(namespace, OFFLOADING_NAME)
         remote = self.mapped_name(namespace)
         request = self.requests.get(self.peering.tenant_namespace, remote)
+        foreign = request is not None and request["spec"]["originNamespace"] != namespace
         if self.selected(namespace):
+            refusal = self.claim_refusal(namespace)
+            if refusal is not None:
+                # Only this namespace's own entry says so; the holder's twin and offloading are left alone.
+                await self._report(offloading, "Failed", remote, TWIN_TAKEN, refusal)
+                return None
             if request is None:
                 await self._create_request(namespace, remote)
                 await self._report(offloading, "Pending", remote, "TwinRequested", f"requested twin {remote}")
@@ -156,6 +209,9 @@ class TwinManager:
                 await self._report(offloading, "Failed", remote, phase, message)
             else:
                 await self._report(offloading, "Pending", remote, phase or "Requested", message)
+            return None
+        if foreign:
+            await self._forget(offloading)  # another namespace's twin: never drained nor removed for this one
             return None
         if request is None and not self.shadows_left(remote):
             # Not offloaded here, and nothing left remotely to drain: pods bound here wait, Pending.
@@ -257,3 +313,7 @@ class TwinManager:
                 field_manager=self.field_manager,
                 force=True,
             )
+
+
+def _deleting(offloading: dict | None) -> bool:
+    return bool(offloading and offloading["metadata"].get("deletionTimestamp"))

@@ -29,7 +29,14 @@ UNTRANSLATED_CONDITION = "catamaran.io/PodIPsUntranslated"
 # with the consumer's own ranges (reasons in forge.py) or because it announces no pod range.
 REFUSED_CONDITION = "catamaran.io/PodIPsRefused"
 NO_PROVIDER_RANGES = "NoProviderRanges"
+NO_CONSENTED_RANGES = "NoConsentedRanges"
 PROVIDER_RANGES_ACCEPTED = "ProviderRangesAccepted"
+# On the ForeignCluster (and the virtual node): True while the provider announces pod ranges the consumer did not
+# consent to at peering (spec.networking.podCIDRs); they are neither shown nor routed, and each is named with why.
+CONSENT_CONDITION = "catamaran.io/PodCIDRsRefused"
+RANGES_NOT_CONSENTED = "RangesNotConsented"
+WITHIN_CONSENT = "WithinConsent"
+NO_CONSENT_RECORDED = "NoConsentRecorded"
 
 
 class PodIPs:
@@ -42,9 +49,11 @@ class PodIPs:
         remap_cidr: str | None,
         nodes: Informer,
         requeue_all: Callable[[], None],
+        consented: list[str] | None = None,
     ):
         self.peering = peering
         self.remap_cidr = remap_cidr
+        self.consented = consented  # forge.consented_pod_cidrs of the ForeignCluster; changed by a new consent
         self.nodes = nodes  # the virtual node, whose (re)creation wakes the report loop
         self._requeue_all = requeue_all  # every local pod is looked at again when the translator changes
         # None until both the provider's announced pod ranges and the consumer's own are known: until then the
@@ -70,15 +79,23 @@ class PodIPs:
         self.provider_cidrs = list(provider_cidrs)
         self._retranslate()
 
+    def update_consent(self, consented: list[str] | None) -> None:
+        """A new consent (the peering ran again with other ranges): every pod IP is judged again by it."""
+        if consented != self.consented:
+            self.consented = consented
+            self._retranslate()
+
     def _retranslate(self) -> None:
         """A new translator when the provider's ranges or the consumer's change; every pod is looked at again."""
         if self.provider_cidrs is None or not self.local_ranges.synced.is_set():
             return
-        translator = IPTranslator(self.provider_cidrs, self.remap_cidr, self.local_ranges.ranges())
+        translator = IPTranslator(self.provider_cidrs, self.remap_cidr, self.local_ranges.ranges(), self.consented)
         if self.translate is not None and translator.same_as(self.translate):
             return
         if translator.ignored:
             log.warning("provider pod ranges ignored", extra=fields(ignored=", ".join(translator.ignored)))
+        if translator.refused:
+            log.warning("provider pod ranges not consented", extra=fields(refused=refused_text(translator.refused)))
         if translator.conflict:
             log.warning("provider pod IPs refused", extra=fields(problem=translator.conflict[1]))
         elif translator.problem:
@@ -173,6 +190,14 @@ def translation_conditions(translate: IPTranslator, unread: list[str]) -> list[d
     if translate.conflict is not None:
         reason, message = translate.conflict
         conditions.append({"type": REFUSED_CONDITION, "status": "True", "reason": reason, "message": message})
+    elif not translate.sources and translate.refused:
+        message = (
+            f"no pod range the provider announces is consented ({CONSENT_CONDITION} names them), so no pod IP it"
+            " reports is shown on the consumer's pods"
+        )
+        conditions.append(
+            {"type": REFUSED_CONDITION, "status": "True", "reason": NO_CONSENTED_RANGES, "message": message}
+        )
     elif not translate.sources:
         message = (
             "the provider announces no pod range (its ResourceOffer's status.podCIDRs), so no pod IP it reports is"
@@ -192,7 +217,39 @@ def translation_conditions(translate: IPTranslator, unread: list[str]) -> list[d
     if translate.ignored:
         ignored = f"; ignored announced ranges: {', '.join(translate.ignored)}"
         conditions[-1]["message"] += ignored
-    return conditions
+    return [consent_condition(translate), *conditions]
+
+
+def consent_condition(translate: IPTranslator) -> dict:
+    """Whether every range the provider announces lies inside what the consumer consented to, naming each refused
+    range and why: it is neither shown in pod IPs nor routed into the provider's tunnel."""
+    if translate.consented is None:
+        return {
+            "type": CONSENT_CONDITION,
+            "status": "False",
+            "reason": NO_CONSENT_RECORDED,
+            "message": "no consented ranges recorded (spec.networking.podCIDRs): the announced ranges are checked"
+            " against the consumer's own ranges only",
+        }
+    consented = ", ".join(translate.consented) or "none"
+    if translate.refused:
+        return {
+            "type": CONSENT_CONDITION,
+            "status": "True",
+            "reason": RANGES_NOT_CONSENTED,
+            "message": f"refused announced pod ranges: {refused_text(translate.refused)}; consented: {consented}"
+            " (a new consent is a new peering run with the provider's pod_cidrs)",
+        }
+    return {
+        "type": CONSENT_CONDITION,
+        "status": "False",
+        "reason": WITHIN_CONSENT,
+        "message": f"every announced pod range lies inside the consented ones ({consented})",
+    }
+
+
+def refused_text(refused: list[tuple[str, str, str]]) -> str:
+    return "; ".join(f"{cidr} ({why})" for cidr, _, why in refused)
 
 
 def _untranslated_condition(problem: str) -> dict:

@@ -3,7 +3,8 @@
 Local pods are watched with a server-side field selector on the node name; each twin namespace
 gets one ShadowPod watch (the tenant credential may only list inside its own namespaces). The
 remote names equal the local ones, so a restarted process rebuilds its state from the two
-clusters and neither duplicates nor loses a pod.
+clusters and neither duplicates nor loses a pod. A namespace's pods go only to its own twin (`TwinManager.twin_of`),
+and a ShadowPod is judged against the pods of its twin's origin namespace, whatever it says of itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType, PatchType
 
-from ..constants import ANNOTATION_DELETION_GRACE, ANNOTATION_LOCAL_POD_UID, ROOT_CA_CONFIGMAP, TERMINAL_PHASES
+from ..constants import (
+    ANNOTATION_DELETION_GRACE,
+    ANNOTATION_LOCAL_NAMESPACE,
+    ANNOTATION_LOCAL_POD_UID,
+    ROOT_CA_CONFIGMAP,
+    TERMINAL_PHASES,
+)
 from ..kube.informer import Informer, NamespacedInformers, call
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
@@ -22,9 +29,9 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, changeable_pod_fields, deletion_grace, reference
 from ..steering import is_daemonset_pod
+from ..twin_claims import TWIN_TAKEN
 from .context import PeeringContext
 from .forge import (
-    ANNOTATION_LOCAL_NAMESPACE,
     changed_template,
     missing_ephemeral_containers,
     offload_refusal,
@@ -173,8 +180,9 @@ class PodController:
         if event == "ADDED":
             self.twins.want(key[0])
 
-    def twin_for(self, local_namespace: str) -> str:
-        return self.twins.mapped_name(local_namespace)
+    def twin_for(self, local_namespace: str) -> str | None:
+        """The namespace's own twin, None when it has none here (or its remote name is another namespace's)."""
+        return self.twins.twin_of(local_namespace)
 
     def tasks(self):
         return [
@@ -211,10 +219,14 @@ class PodController:
         return informer
 
     def _shadow_changed(self, event, key, new, old) -> None:
+        # Its twin's origin, not what the ShadowPod says of itself: a ShadowPod in a twin is of the twin's namespace
+        # (one naming another namespace is an orphan there, and removed as one).
         shadow = new or old
-        local_namespace = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
-        if local_namespace:
-            self.queue.add((local_namespace, shadow["metadata"]["name"]))
+        origin = self.twins.twin_origin(key[0])
+        if origin is None:
+            origin = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
+        if origin:
+            self.queue.add((origin, shadow["metadata"]["name"]))
 
     # -- reconciliation -----------------------------------------------------------------
 
@@ -222,13 +234,13 @@ class PodController:
         namespace, name = key
         pod = self.local_pods.get(namespace, name)
         twin = self.twin_for(namespace)
-        shadows = self.shadow_informers.get(twin)
+        shadows = self.shadow_informers.get(twin) if twin else None
         if shadows is not None and not shadows.synced.is_set():
             return 0.5
         shadow = shadows.get(twin, name) if shadows else None
 
         if pod is None:
-            if shadow is not None and not shadow["metadata"].get("deletionTimestamp"):
+            if twin and shadow is not None and not shadow["metadata"].get("deletionTimestamp"):
                 log.info("deleting orphaned ShadowPod", extra=fields(pod=f"{namespace}/{name}"))
                 await self._delete_shadow(twin, name, grace=None)
             return None
@@ -246,11 +258,14 @@ class PodController:
         if refusal is not None:
             if not is_daemonset_pod(pod) and self.twins.has_twin(namespace):
                 return None  # no longer offloaded here: the twin manager drains this pod
-            if shadow is not None and not shadow["metadata"].get("deletionTimestamp"):
+            if twin and shadow is not None and not shadow["metadata"].get("deletionTimestamp"):
                 await self._delete_shadow(twin, name, grace=0)  # a DaemonSet pod sent before this rule
             await self.status.hold(pod, *refusal)
             return None
-        if shadows is None:
+        if (taken := self.twins.claim_refusal(namespace)) is not None:
+            await self.status.hold(pod, TWIN_TAKEN, f"{taken}; this pod stays Pending on {self.peering.node_name}")
+            return None
+        if twin is None or shadows is None:
             self.twins.want(namespace)
             if self.status.held(pod):
                 await self.status.update(pod, None)  # offloaded now: no longer waiting for that
@@ -335,9 +350,9 @@ class PodController:
                 await self.status.hold(pod, reason, detail, event_reason=REMOTE_FAILURE_EVENTS.get(reason))
             raise
 
-    async def _terminate(self, pod: dict, twin: str, shadow: dict | None) -> float | None:
+    async def _terminate(self, pod: dict, twin: str | None, shadow: dict | None) -> float | None:
         meta = pod["metadata"]
-        if shadow is not None:
+        if twin and shadow is not None:
             grace = meta.get("deletionGracePeriodSeconds")
             own = pod["spec"].get("terminationGracePeriodSeconds", 30)
             if grace is not None and grace != own and deletion_grace(shadow["metadata"].get("annotations")) != grace:
@@ -352,7 +367,7 @@ class PodController:
                 await self._delete_shadow(twin, meta["name"], grace=grace)
             await self.status.update(pod, shadow)  # the remote pod's way down: readiness lost, containers ending
             return None  # the ShadowPod's DELETED event brings us back
-        if twin in self.shadow_informers or self.twins.requests.get(self.peering.tenant_namespace, twin) is None:
+        if twin is None or twin in self.shadow_informers:  # no twin of its own, or one whose ShadowPods are known
             if meta.get("finalizers"):
                 await self.status.terminated(pod)  # it outlives its containers: show that they ended
             with tolerating(404):

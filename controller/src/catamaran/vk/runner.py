@@ -26,6 +26,7 @@ from ..networks import remap_pairs
 from ..objects import as_dict, reference, set_condition
 from ..tenancy import lent_service_types
 from .context import PeeringContext
+from .forge import consented_pod_cidrs
 from .gateway_lease import GatewayLease
 from .kubelet.certificate import ServingCertificate
 from .kubelet.channel import ProviderChannel
@@ -72,6 +73,11 @@ def network_problem(foreign: dict, gateway_problem: str | None = None) -> str | 
 def local_remap(foreign: dict) -> tuple:
     """The consumer's pod ranges as the provider sees them (the fabric's remapping), from the ForeignCluster."""
     return remap_pairs((foreign["spec"].get("networking") or {}).get("localPodCIDRRemap"))
+
+
+def consent(foreign: dict) -> list[str] | None:
+    """The provider's pod ranges this peering consents to (forge.consented_pod_cidrs)."""
+    return consented_pod_cidrs(foreign["spec"].get("networking") or {})
 
 
 @dataclass
@@ -187,6 +193,7 @@ class VirtualKubelet:
         )
         reflection = pods.reflection
         reflection.update_local_remap(local_remap(foreign))
+        pods.ips.consented = consent(foreign)
         reflection.update_network(network_problem(foreign) is not None)
         pods.ips.network_down = network_problem(foreign)
         gateway = GatewayLease(self.local)
@@ -207,7 +214,7 @@ class VirtualKubelet:
             channel,
             local_pod=pods.local_pods.get,
             pods_on_node=lambda: list(pods.local_pods.cache.values()),
-            twin_of=lambda namespace: pods.twins.mapped_name(namespace) if pods.twins.twin_ready(namespace) else None,
+            twin_of=pods.twins.ready_twin,  # the namespace's own twin only, never another namespace's
             node_published=node.published,
             provider_allocatable=lambda: (node.offer or {}).get("allocatable") or {},
         )
@@ -250,6 +257,7 @@ class VirtualKubelet:
             node.update_settings(settings)
             reflection.update(settings_from_spec(new["spec"].get("reflection")))
             reflection.update_local_remap(local_remap(new))
+            pods.ips.update_consent(consent(new))
             pods.home_api_server = home_api_server(new["spec"])  # for pods offloaded from now on
             network_changed()
 

@@ -73,6 +73,11 @@ def foreign_spec_problems(spec: dict) -> list[str]:
             ipaddress.ip_network(remap, strict=False)
         except ValueError as error:
             problems.append(f"spec.networking.podCIDRRemap: {remap!r} is not a CIDR ({error})")
+    for index, cidr in enumerate((spec.get("networking") or {}).get("podCIDRs") or []):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except (TypeError, ValueError) as error:
+            problems.append(f"spec.networking.podCIDRs[{index}]: {cidr!r} is not a CIDR ({error})")
     if spec.get("homeAPIServer"):
         try:
             home_api_server(spec)

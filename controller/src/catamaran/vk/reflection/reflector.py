@@ -287,9 +287,11 @@ class Reflector:
     def pending(self, namespace: str, name: str) -> bool:
         """Is this local object to be reflected while its copy is not in the twin yet?"""
         copy_name = self.kind.remote_name(name)
-        twin = self.twins.mapped_name(namespace)
+        twin = self.twins.twin_of(namespace)
         return (
-            self._wanted(namespace, self.local_objects.get(namespace, name)) and self.copy_of(twin, copy_name) is None
+            twin is not None
+            and self._wanted(namespace, self.local_objects.get(namespace, name))
+            and self.copy_of(twin, copy_name) is None
         )
 
     def copy_of(self, twin: str, copy_name: str) -> dict | None:
@@ -313,9 +315,9 @@ class Reflector:
 
     async def reconcile(self, key) -> float | None:
         namespace, name = key
-        twin = self.twins.mapped_name(namespace)
-        copies = self.copies.get(twin)
-        if copies is None:
+        twin = self.twins.twin_of(namespace)  # never a twin of another namespace, even one of the same name
+        copies = self.copies.get(twin) if twin else None
+        if twin is None or copies is None:
             self._changed_at.pop(key, None)
             return None  # no twin here: its readiness requeues the namespace
         if not copies.synced.is_set() or not self.local_objects.synced(namespace):

@@ -131,9 +131,9 @@ class TokenReflector:
 
     async def reconcile(self, key) -> float | None:
         namespace, pod_name = key
-        twin = self.twins.mapped_name(namespace)
-        copies = self.secrets.copies.get(twin)
-        if copies is None:
+        twin = self.twins.twin_of(namespace)  # never a twin of another namespace, even one of the same name
+        copies = self.secrets.copies.get(twin) if twin else None
+        if twin is None or copies is None:
             if key not in self.local_pods.cache:
                 self._written.pop(key, None)
             return None

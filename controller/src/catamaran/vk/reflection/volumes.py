@@ -109,13 +109,12 @@ class VirtualVolumes:
             or (claim.get("spec") or {}).get("volumeName")
         ):
             return None
-        if not self.twins.twin_ready(namespace):
+        twin = self.twins.ready_twin(namespace)
+        if twin is None:
             self.twins.want(namespace)
             return 2.0  # the twin comes first: the pod cannot run before it
         if self.volumes.get(None, volume_name(claim)) is None:
-            body = volume_for(
-                claim, self.peering.node_name, self.peering.provider_id, self.twins.mapped_name(namespace)
-            )
+            body = volume_for(claim, self.peering.node_name, self.peering.provider_id, twin)
             with tolerating(409):
                 await self.peering.local.create(PersistentVolume.from_dict(body))
                 log.info("virtual volume created", extra=fields(claim=f"{namespace}/{name}", volume=volume_name(claim)))
