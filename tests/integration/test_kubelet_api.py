@@ -8,7 +8,6 @@ share one federation and run in file order.
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import contextlib
 import fcntl
@@ -18,10 +17,8 @@ import os
 import re
 import select
 import socket
-import ssl
 import struct
 import subprocess
-import tempfile
 import termios
 import time
 import urllib.request
@@ -38,6 +35,7 @@ from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 
 from . import federation
 from .conftest import get_json, require_real_node, wait_for
+from .kubelet_client import admin_tls, kubelet_get, node_endpoint
 from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, container, real_pod
 
 pytestmark = pytest.mark.integration
@@ -164,12 +162,6 @@ def kubectl_command(lab, *args: str) -> list[str]:
     return [str(lab.cache.path("kubectl")), "--kubeconfig", str(lab.kubeconfig(CONSUMER)), "-n", NAMESPACE, *args]
 
 
-def node_endpoint(lab, node: str) -> tuple[str, int]:
-    status = get_json(lab, CONSUMER, "node", node)["status"]
-    address = next(a["address"] for a in status["addresses"] if a["type"] == "InternalIP")
-    return address, status["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-
-
 # -- logs -------------------------------------------------------------------------------------------------
 
 
@@ -251,7 +243,7 @@ def test_exec_over_a_websocket_the_api_server_passes_on(lab, fed):
     url = f"{server}/api/v1/namespaces/{NAMESPACE}/pods/talker/exec?{command}&stdout=true&stderr=true"
 
     async def run() -> tuple[str | None, bytes, bytes]:
-        tls = _admin_tls(lab, CONSUMER, with_client_certificate=True)
+        tls = admin_tls(lab, CONSUMER, with_client_certificate=True)
         async with (
             aiohttp.ClientSession() as session,
             session.ws_connect(url, protocols=["channel.k8s.io"], ssl=tls) as socket,
@@ -469,30 +461,8 @@ def lab_top(lab, cluster: str) -> list[list[str]]:
 # -- refusals ---------------------------------------------------------------------------------------------
 
 
-def _admin_tls(lab, cluster: str, with_client_certificate: bool) -> ssl.SSLContext:
-    config = yaml.safe_load(lab.kubeconfig(cluster).read_text())
-    context = ssl.create_default_context(
-        cadata=base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]).decode()
-    )
-    context.check_hostname = False  # the certificate names the node's IP, which is what is dialled
-    if with_client_certificate:
-        user = config["users"][0]["user"]
-        directory = Path(tempfile.mkdtemp())
-        (directory / "c.crt").write_bytes(base64.b64decode(user["client-certificate-data"]))
-        (directory / "c.key").write_bytes(base64.b64decode(user["client-key-data"]))
-        context.load_cert_chain(directory / "c.crt", directory / "c.key")
-    return context
-
-
 def _call(lab, node: str, path: str, *, client_certificate: bool = False, token: str | None = None):
-    host, port = node_endpoint(lab, node)
-    connection = http.client.HTTPSConnection(
-        host, port, timeout=10, context=_admin_tls(lab, CONSUMER, client_certificate)
-    )
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    connection.request("GET", path, headers=headers)
-    response = connection.getresponse()
-    return response.status, response.read().decode(errors="replace")
+    return kubelet_get(lab, CONSUMER, node, path, client_certificate=client_certificate, token=token)
 
 
 def test_callers_without_credentials_or_rights_are_refused(lab, fed):
@@ -539,11 +509,11 @@ def _node_proxy_token(lab, name: str, verbs: list[str]) -> str:
 
 def _kubelet_websocket(lab, path: str, token: str) -> tuple[int, bytes]:
     """A WebSocket GET to the virtual node's kubelet API itself: (101 and stdout) or (the refusal's status, b"")."""
-    host, port = node_endpoint(lab, REAL_NODE)
+    host, port = node_endpoint(lab, CONSUMER, REAL_NODE)
 
     async def run() -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {token}"}
-        tls = _admin_tls(lab, CONSUMER, with_client_certificate=False)
+        tls = admin_tls(lab, CONSUMER, with_client_certificate=False)
         async with aiohttp.ClientSession() as session:
             try:
                 async with session.ws_connect(
@@ -629,8 +599,8 @@ def test_a_forged_pod_status_never_reaches_the_consumers_pod(lab, fed):
 
 
 def _served_certificate(lab, node: str) -> x509.Certificate:
-    host, port = node_endpoint(lab, node)
-    context = _admin_tls(lab, CONSUMER, with_client_certificate=False)
+    host, port = node_endpoint(lab, CONSUMER, node)
+    context = admin_tls(lab, CONSUMER, with_client_certificate=False)
     with socket.create_connection((host, port), timeout=10) as raw, context.wrap_socket(raw) as tls:
         return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
 

@@ -8,16 +8,22 @@ counter and a virtual kubelet restart changes nothing.
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import signal
+import ssl
+import threading
 import time
 
 import pytest
 
-from catamaran.constants import COUNTERS_API_SERVICE, tenant_namespace, virtual_node_name
+from catamaran.certs import make_ca, make_serving_cert
+from catamaran.constants import COUNTERS_API_SERVICE, COUNTERS_GROUP, VERSION, tenant_namespace, virtual_node_name
 
 from . import federation
 from .conftest import get_json, require_real_node, wait_for
+from .kubelet_client import kubelet_get
 from .manifests import real_pod
 
 pytestmark = pytest.mark.integration
@@ -157,3 +163,175 @@ def test_an_hpa_on_cpu_scales_an_offloaded_deployment_up_under_load_and_back_dow
     for name in spinners:
         lab.kubectl(CONSUMER, "-n", NAMESPACE, "exec", name, "--", "touch", IDLE_FLAG)
     wait_for(lambda: desired() == 1, timeout=240, interval=5, what="the HPA to scale down once the load is gone")
+
+
+# -- a provider that lies about its counters --------------------------------------------------------------------------
+
+FORGED_SERVICE = "forged-counters"
+MEMORY_LIMIT = 64 * 1024 * 1024
+
+
+class ForgedCounters:
+    """What a provider's admin can put behind the counters APIService: a server of its own, answering for the twin's
+    pod `forged` a CPU counter that is NaN, a working set of 1e300 bytes and a container `ghost` the pod does not
+    have. It listens where the API server reaches the manager (the host end of the real node's link)."""
+
+    def __init__(self, address: str, service_host: str, directory):
+        ca_key, ca_cert = make_ca("forged counters CA")
+        key, cert = make_serving_cert(ca_key, ca_cert, [service_host])
+        (directory / "tls.crt").write_bytes(cert)
+        (directory / "tls.key").write_bytes(key)
+        self.ca_cert = ca_cert
+        self.asked = 0
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                if path == f"/apis/{COUNTERS_GROUP}/{VERSION}":
+                    body = {
+                        "kind": "APIResourceList",
+                        "apiVersion": "v1",
+                        "groupVersion": f"{COUNTERS_GROUP}/{VERSION}",
+                    }
+                    body["resources"] = [{"name": "podcounters", "namespaced": True, "kind": "PodCounters"}]
+                    body["resources"][0].update(singularName="", verbs=["list"])
+                elif path == COUNTERS_PATH:
+                    fake.asked += 1
+                    body = fake.counters()
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()  # json writes NaN as NaN: what a careless or hostile server sends
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def counters() -> dict:
+        now = time.time()
+        times = {"startTime": now - 120, "sampledAt": now}
+        containers = [
+            {"name": "nan", "cpuSeconds": float("nan"), "memoryWorkingSetBytes": 1_000_000, **times},
+            {"name": "huge", "cpuSeconds": 1.5, "memoryWorkingSetBytes": 1e300, **times},
+            {"name": "ghost", "cpuSeconds": 3.0, "memoryWorkingSetBytes": 2_000_000, **times},
+        ]
+        item = {"metadata": {"name": "forged", "namespace": TWIN}, "containers": containers}
+        return {"apiVersion": f"{COUNTERS_GROUP}/{VERSION}", "kind": "PodCountersList", "metadata": {}, "items": [item]}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_forged_counters_never_reach_the_consumers_stats_or_metrics(lab, fed, lab_config_in_use, tmp_path):
+    """The provider's admin answers the counters API with a server of its own: NaN, 1e300 bytes and a container the
+    pod does not have. The consumer's stats and metrics stay valid and bounded, and each refusal is an Event."""
+    pod = real_pod("forged", ["sleep", "3600"], container={"name": "nan"}, **TO_VIRTUAL_NODE)
+    huge = {**pod["spec"]["containers"][0], "name": "huge", "resources": {"limits": {"memory": str(MEMORY_LIMIT)}}}
+    pod["spec"]["containers"].append(huge)
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(pod))
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "wait", "--for=condition=Ready", "pod/forged", "--timeout=90s")
+
+    registered = get_json(lab, PROVIDER, "apiservice", COUNTERS_API_SERVICE)
+    namespace = registered["spec"]["service"]["namespace"]
+    host_ip = lab_config_in_use.cluster(PROVIDER).real_node.host_ip
+    forged = ForgedCounters(host_ip, f"{FORGED_SERVICE}.{namespace}.svc", tmp_path)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": FORGED_SERVICE, "namespace": namespace},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": forged.port}]},
+    }
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": FORGED_SERVICE,
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": FORGED_SERVICE},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [host_ip], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": forged.port, "protocol": "TCP"}],
+    }
+    replaced = {
+        "spec": {
+            "service": {"namespace": namespace, "name": FORGED_SERVICE, "port": 443},
+            "caBundle": base64.b64encode(forged.ca_cert).decode(),
+        }
+    }
+    body = {"apiVersion": "v1", "kind": "List", "items": [service, endpoints]}
+    try:
+        lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(body))
+        lab.kubectl(PROVIDER, "patch", "apiservice", COUNTERS_API_SERVICE, "--type=merge", "-p", json.dumps(replaced))
+        wait_for(
+            lambda: condition(get_json(lab, PROVIDER, "apiservice", COUNTERS_API_SERVICE), "Available") == "True",
+            what="the forged counters API Available",
+        )
+        # The consumer's metrics-server asks every 15 s, the virtual kubelet caches for 5 s; had it found no counters
+        # API while the APIService moved, it asks again after COUNTERS_RETRY_SECONDS (60 s).
+        wait_for(lambda: forged.asked >= 2, timeout=120, interval=1, what="the virtual kubelet to read the forged API")
+
+        code, summary = kubelet_get(lab, CONSUMER, NODE, "/stats/summary", client_certificate=True)
+        assert code == 200, summary  # the whole node's stats still answer
+        pods = {p["podRef"]["name"]: p for p in strict_json(summary)["pods"]}
+        containers = {c["name"]: c for c in pods["forged"]["containers"]}
+        # NaN: the container is left out; the ghost never shows; 1e300 bytes: its memory limit.
+        assert set(containers) == {"huge"}, containers
+        assert containers["huge"]["memory"]["workingSetBytes"] == MEMORY_LIMIT, containers["huge"]
+        assert pods["forged"]["memory"]["workingSetBytes"] == MEMORY_LIMIT, pods["forged"]
+        assert strict_json(summary)["node"]["memory"]["workingSetBytes"] < 2**40
+
+        code, resource = kubelet_get(lab, CONSUMER, NODE, "/metrics/resource", client_certificate=True)
+        assert code == 200, resource
+        forged_lines = [line for line in resource.splitlines() if 'pod="forged"' in line]
+        assert forged_lines, resource
+        assert not any("NaN" in line or "Inf" in line or 'container="ghost"' in line for line in forged_lines)
+        assert not any('container="nan"' in line for line in forged_lines), forged_lines
+        memory = [line for line in forged_lines if line.startswith("container_memory_working_set_bytes")]
+        assert [float(line.split()[1]) for line in memory] == [MEMORY_LIMIT], memory
+
+        def refusals() -> dict[str, str]:
+            listed = get_json(
+                lab, CONSUMER, "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=forged"
+            )
+            reasons: dict[str, str] = {}
+            for event in listed["items"]:
+                if event["type"] == "Warning":
+                    reasons[event["reason"]] = reasons.get(event["reason"], "") + event["message"] + "\n"
+            return reasons
+
+        reasons = wait_for(
+            lambda: {"UsageRefused", "UsageClamped"} <= set(found := refusals()) and found,
+            timeout=30,
+            what="Warning Events UsageRefused and UsageClamped on the pod",
+        )
+        # One Event per pod and kind (vk/refusals.py): the first refused container is the NaN one.
+        assert "cpuSeconds 'nan' of container 'nan'" in reasons["UsageRefused"], reasons
+        assert "1e+300" in reasons["UsageClamped"], reasons
+    finally:
+        restored = {"spec": {"service": registered["spec"]["service"], "caBundle": registered["spec"]["caBundle"]}}
+        lab.kubectl(PROVIDER, "patch", "apiservice", COUNTERS_API_SERVICE, "--type=merge", "-p", json.dumps(restored))
+        lab.kubectl(PROVIDER, "delete", "-f", "-", "--ignore-not-found", input=json.dumps(body))
+        forged.close()
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "forged", "--wait=false")
