@@ -16,7 +16,16 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from . import health, logs
-from .constants import COUNTERS_SERVICE, LEADER_LABEL, MANAGER_LEASE, SYSTEM_NAMESPACE, VK_SERVICE_ACCOUNT_PREFIX
+from .constants import (
+    COUNTERS_SERVICE,
+    KUBELET_PORT,
+    LEADER_LABEL,
+    MANAGER_COMPONENT,
+    MANAGER_LEASE,
+    SYSTEM_NAMESPACE,
+    VIRTUAL_KUBELET_COMPONENT,
+    VK_SERVICE_ACCOUNT_PREFIX,
+)
 from .consumer.manager import WebhookOptions, consumer_tasks
 from .fabric.gateway import gateway_tasks
 from .fabric.plan import DEFAULT_INTERFACE_PREFIX
@@ -74,6 +83,17 @@ def _counters(args) -> CounterOptions | None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="catamaran", description=__doc__)
+    _process_arguments(parser)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _manager_arguments(commands)
+    _virtual_kubelet_arguments(commands)
+    _gateway_arguments(commands)
+    _route_agent_arguments(commands)
+    return parser
+
+
+def _process_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every process takes: its cluster, its health and metrics server, logs and leader election."""
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="local cluster kubeconfig")
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("--cluster-id", required=True, help="this cluster's id (a DNS-1123 label)")
@@ -116,7 +136,9 @@ def _parser() -> argparse.ArgumentParser:
         default=f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         help="this replica's name in the Lease (default: the pod's or host's name and a random suffix)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+
+
+def _manager_arguments(commands) -> None:
     manager = commands.add_parser(
         "manager", help="run the manager: ShadowPods, offers and twins (provider); NamespaceOffloading and webhook"
     )
@@ -149,13 +171,18 @@ def _parser() -> argparse.ArgumentParser:
         "--counters-external-name",
         help="out-of-cluster manager: the address the API server reaches this port at (an ExternalName Service)",
     )
+
+
+def _virtual_kubelet_arguments(commands) -> None:
     vk = commands.add_parser("virtual-kubelet", help="run the virtual kubelet of one ForeignCluster")
     vk.add_argument("--foreign-cluster", required=True, help="ForeignCluster name")
     vk.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignCluster and its Secret")
     vk.add_argument("--node-ip", default=os.environ.get("POD_IP", "127.0.0.1"), help="address of the virtual node")
     vk.add_argument("--workers", type=int, default=16)
     kubelet = vk.add_argument_group("kubelet API")
-    kubelet.add_argument("--kubelet-port", type=int, default=10250, help="HTTPS port (0: any free port, published)")
+    kubelet.add_argument(
+        "--kubelet-port", type=int, default=KUBELET_PORT, help="HTTPS port (0: any free port, published)"
+    )
     kubelet.add_argument("--kubelet-bind-address", help="address to listen on (default: --node-ip)")
     kubelet.add_argument(
         "--kubelet-serving-certificate",
@@ -175,10 +202,19 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="CA for client certificates (default: kube-system's extension-apiserver-authentication)",
     )
-    gateway = commands.add_parser(
-        "gateway", help="run this cluster's network gateway: one WireGuard tunnel per peering in mode Fabric"
+
+
+def _fabric_command(commands, name: str, help: str) -> argparse.ArgumentParser:
+    """A process of the network fabric: it follows the ForeignClusters of one namespace."""
+    command = commands.add_parser(name, help=help)
+    command.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignClusters")
+    return command
+
+
+def _gateway_arguments(commands) -> None:
+    gateway = _fabric_command(
+        commands, "gateway", "run this cluster's network gateway: one WireGuard tunnel per peering in mode Fabric"
     )
-    gateway.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignClusters")
     gateway.add_argument(
         "--interface-prefix",
         default=DEFAULT_INTERFACE_PREFIX,
@@ -189,10 +225,12 @@ def _parser() -> argparse.ArgumentParser:
         default="wireguard-go",
         help="the userspace WireGuard run per tunnel where the kernel has no WireGuard (default: from PATH)",
     )
-    agent = commands.add_parser(
-        "route-agent", help="on a node other than the gateway's: route the peers' pod ranges to the gateway's node"
+
+
+def _route_agent_arguments(commands) -> None:
+    agent = _fabric_command(
+        commands, "route-agent", "on a node other than the gateway's: route the peers' pod ranges to the gateway's node"
     )
-    agent.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignClusters")
     agent.add_argument(
         "--node-name", default=os.environ.get("NODE_NAME"), help="this node's name (default: $NODE_NAME)"
     )
@@ -207,7 +245,6 @@ def _parser() -> argparse.ArgumentParser:
         help="the DaemonSet in namespace catamaran-fabric that runs the agents: the routes stay when an agent stops "
         "while it remains (a restart), and go once it is deleted (default: none, they always go)",
     )
-    return parser
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -235,7 +272,7 @@ def _elector(args, client) -> LeaderElector | None:
 async def _main(args) -> None:
     config = kubeconfig_from_file(args.kubeconfig, args.context)
     if args.command == "manager":
-        client = async_client(config, args.context, "catamaran-manager")
+        client = async_client(config, args.context, MANAGER_COMPONENT)
         tasks = provider_tasks(
             client,
             args.cluster_id,
@@ -251,7 +288,7 @@ async def _main(args) -> None:
         client = async_client(config, args.context, "catamaran-route-agent")
         tasks = route_agent_tasks(client, args.node_name, args.gateway_selector, args.namespace, args.daemonset)
     else:
-        client = async_client(config, args.context, "catamaran-virtual-kubelet")
+        client = async_client(config, args.context, VIRTUAL_KUBELET_COMPONENT)
         vk = VirtualKubelet(
             client,
             foreign_cluster=args.foreign_cluster,

@@ -7,9 +7,14 @@ VIRTUAL_NODE_PREFIX = "catamaran-"
 # + provider id: the service account (and Deployment) of one virtual kubelet in deployment mode, and the Lease its
 # replicas elect a leader with.
 VK_SERVICE_ACCOUNT_PREFIX = "catamaran-vk-"
+# The manager's and the virtual kubelet's names as API servers see them: field manager, Event source, user agent.
+MANAGER_COMPONENT = "catamaran-manager"
+VIRTUAL_KUBELET_COMPONENT = "catamaran-virtual-kubelet"
+# A virtual node's kubelet API listens here unless told otherwise, as a kubelet does.
+KUBELET_PORT = 10250
 # The Lease the manager's replicas elect a leader with, in the controller namespace; the leader's pod carries the
 # label (value "true"), which the Services of its servers (webhook, pod counters) select.
-MANAGER_LEASE = "catamaran-manager"
+MANAGER_LEASE = MANAGER_COMPONENT
 LEADER_LABEL = "catamaran.io/leader"
 
 CORE_GROUP = "core.catamaran.io"

@@ -134,12 +134,11 @@ def _listed(annotation: str) -> str:
     return f"('{annotation}' in variables.terms ? variables.terms['{annotation}'] : '').split(',').filter(x, x != '')"
 
 
-def tenant_admission_policy() -> list[dict]:
-    """A ValidatingAdmissionPolicy (native, no webhook) and its binding, for requests of tenant credentials only."""
-    username = f"system:serviceaccount:{TENANT_NAMESPACE_PREFIX}"
+def _tenant_validations() -> list[dict]:
+    """The policy's rules: what a tenant credential may write of Services, Secrets and EndpointSlices in a twin."""
     other_than = "request.resource.resource != '{}'".format
     service_type = "(has(object.spec.type) ? object.spec.type : 'ClusterIP')"
-    validations = [
+    return [
         {
             "expression": (
                 f"{other_than('services')} || !has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0"
@@ -189,6 +188,12 @@ def tenant_admission_policy() -> list[dict]:
             "reason": "Forbidden",
         },
     ]
+
+
+def tenant_admission_policy() -> list[dict]:
+    """A ValidatingAdmissionPolicy (native, no webhook) and its binding, for requests of tenant credentials only."""
+    username = f"system:serviceaccount:{TENANT_NAMESPACE_PREFIX}"
+    validations = _tenant_validations()
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -258,7 +263,8 @@ def tenant_manifests(consumer_id: str) -> list[dict]:
     ]
 
 
-def tenant_role_binding(namespace: str, tenant_ns: str, cluster_role: str) -> dict:
+def role_binding(namespace: str, cluster_role: str, subject: dict) -> dict:
+    """A RoleBinding of `cluster_role` in `namespace`, named after the role and managed by Catamaran."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -268,8 +274,14 @@ def tenant_role_binding(namespace: str, tenant_ns: str, cluster_role: str) -> di
             "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
         },
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-        "subjects": [{"kind": "ServiceAccount", "name": TENANT_SERVICE_ACCOUNT, "namespace": tenant_ns}],
+        "subjects": [subject],
     }
+
+
+def tenant_role_binding(namespace: str, tenant_ns: str, cluster_role: str) -> dict:
+    return role_binding(
+        namespace, cluster_role, {"kind": "ServiceAccount", "name": TENANT_SERVICE_ACCOUNT, "namespace": tenant_ns}
+    )
 
 
 def tenant_kubeconfig(server: str, ca_data_b64: str, token: str, provider_id: str, consumer_id: str) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 from lightkube import AsyncClient
 
 from .. import health
+from ..constants import MANAGER_COMPONENT
 from ..kube.events import EventRecorder
 from .csr import KubeletServingApprover
 from .offloading import NamespaceOffloadingController
@@ -31,7 +32,7 @@ class WebhookOptions:
 def consumer_tasks(
     client: AsyncClient, cluster_id: str, controller_namespace: str, webhook: WebhookOptions | None
 ) -> list:
-    events = EventRecorder(client, "catamaran-manager")
+    events = EventRecorder(client, MANAGER_COMPONENT)
     offloadings = NamespaceOffloadingController(client, cluster_id, events, controller_namespace)
     policies = NamespaceOffloadingPolicyController(client, events, offloadings.offloadings, controller_namespace)
     approver = KubeletServingApprover(client, events, controller_namespace)

@@ -23,10 +23,9 @@ from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.types import PatchType
 
 from ..constants import (
-    LABEL_MANAGED_BY,
     LABEL_REMOTE_CLUSTER_ID,
     LABEL_TYPE,
-    MANAGED_BY_CATAMARAN,
+    MANAGER_COMPONENT,
     SYSTEM_NAMESPACE,
     TERMINAL_PHASES,
     TYPE_VIRTUAL_NODE,
@@ -40,12 +39,13 @@ from ..kube.workqueue import WorkQueue
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference, same_conditions, set_condition
 from ..steering import ENABLED_LABEL, OFFLOADING_NAME, STRATEGY_ANNOTATION, remote_namespace_name, selector_matches
+from ..tenancy import role_binding
 from ..twin_claims import TWIN_TAKEN, RemoteNames, claim_refusal, twin_holder
 
 log = logging.getLogger(__name__)
 
 FINALIZER = "catamaran.io/namespace-offloading"
-FIELD_MANAGER = "catamaran-manager"
+FIELD_MANAGER = MANAGER_COMPONENT
 
 
 def selected_clusters(spec: dict, virtual_nodes: dict) -> list[str]:
@@ -101,23 +101,12 @@ def summarize_virtual_node(node) -> dict:
 def reflection_binding(namespace: str, controller_namespace: str) -> dict:
     """The virtual kubelets (every service account of the controller's namespace) may read this namespace's
     Secrets and request its service-account tokens, which reflection needs, and nowhere else."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {
-            "name": VK_REFLECTION_ROLE,
-            "namespace": namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
-        },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": VK_REFLECTION_ROLE},
-        "subjects": [
-            {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Group",
-                "name": f"system:serviceaccounts:{controller_namespace}",
-            }
-        ],
+    group = {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Group",
+        "name": f"system:serviceaccounts:{controller_namespace}",
     }
+    return role_binding(namespace, VK_REFLECTION_ROLE, group)
 
 
 class NamespaceOffloadingController:

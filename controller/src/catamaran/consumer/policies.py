@@ -17,7 +17,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 
-from ..constants import LABEL_OFFLOADING_POLICY, OFFLOADING_GROUP, VERSION
+from ..constants import LABEL_OFFLOADING_POLICY, MANAGER_COMPONENT, OFFLOADING_GROUP, VERSION
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, call, enqueue
 from ..kube.ops import tolerating
@@ -29,7 +29,7 @@ from ..steering import OFFLOADING_NAME, deciding_policy
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "catamaran-manager"
+FIELD_MANAGER = MANAGER_COMPONENT
 
 
 def summarize_namespace(namespace) -> dict:

@@ -29,6 +29,7 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.core_v1 import Namespace
 
 from ..certs import CertificateStore
+from ..constants import MANAGER_COMPONENT
 from ..kube.informer import call
 from ..kube.resources import NamespaceOffloading
 from ..logs import fields
@@ -263,5 +264,5 @@ class PodWebhook:
         selectors = namespace_selectors(list(self.policies.policies.cache.values()), self.policies.controller_namespace)
         body = webhook_configuration(self.store.ca_bundle(), self.url, self.service, selectors)
         await self.client.apply(
-            MutatingWebhookConfiguration.from_dict(body), field_manager="catamaran-manager", force=True
+            MutatingWebhookConfiguration.from_dict(body), field_manager=MANAGER_COMPONENT, force=True
         )

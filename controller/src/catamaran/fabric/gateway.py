@@ -31,6 +31,7 @@ import datetime
 import logging
 import socket
 import time
+from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -170,6 +171,22 @@ class Gateway:
     def _key(self, name: str) -> str | None:
         return self.keys.cache.get((FABRIC_NAMESPACE, name))
 
+    def _tunnel(
+        self, peer: str, direction: str, private_key: str, network: dict, remote: tuple[str, ...], **ends: Any
+    ) -> Tunnel:
+        """The tunnel `to-<provider>` or `from-<consumer>`: this side's key, the peer's public key and this cluster's
+        remapped ranges from the peering's network section (a ForeignCluster's `spec.networking`, a ResourceOffer's
+        `spec.network`), the peer's ranges; `ends` adds the endpoint or listening port. ValueError on bad input."""
+        return Tunnel(
+            peering=peer,
+            interface=interface_name(self.dataplane.prefix, f"{direction}-{peer}"),
+            private_key=keys.checked_private_key(private_key),
+            peer_public_key=keys.check_public_key(network["gateway"]["publicKey"]),
+            remote_cidrs=remote,
+            remapped=_remapped(network),
+            **ends,
+        )
+
     def consumer_tunnels(self) -> list[Tunnel]:
         tunnels = []
         self.problems = {}
@@ -196,15 +213,7 @@ class Gateway:
                 continue
             try:
                 tunnels.append(
-                    Tunnel(
-                        peering=provider,
-                        interface=interface_name(self.dataplane.prefix, f"to-{provider}"),
-                        private_key=keys.checked_private_key(private_key),
-                        peer_public_key=keys.check_public_key(gateway["publicKey"]),
-                        remote_cidrs=remote,
-                        peer_endpoint=gateway["endpoint"],
-                        remapped=_remapped(networking),
-                    )
+                    self._tunnel(provider, "to", private_key, networking, remote, peer_endpoint=gateway["endpoint"])
                 )
             except ValueError as error:  # one peering's bad input leaves the others' tunnels alone
                 self.problems[provider] = str(error)
@@ -245,15 +254,14 @@ class Gateway:
                 continue
             try:
                 tunnels.append(
-                    Tunnel(
-                        peering=consumer,
-                        interface=interface_name(self.dataplane.prefix, f"from-{consumer}"),
-                        private_key=keys.checked_private_key(private_key),
-                        peer_public_key=keys.check_public_key(gateway["publicKey"]),
-                        remote_cidrs=remote,
+                    self._tunnel(
+                        consumer,
+                        "from",
+                        private_key,
+                        network,
+                        remote,
                         listen_port=int(gateway["listenPort"]),
                         allowed_destinations=tuple(sorted(pods_by_tenant.get(consumer, []))),
-                        remapped=_remapped(network),
                     )
                 )
             except ValueError as error:

@@ -3,6 +3,12 @@
 A key is never processed by two workers at once; a key added while it is being processed
 runs once more afterwards. Failures are retried with jittered exponential backoff per key, which a
 success resets.
+
+Retries also draw on one token bucket over all keys, as client-go's default controller rate limiter does: it
+refills at `retry_rate` tokens a second (default 10) and holds up to `retry_burst` (default 100), and a retry waits
+for the longer of its key's backoff and its turn at the bucket. An error storm across a fleet thus retries at most
+a burst at once, then a steady trickle, rather than every key together. Plain adds (watch events) and the requeues
+a reconcile asks for never wait for the bucket. Its clock is the event loop's, like the retry timers'.
 """
 
 from __future__ import annotations
@@ -23,14 +29,26 @@ Reconcile = Callable[[Any], Awaitable[float | None]]
 
 # The wait before a key's first retry; it doubles with each further failure, up to the queue's max_backoff.
 RETRY_INITIAL_SECONDS = 0.5
+# client-go's overall bucket: an error storm retries 100 keys at once, then 10 a second.
+RETRY_RATE = 10.0
+RETRY_BURST = 100
 
 
 class WorkQueue:
-    def __init__(self, name: str, reconcile: Reconcile, workers: int = 4, max_backoff: float = 60):
+    def __init__(
+        self,
+        name: str,
+        reconcile: Reconcile,
+        workers: int = 4,
+        max_backoff: float = 60,
+        retry_rate: float = RETRY_RATE,
+        retry_burst: int = RETRY_BURST,
+    ):
         self.name = name
         self.reconcile = reconcile
         self.workers = workers
         self.max_backoff = max_backoff
+        self._retries = TokenBucket(retry_rate, retry_burst)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._queued: set = set()
         self._active: set = set()
@@ -126,7 +144,10 @@ class WorkQueue:
             except Exception as error:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
-                requeue_after = backoff.exponential(failures, initial=RETRY_INITIAL_SECONDS, cap=self.max_backoff)
+                requeue_after = max(
+                    backoff.exponential(failures, initial=RETRY_INITIAL_SECONDS, cap=self.max_backoff),
+                    self._retries.reserve(asyncio.get_running_loop().time()),
+                )
                 metrics.RECONCILES.labels(self.name, "error").inc()
                 log.warning(
                     "reconcile failed; retrying",
@@ -140,6 +161,31 @@ class WorkQueue:
                 self.add(key)
             elif requeue_after:
                 self.add(key, requeue_after)
+
+
+class TokenBucket:
+    """Tokens refill at `rate` a second up to `burst`; each reservation takes one, owing it if none is left.
+
+    A reservation never fails: it says how long to wait until its token has refilled (golang.org/x/time/rate's
+    Reserve, which client-go's bucket uses), so reservations made together are spaced 1/rate apart once the burst
+    is spent. Times are the caller's clock.
+    """
+
+    def __init__(self, rate: float, burst: int):
+        if rate <= 0 or burst < 1:
+            raise ValueError(f"a token bucket needs a positive rate and a burst of at least 1, not {rate}, {burst}")
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)  # negative when reservations owe tokens
+        self._at: float | None = None
+
+    def reserve(self, now: float) -> float:
+        """Take a token at `now`: the seconds until it is there (0 if it already is)."""
+        if self._at is not None:
+            self._tokens = min(self.burst, self._tokens + max(0.0, now - self._at) * self.rate)
+        self._at = now if self._at is None else max(self._at, now)
+        self._tokens -= 1
+        return max(0.0, -self._tokens / self.rate)
 
 
 _RETIRE = object()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lightkube import AsyncClient
 
+from ..constants import MANAGER_COMPONENT
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, call, changed
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
@@ -21,7 +22,7 @@ def provider_tasks(
     credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
     counters: CounterOptions | None = None,
 ) -> list:
-    events = EventRecorder(client, "catamaran-manager")
+    events = EventRecorder(client, MANAGER_COMPONENT)
     offers = ResourceOfferController(client, cluster_id)
     tenants: Informer = offers.tenants
     twins = TwinNamespaceController(

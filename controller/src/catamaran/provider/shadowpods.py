@@ -145,6 +145,15 @@ def _managed(pod) -> bool:
     return (pod.metadata.labels or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN
 
 
+def made_for_a_shadowpod(pod: dict) -> bool:
+    """Did the manager make this pod (for this ShadowPod or an earlier one of its name)?"""
+    labels = pod["metadata"].get("labels") or {}
+    owners = pod["metadata"].get("ownerReferences") or []
+    return labels.get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN and any(
+        o.get("kind") == "ShadowPod" and o.get("controller") for o in owners
+    )
+
+
 def compact_pod(pod) -> dict:
     """What the manager reads of a pod it created: who owns it, whether it is going, what may still change of it,
     and its status."""
@@ -197,49 +206,39 @@ class ShadowPodController:
         self,
         client: AsyncClient,
         events: EventRecorder,
+        offers: ResourceOfferController,
+        twin_namespaces: Informer,
         workers: int = 32,
-        offers: ResourceOfferController | None = None,
-        twin_namespaces: Informer | None = None,
         wait_for: tuple[Informer, ...] = (),
     ):
         self.client = client
         self.events = events
         # The tenants' terms and quotas, and the twin namespaces (as dicts; their labels name the consumer
         # and the enforced Pod Security level); these informers and `wait_for` must be synced first.
-        # Without them, no tenant: only the default level applies.
         self.offers = offers
         self.twin_namespaces = twin_namespaces
         self.wait_for = wait_for
         self._refused: dict[str | None, set] = {}  # consumer -> keys of its ShadowPods refused for now
-        if offers is not None:
-            offers.on_admission_may_change(self._retry_refused)
-        if twin_namespaces is not None:
-            twin_namespaces.on_change(self._twin_namespace_changed)
+        offers.on_admission_may_change(self._retry_refused)
+        twin_namespaces.on_change(self._twin_namespace_changed)
         self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict, packed=True)
-        # The pods it created, out of the offers' pod informer when there is one (one pod watch per process).
-        own_source = None
-        if offers is None:
-            managed = {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}
-            own_source = Informer(client, Pod, name="pods", labels=managed, transform=lambda pod: None)
-        self._own_pods_source = own_source
-        pods_source = own_source or offers.pods
-        self.pods = pods_source.view("shadowpod-pods", include=_managed, transform=compact_pod, packed=True)
+        # The pods it created: a view of the offers' pod informer (one pod watch per process).
+        self.pods = offers.pods.view("shadowpod-pods", include=_managed, transform=compact_pod, packed=True)
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
         self.shadows.on_change(enqueue(self.queue))
         self.pods.on_change(enqueue(self.queue))
 
     def tasks(self):
-        own = [self._own_pods_source.run()] if self._own_pods_source is not None else []
-        return [self.shadows.run(), *own, self._run_queue()]
+        return [self.shadows.run(), self._run_queue()]
 
     def _twin(self, namespace: str) -> tuple[str | None, str | None]:
         """The consumer owning a twin namespace and the level Pod Security Admission enforces there."""
-        twin = self.twin_namespaces.get(None, namespace) if self.twin_namespaces is not None else None
+        twin = self.twin_namespaces.get(None, namespace)
         labels = ((twin or {}).get("metadata") or {}).get("labels") or {}
         return labels.get(LABEL_ORIGIN_CLUSTER_ID), labels.get(podsecurity.ENFORCE_LABEL)
 
     def _twin_annotations(self, namespace: str) -> dict:
-        twin = self.twin_namespaces.get(None, namespace) if self.twin_namespaces is not None else None
+        twin = self.twin_namespaces.get(None, namespace)
         return ((twin or {}).get("metadata") or {}).get("annotations") or {}
 
     def _twin_namespace_changed(self, event, key, new, old) -> None:
@@ -262,8 +261,7 @@ class ShadowPodController:
         """The ShadowPod needs no pod now: drop its refusal and any quota it held for a pod never seen."""
         for keys in self._refused.values():
             keys.discard(key)
-        if self.offers is not None:
-            self.offers.release(key)
+        self.offers.release(key)
 
     async def _run_queue(self):
         for informer in (self.shadows, self.pods, *self.wait_for):
@@ -398,7 +396,7 @@ class ShadowPodController:
         found = podsecurity.violations(pod["spec"], level, pod["metadata"].get("annotations"))
         if found:
             return "PodSecurityViolation", f'violates PodSecurity "{level}:latest": {", ".join(found)}'
-        if consumer is None or self.offers is None:
+        if consumer is None:
             return None
         exceeded = self.offers.admit(key, consumer, quantities.pod_requests(pod["spec"]))
         if exceeded:
@@ -408,7 +406,7 @@ class ShadowPodController:
     def _tenant_pod(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms, dict]:
         """(tenant, the twin's enforced level, the tenant's terms, the Pod its terms make of the ShadowPod)."""
         consumer, enforced = self._twin(shadow["metadata"]["namespace"])
-        terms = self.offers.terms(tenant_namespace(consumer)) if consumer and self.offers else TenantTerms()
+        terms = self.offers.terms(tenant_namespace(consumer)) if consumer else TenantTerms()
         # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level.
         pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
         return consumer, enforced, terms, pod
@@ -426,14 +424,31 @@ class ShadowPodController:
         try:
             created = await self.client.create(Pod.from_dict(pod))
         except ApiError as error:
-            if self.offers is not None:
-                self.offers.release(key)
+            self.offers.release(key)
             if error.status.code == 409:
-                return 1  # an old incarnation is still terminating
+                return await self._name_in_use(shadow)
             await self._report_refusal(shadow, *classify_create_error(error))
             return 15
         log.debug("pod created", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", uid=created.metadata.uid))
         return None
+
+    async def _name_in_use(self, shadow: dict) -> float | None:
+        """A pod of the ShadowPod's name exists: an earlier incarnation still terminating is waited out; a pod the
+        manager did not make (the provider's own, or the tenant's) is never adopted, and the ShadowPod says so."""
+        meta = shadow["metadata"]
+        try:
+            existing = as_dict(await self.client.get(Pod, meta["name"], namespace=meta["namespace"]))
+        except ApiError as error:
+            if error.status.code == 404:
+                return 1  # gone meanwhile: create again
+            raise
+        if made_for_a_shadowpod(existing):
+            return 1
+        message = (
+            f"pod {meta['name']} already exists in {meta['namespace']} and was not made for a ShadowPod: not adopted"
+        )
+        await self._report_refusal(shadow, "PodNameTaken", message)
+        return REFUSED_RETRY_S
 
     async def _report_refusal(self, shadow: dict, reason: str, message: str) -> None:
         """PodCreated=False with the reason and message; a Warning Event when the reason is new (a quota message

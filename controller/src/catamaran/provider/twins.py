@@ -31,6 +31,7 @@ from ..constants import (
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
+    MANAGER_COMPONENT,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     TENANT_NAMESPACE_PREFIX,
@@ -81,6 +82,38 @@ def owned_by(namespace: dict | None, twin_of: str, origin: str | None = None) ->
 def origin_matches(annotations: dict, origin: str | None) -> bool:
     recorded = annotations.get(ANNOTATION_ORIGIN_NAMESPACE)
     return origin is None or recorded is None or recorded == origin
+
+
+def name_refusal(name: str, consumer: str, terms: TenantTerms) -> tuple[str, str] | None:
+    """(reason, message) when `name` may never be this tenant's twin: reserved, or not allowed by its terms."""
+    if reserved_name(name):
+        message = (
+            f"namespace {name} is reserved (default, kube-*, {SYSTEM_NAMESPACE}, {FABRIC_NAMESPACE}, "
+            f"{TENANT_NAMESPACE_PREFIX}*) and is never a twin namespace"
+        )
+        return "ReservedName", message
+    if not tenant_terms.twin_name_allowed(name, consumer, terms.twin_names):
+        message = (
+            f"namespace {name} is not allowed by the provider's terms: twin names must be <name>-{consumer} "
+            "(the DefaultName strategy) unless the peering allows any name"
+        )
+        return "TwinNameNotAllowed", message
+    return None
+
+
+def ownership_conflict(existing: dict | None, name: str, twin_of: str, origin: str | None) -> tuple[str, str] | None:
+    """(reason, message) when the namespace `name` exists and is not this TwinNamespace's to use."""
+    if existing is None:
+        return None
+    if owned_by(existing, twin_of) and not owned_by(existing, twin_of, origin):
+        message = f"namespace {name} is the twin of another namespace of this tenant; a twin extends only one namespace"
+        return "TwinNamespaceTaken", message
+    if not owned_by(existing, twin_of):
+        return (
+            "NamespaceConflict",
+            f"namespace {name} already exists and is not managed by Catamaran for {twin_of}; not adopted",
+        )
+    return None
 
 
 class TwinNamespaceController:
@@ -160,24 +193,10 @@ class TwinNamespaceController:
         if consumer is None:
             await self._status(twin, "Failed", f"{tenant_ns} is not a Catamaran tenant namespace")
             return None
-        if reserved_name(name):
-            message = (
-                f"namespace {name} is reserved (default, kube-*, {SYSTEM_NAMESPACE}, {FABRIC_NAMESPACE}, "
-                f"{TENANT_NAMESPACE_PREFIX}*) and is never a twin namespace"
-            )
-            if (twin.get("status") or {}).get("phase") != "Failed":
-                await self.events.record(reference(twin), "Warning", "ReservedName", message)
-            await self._status(twin, "Failed", message)
-            return None
         terms = self.tenant_terms(tenant_ns)
-        if not tenant_terms.twin_name_allowed(name, consumer, terms.twin_names):
-            message = (
-                f"namespace {name} is not allowed by the provider's terms: twin names must be <name>-{consumer} "
-                "(the DefaultName strategy) unless the peering allows any name"
-            )
-            if (twin.get("status") or {}).get("phase") != "Failed":
-                await self.events.record(reference(twin), "Warning", "TwinNameNotAllowed", message)
-            await self._status(twin, "Failed", message)
+        refused = name_refusal(name, consumer, terms)
+        if refused is not None:
+            await self._refuse(twin, "Failed", *refused)
             return None
         if TWIN_FINALIZER not in (meta.get("finalizers") or []):
             await self.client.patch(
@@ -187,60 +206,53 @@ class TwinNamespaceController:
                 namespace=tenant_ns,
                 patch_type=PatchType.MERGE,
             )
-        level = terms.pod_security
         ranges, problem = tenant_terms.endpoint_ranges(terms.consumer_pod_cidrs, self.provider_pod_cidrs())
         annotations = {**tenant_terms.twin_annotations(terms, ranges), ANNOTATION_ORIGIN_NAMESPACE: origin}
         existing = await self._get_namespace(name)
-        if existing is not None and owned_by(existing, twin_of) and not owned_by(existing, twin_of, origin):
-            message = (
-                f"namespace {name} is the twin of another namespace of this tenant; a twin extends only one namespace"
-            )
-            if (twin.get("status") or {}).get("phase") != "Conflict":
-                await self.events.record(reference(twin), "Warning", "TwinNamespaceTaken", message)
-            await self._status(twin, "Conflict", message)
+        conflict = ownership_conflict(existing, name, twin_of, origin)
+        if conflict is not None:
+            await self._refuse(twin, "Conflict", *conflict)
             return None
-        if existing is not None and not owned_by(existing, twin_of):
-            message = f"namespace {name} already exists and is not managed by Catamaran for {twin_of}; not adopted"
-            if (twin.get("status") or {}).get("phase") != "Conflict":
-                await self.events.record(reference(twin), "Warning", "NamespaceConflict", message)
-            await self._status(twin, "Conflict", message)
-            return None
-        if existing is None:
-            await self.client.create(
-                Namespace.from_dict(
-                    {
-                        "metadata": {
-                            "name": name,
-                            "labels": {
-                                LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
-                                LABEL_ORIGIN_CLUSTER_ID: consumer,
-                                LABEL_DESTINATION_CLUSTER_ID: self.cluster_id,
-                                **pod_security_labels(level),
-                            },
-                            "annotations": {ANNOTATION_TWIN_OF: twin_of, **annotations},
-                        }
-                    }
-                )
-            )
-            log.info("twin namespace created", extra=fields(namespace=name, tenant=consumer))
-        elif existing["metadata"].get("deletionTimestamp"):
+        if existing is not None and existing["metadata"].get("deletionTimestamp"):
             await self._status(twin, "Pending", f"namespace {name} is still terminating")
             return 2
-        else:
-            wanted = pod_security_labels(level)
-            labels = existing["metadata"].get("labels") or {}
-            current = existing["metadata"].get("annotations") or {}
-            if any(labels.get(k) != v for k, v in wanted.items()) or any(
-                current.get(k) != v for k, v in annotations.items()
-            ):
-                patch = {"metadata": {"labels": wanted, "annotations": annotations}}
-                await self.client.patch(Namespace, name, patch, patch_type=PatchType.MERGE)
-                log.info("twin namespace's terms updated", extra=fields(namespace=name, pod_security=level))
+        await self._ensure_namespace(existing, name, twin_of, consumer, terms.pod_security, annotations)
         if problem:
             await self.events.record(reference(twin), "Warning", "EndpointRangesRefused", problem)
         await self._apply_guards(name, tenant_ns, terms)
         await self._status(twin, "Ready", f"namespace {name} is ready for {consumer}")
         return None
+
+    async def _refuse(self, twin: dict, phase: str, reason: str, message: str) -> None:
+        """The phase and message on the TwinNamespace; a Warning Event the first time it enters that phase."""
+        if (twin.get("status") or {}).get("phase") != phase:
+            await self.events.record(reference(twin), "Warning", reason, message)
+        await self._status(twin, phase, message)
+
+    async def _ensure_namespace(
+        self, existing: dict | None, name: str, twin_of: str, consumer: str, level: str, annotations: dict
+    ) -> None:
+        """Create the twin namespace, or bring an existing one's Pod Security labels and terms up to date."""
+        if existing is None:
+            labels = {
+                LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
+                LABEL_ORIGIN_CLUSTER_ID: consumer,
+                LABEL_DESTINATION_CLUSTER_ID: self.cluster_id,
+                **pod_security_labels(level),
+            }
+            metadata = {"name": name, "labels": labels, "annotations": {ANNOTATION_TWIN_OF: twin_of, **annotations}}
+            await self.client.create(Namespace.from_dict({"metadata": metadata}))
+            log.info("twin namespace created", extra=fields(namespace=name, tenant=consumer))
+            return
+        wanted = pod_security_labels(level)
+        labels = existing["metadata"].get("labels") or {}
+        current = existing["metadata"].get("annotations") or {}
+        if any(labels.get(k) != v for k, v in wanted.items()) or any(
+            current.get(k) != v for k, v in annotations.items()
+        ):
+            patch = {"metadata": {"labels": wanted, "annotations": annotations}}
+            await self.client.patch(Namespace, name, patch, patch_type=PatchType.MERGE)
+            log.info("twin namespace's terms updated", extra=fields(namespace=name, pod_security=level))
 
     async def _apply_guards(self, name: str, tenant_ns: str, terms: TenantTerms) -> None:
         """The tenant's rights in the twin, and what holds them to the terms: its LimitRange and ResourceQuota, and
@@ -258,7 +270,7 @@ class TwinNamespaceController:
             (ResourceQuota, resource_quota),
             (ServiceAccount, service_account),
         ):
-            await self.client.apply(resource.from_dict(body), field_manager="catamaran-manager", force=True)
+            await self.client.apply(resource.from_dict(body), field_manager=MANAGER_COMPONENT, force=True)
 
     async def _remove(self, twin: dict, twin_of: str, origin: str | None) -> float | None:
         name = twin["metadata"]["name"]

@@ -1,4 +1,4 @@
-"""What every part of one virtual kubelet shares about the peering it serves; built once, in vk/runner.py."""
+"""What every part of one virtual kubelet shares about the peering it serves; built once, in vk/assembly.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The consumer's own ranges and addresses, which no provider's pod IP may take (forge.IPTranslator).
+"""The consumer's own ranges and addresses, which no provider's pod IP may take (ip_translation.IPTranslator).
 
 Read from what this virtual kubelet may read. Always: the `kubernetes` Service's cluster IPs and the API
 server's addresses (its EndpointSlice), from the reflection's cluster-wide watches, and the virtual node's own
@@ -23,7 +23,7 @@ from ..kube import backoff
 from ..kube.informer import Informer, call, changed, error_text
 from ..logs import fields
 from ..objects import as_dict
-from .trust import (
+from .ip_translation import (
     OwnRange,
     api_server_entries,
     kubernetes_service_entries,

@@ -1,6 +1,6 @@
 """The provider's pod IPs as the consumer shows them: checked against the ranges the provider announces and the
 consumer's own, translated into the remap range, and what is refused said on the virtual node and the
-ForeignCluster (conditions and Events). The pure rules are vk/forge.py's IPTranslator and vk/trust.py."""
+ForeignCluster (conditions and Events). The pure rules are vk/ip_translation.py's IPTranslator."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..kube.resources import ForeignCluster
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference, set_condition
 from .context import PeeringContext
-from .forge import IPTranslator
+from .ip_translation import IPTranslator
 from .local_ranges import LocalRanges
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # On the virtual node and the ForeignCluster: True while some provider pod IPs cannot be remapped.
 UNTRANSLATED_CONDITION = "catamaran.io/PodIPsUntranslated"
 # On the virtual node and the ForeignCluster: True while every pod IP of the provider is refused, for an overlap
-# with the consumer's own ranges (reasons in forge.py) or because it announces no pod range.
+# with the consumer's own ranges (reasons in ip_translation.py) or because it announces no pod range.
 REFUSED_CONDITION = "catamaran.io/PodIPsRefused"
 NO_PROVIDER_RANGES = "NoProviderRanges"
 NO_CONSENTED_RANGES = "NoConsentedRanges"
@@ -53,7 +53,7 @@ class PodIPs:
     ):
         self.peering = peering
         self.remap_cidr = remap_cidr
-        self.consented = consented  # forge.consented_pod_cidrs of the ForeignCluster; changed by a new consent
+        self.consented = consented  # ip_translation.consented_pod_cidrs of the ForeignCluster; changed by a new consent
         self.nodes = nodes  # the virtual node, whose (re)creation wakes the report loop
         self._requeue_all = requeue_all  # every local pod is looked at again when the translator changes
         # None until both the provider's announced pod ranges and the consumer's own are known: until then the

@@ -1,4 +1,4 @@
-"""Status back: what a local pod on the virtual node shows, from its ShadowPod's status (vk/forge.py's
+"""Status back: what a local pod on the virtual node shows, from its ShadowPod's status (vk/status_back.py's
 local_pod_status), or why it is held Pending; Warning Events when a refusal first appears, and once per pod and
 kind for what the provider reported that the consumer refused or clamped (vk/refusals.py)."""
 
@@ -12,8 +12,11 @@ from ..kube.ops import patch_status
 from ..logs import fields
 from ..objects import condition, now_iso, reference, status_patch
 from .context import PeeringContext
-from .forge import (
-    HELD_REASONS,
+from .forge import HELD_REASONS
+from .node import VirtualNode
+from .pod_ips import PodIPs
+from .refusals import RefusalEvents
+from .status_back import (
     POD_IP_CONDITION,
     REMOTE_CONDITION,
     held_pod_status,
@@ -21,9 +24,6 @@ from .forge import (
     report_refusals,
     terminated_pod_status,
 )
-from .node import VirtualNode
-from .pod_ips import PodIPs
-from .refusals import RefusalEvents
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from ..constants import (
     ROOT_CA_CONFIGMAP,
     TERMINAL_PHASES,
 )
-from ..kube.informer import Informer, NamespacedInformers, call
+from ..kube.informer import Informer, NamespacedInformers
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
@@ -38,13 +38,9 @@ from .forge import (
     shadowpod_for,
 )
 from .namespaces import TwinManager
-from .node import VirtualNode
-from .pod_ips import PodIPs
 from .pod_status import REMOTE_FAILURE_EVENTS, PodStatus
-from .reflection.policy import ReflectionSettings
-from .reflection.reflection import Reflection
-from .reflection.tokens import token_secret_name
-from .remote_events import RemoteEventMirror
+from .reflection.reflector import Reflector
+from .reflection.tokens import TokenReflector, token_secret_name
 from .trust import sanitised_message
 
 log = logging.getLogger(__name__)
@@ -108,90 +104,75 @@ def compact_shadow(shadow) -> dict:
     }
 
 
+def local_pods_informer(peering: PeeringContext) -> Informer:
+    """The pods bound to the virtual node: a server-side field selector on its name, each kept compact."""
+    return Informer(
+        peering.local,
+        Pod,
+        name="local-pods",
+        fields={"spec.nodeName": peering.node_name},
+        transform=compact_local_pod,
+        packed=True,
+    )
+
+
+def shadow_informer(peering: PeeringContext, twin: str) -> Informer:
+    """The ShadowPods of one twin namespace, each kept compact (the tenant may list only inside its namespaces)."""
+    return Informer(
+        peering.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow, packed=True
+    )
+
+
 class PodController:
+    """Local pods to ShadowPods and back. It receives its collaborators; vk/assembly.py builds them and wires the
+    listeners below (local_changed, offloading_changed, twin_ready, shadow_changed, health_changed) to them."""
+
     name = "pods"
 
     def __init__(
         self,
         peering: PeeringContext,
-        node: VirtualNode,
-        reflection_settings: ReflectionSettings,
         *,
-        remap_cidr: str | None,
+        local_pods: Informer,
+        twins: TwinManager,
+        shadows: NamespacedInformers,
+        status: PodStatus,
+        tokens: TokenReflector,
+        config_maps: Reflector,
         home_api_server: tuple[str, int] | None = None,
         workers: int = 16,
     ):
         self.peering = peering
+        self.local_pods = local_pods
+        self.twins = twins
+        self.shadow_informers = shadows  # one per twin, watched once the twin is Ready (twin_ready)
+        self.status = status
+        self.tokens = tokens  # pods wait for their token Secret before their ShadowPod
+        self.config_maps = config_maps  # ... and for the consumer's root CA reflected into the twin
         self.home_api_server = home_api_server
-        self.node = node
-        self.local_pods = Informer(
-            peering.local,
-            Pod,
-            name="local-pods",
-            fields={"spec.nodeName": peering.node_name},
-            transform=compact_local_pod,
-            packed=True,
-        )
-        self.twins = TwinManager(
-            peering,
-            # DaemonSet pods are never offloaded, so a leaving twin has none of them to drain.
-            pods_on_node=lambda namespace: [
-                p
-                for key in self.local_pods.keys_in(namespace)
-                if (p := self.local_pods.cache.get(key)) is not None and not is_daemonset_pod(p)
-            ],
-            shadows_left=lambda twin: len(informer.cache) if (informer := self.shadow_informers.get(twin)) else 0,
-        )
-        self.shadow_informers = NamespacedInformers(self._shadow_informer)
-        self.remote_events = RemoteEventMirror(peering, self.local_pods)
-        self.twins.ready_listeners += [self._twin_ready, self.remote_events.twin_ready]
-        self.twins.removed_listeners += [self.shadow_informers.unwatch, self.remote_events.twin_removed]
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
-        self.local_pods.on_change(self._local_changed)
-        # A namespace's offloading appearing, changing or going changes what its waiting pods say. Its status,
-        # which every virtual node of the namespace writes, does not: requeuing every pod on each of those
-        # writes made 35 reconciles per pod with 5 providers.
-        self.twins.offloadings.on_change(
-            call(
-                self._requeue_namespace,
-                key=lambda key: key[0],
-                when=lambda event, key, new, old: _placement(new) != _placement(old),
-            )
-        )
-        # Pod IPs (checked and translated) and the status written back, one module each.
-        self.ips = PodIPs(peering, node.settings.node_ip, remap_cidr, self.twins.node, self._requeue_all)
-        self.status = PodStatus(peering, node, self.ips)
-        node.health_listeners.append(lambda healthy: self._requeue_all())
-        # Reflection works in the same twins, and issues the tokens of the same local pods.
-        self.reflection = Reflection(peering, self.twins, self.local_pods, reflection_settings)
-        # Events about reflected objects come back onto the local objects.
-        self.remote_events.reflected = self.reflection.local_object
-        # The cluster-wide Service and EndpointSlice watches also hold the `kubernetes` Service and API server.
-        self.ips.local_ranges.follow_kubernetes_service(
-            self.reflection.reflectors["services"].local_objects.informer,
-            self.reflection.reflectors["endpointSlices"].local_objects.informer,
-        )
-        # Pods wait for their token Secret before their ShadowPod.
-        self.reflection.tokens.written_listeners.append(self.queue.add)
-        self.local_pods.on_change(call(self.reflection.tokens.pod_changed, key=lambda key: key))
 
-    def _local_changed(self, event, key, new, old) -> None:
+    def local_changed(self, event, key, new, old) -> None:
         self.queue.add(key)
         if event == "ADDED":
             self.twins.want(key[0])
+
+    def offloading_changed(self, event, key, new, old) -> None:
+        """A namespace's offloading appearing, changing or going changes what its waiting pods say. Its status,
+        which every virtual node of the namespace writes, does not: requeuing every pod on each of those
+        writes made 35 reconciles per pod with 5 providers."""
+        if _placement(new) != _placement(old):
+            self.requeue_namespace(key[0])
+
+    def health_changed(self, healthy: bool) -> None:
+        self.requeue_all()
 
     def twin_for(self, local_namespace: str) -> str | None:
         """The namespace's own twin, None when it has none here (or its remote name is another namespace's)."""
         return self.twins.twin_of(local_namespace)
 
     def tasks(self):
-        return [
-            self.local_pods.run(),
-            *self.twins.tasks(),
-            *self.remote_events.tasks(),
-            *self.ips.tasks(),
-            self._run(),
-        ]
+        return [self._run()]
 
     async def _run(self):
         await self.local_pods.synced.wait()
@@ -199,26 +180,19 @@ class PodController:
             await informer.synced.wait()
         await self.queue.run()
 
-    def _requeue_all(self) -> None:
+    def requeue_all(self) -> None:
         for key in list(self.local_pods.cache):
             self.queue.add(key)
 
-    def _requeue_namespace(self, namespace: str) -> None:
+    def requeue_namespace(self, namespace: str) -> None:
         for key in self.local_pods.keys_in(namespace):
             self.queue.add(key)
 
-    def _twin_ready(self, origin: str, twin: str) -> None:
+    def twin_ready(self, origin: str, twin: str) -> None:
         self.shadow_informers.watch(twin)
-        self._requeue_namespace(origin)
+        self.requeue_namespace(origin)
 
-    def _shadow_informer(self, twin: str) -> Informer:
-        informer = Informer(
-            self.peering.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow, packed=True
-        )
-        informer.on_change(self._shadow_changed)
-        return informer
-
-    def _shadow_changed(self, event, key, new, old) -> None:
+    def shadow_changed(self, event, key, new, old) -> None:
         # Its twin's origin, not what the ShadowPod says of itself: a ShadowPod in a twin is of the twin's namespace
         # (one naming another namespace is an orphan there, and removed as one).
         shadow = new or old
@@ -312,7 +286,7 @@ class PodController:
 
         The wait is short and one-off: without it the provider's kubelet would back off mounting for minutes.
         """
-        tokens = self.reflection.tokens
+        tokens = self.tokens
         if not tokens.needed(pod):
             return None, None
         if not tokens.ready_for(pod, twin):
@@ -320,7 +294,7 @@ class PodController:
             # The token reflector requeues the pod once the Secret is written. This delay only covers a lost
             # notification: a short one polled every waiting pod (26 reconciles per pod at 10 000 pods).
             return None, TOKEN_WAIT_RECHECK_S
-        if self.reflection.reflectors["configMaps"].pending(pod["metadata"]["namespace"], ROOT_CA_CONFIGMAP):
+        if self.config_maps.pending(pod["metadata"]["namespace"], ROOT_CA_CONFIGMAP):
             return None, 0.5
         return token_secret_name(pod["metadata"]["name"]), None
 

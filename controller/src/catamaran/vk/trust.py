@@ -1,24 +1,20 @@
-"""What the consumer takes from a provider's reports, and its own addresses no provider pod IP may take. Pure.
+"""What the consumer takes from a provider's reports: bounded text, and pod status bounded by the local spec. Pure.
 
 A provider's administrator can write anything into the ShadowPod status, the Events of its twin namespaces,
 its ResourceOffer and the pod counters its manager serves. Text copied onto the consumer's objects is bounded
-here; pod IPs are checked against the consumer's own ranges (forge.IPTranslator), since the consumer's
+here; pod IPs are checked against the consumer's own ranges (vk/ip_translation.py), since the consumer's
 EndpointSlices are built from them; a pod's reported status is bounded by the local pod's spec (which containers,
 their images) and by what the API takes (restart counts, condition types, field types), so that no report can
-freeze the local pod's status writes; usage figures are finite, non-negative and bounded by ceilings. What is
-refused or clamped is returned as a `Refusal`, which the virtual kubelet reports as a Warning Event.
+freeze the local pod's status writes; usage figures are finite, non-negative and bounded by ceilings
+(vk/reported_usage.py). What is refused or clamped is returned as a `Refusal`, which the virtual kubelet reports as
+a Warning Event.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-
-from .. import quantities
 
 # Kubernetes' reason convention: one CamelCase word. A reason that is not one is replaced by PROVIDER_REASON.
 REASON_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}")
@@ -31,31 +27,6 @@ TRUNCATION_MARK = "… (truncated)"
 # Lone surrogates are dropped too: they cannot be sent as UTF-8.
 _UNPRINTABLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]"
-)
-# A provider announces one range per address family (networks.covering_networks); more are ignored.
-PROVIDER_RANGES_LIMIT = 8
-# Shown in messages about overlaps; the rest are counted.
-OVERLAPS_SHOWN = 3
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-OwnRange = tuple[Network, str]  # a range or address of the consumer's, and what it is
-
-# Addresses no pod has. EndpointSlice validation refuses most of them, so one such pod IP could stall its
-# Service's slices; a link-local one would point the Service at the nodes' metadata server; an IPv4-mapped IPv6
-# one is an IPv4 address (the API server's, say) in disguise.
-SPECIAL_RANGES: tuple[OwnRange, ...] = tuple(
-    (ipaddress.ip_network(cidr), what)
-    for cidr, what in (
-        ("0.0.0.0/32", "unspecified address"),
-        ("127.0.0.0/8", "loopback range"),
-        ("169.254.0.0/16", "link-local range (metadata services)"),
-        ("224.0.0.0/4", "multicast range"),
-        ("::/128", "unspecified address"),
-        ("::1/128", "loopback address"),
-        ("::ffff:0:0/96", "IPv4-mapped range"),
-        ("fe80::/10", "link-local range"),
-        ("ff00::/8", "multicast range"),
-    )
 )
 
 
@@ -75,82 +46,6 @@ def sanitised_message(message: object) -> str:
     if len(text) <= MESSAGE_LIMIT:
         return text
     return text[: MESSAGE_LIMIT - len(TRUNCATION_MARK)] + TRUNCATION_MARK
-
-
-def provider_networks(cidrs: list) -> tuple[list[Network], list[str]]:
-    """The provider's announced pod ranges that are networks, of the first PROVIDER_RANGES_LIMIT; what was ignored."""
-    networks, ignored = [], []
-    for cidr in cidrs[:PROVIDER_RANGES_LIMIT]:
-        network = _network(cidr)
-        if network is None:
-            ignored.append(repr(cidr)[:60])
-        elif network not in networks:
-            networks.append(network)
-    if len(cidrs) > PROVIDER_RANGES_LIMIT:
-        ignored.append(f"{len(cidrs) - PROVIDER_RANGES_LIMIT} beyond the first {PROVIDER_RANGES_LIMIT}")
-    return networks, ignored
-
-
-def own_ranges(entries: Iterable[tuple[str, str]]) -> tuple[OwnRange, ...]:
-    """(network, what) for each (CIDR or address, what) of the consumer's; what is not one is skipped."""
-    ranges = []
-    for cidr, what in entries:
-        network = _network(cidr)
-        if network is not None:
-            ranges.append((network, what))
-    return tuple(ranges)
-
-
-def overlaps(network: Network, own: Iterable[OwnRange]) -> str:
-    """What of the consumer's (`own`, and SPECIAL_RANGES) overlaps `network`, for a message; empty when nothing."""
-    hits = [f"{what} {_shown(range_)}" for range_, what in (*SPECIAL_RANGES, *own) if network.overlaps(range_)]
-    if len(hits) > OVERLAPS_SHOWN:
-        hits[OVERLAPS_SHOWN:] = [f"{len(hits) - OVERLAPS_SHOWN} more"]
-    return ", ".join(hits)
-
-
-def node_entries(node: dict) -> list[tuple[str, str]]:
-    """A consumer node's pod ranges and addresses (names, like Hostname, are skipped later)."""
-    name = node["metadata"]["name"]
-    spec, status = node.get("spec") or {}, node.get("status") or {}
-    ranges = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
-    entries = [(cidr, f"node {name}'s pod range") for cidr in ranges]
-    entries += [(a.get("address") or "", f"node {name}'s address") for a in status.get("addresses") or []]
-    return entries
-
-
-def service_cidr_entries(service_cidr: dict) -> list[tuple[str, str]]:
-    name = service_cidr["metadata"]["name"]
-    return [
-        (cidr, f"service range (ServiceCIDR {name})") for cidr in (service_cidr.get("spec") or {}).get("cidrs") or []
-    ]
-
-
-def kubernetes_service_entries(service: dict | None) -> list[tuple[str, str]]:
-    """The `kubernetes` Service's cluster IPs: inside the consumer's service range (the first of it, usually)."""
-    spec = (service or {}).get("spec") or {}
-    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
-    return [(ip, "kubernetes Service's cluster IP") for ip in ips if ip and ip != "None"]
-
-
-def api_server_entries(endpoint_slice: dict | None) -> list[tuple[str, str]]:
-    """The API server's own addresses, from the `kubernetes` Service's EndpointSlice."""
-    return [
-        (address, "API server's address")
-        for endpoint in (endpoint_slice or {}).get("endpoints") or []
-        for address in endpoint.get("addresses") or []
-    ]
-
-
-def _network(cidr: object) -> Network | None:
-    try:
-        return ipaddress.ip_network(cidr, strict=False) if isinstance(cidr, str) else None
-    except ValueError:
-        return None
-
-
-def _shown(network: Network) -> str:
-    return str(network.network_address) if network.num_addresses == 1 else str(network)
 
 
 def bounded_text(reported: object) -> dict:
@@ -183,8 +78,6 @@ IMAGE_REPLACED = "ContainerImageReplaced"  # another image than the spec's: the 
 RESTART_COUNT_CLAMPED = "RestartCountClamped"
 POD_CONDITION_REFUSED = "PodConditionRefused"
 STATUS_FIELD_REFUSED = "StatusFieldRefused"  # a field of a type or size the API would not take
-USAGE_REFUSED = "UsageRefused"  # a counter that is not a finite, non-negative number, or of no container of the spec
-USAGE_CLAMPED = "UsageClamped"
 
 # The restart count a local container shows at most: the provider's count plus its pod's recreations, clamped to
 # this. It is about ten years of a container crash-looping at the kubelet's longest back-off (five minutes), so no
@@ -279,7 +172,7 @@ _STATE_FIELDS: dict[str, dict[str, Check]] = {
 }
 
 
-def _quoted(value: object) -> str:
+def quoted_value(value: object) -> str:
     """A provider's value in a message: cut, and quoted so that no character of it is invisible."""
     text = value if isinstance(value, str) else repr(value)
     cut = text[:_QUOTED_LIMIT]
@@ -349,7 +242,7 @@ def accepted_conditions(reported: object) -> tuple[list[dict], list[Refusal]]:
             refusals.append(
                 Refusal(
                     POD_CONDITION_REFUSED,
-                    f"reported pod condition {_quoted(kind)}, not one a kubelet sets or one already reported:"
+                    f"reported pod condition {quoted_value(kind)}, not one a kubelet sets or one already reported:"
                     " not shown (readiness gates' conditions are the consumer's own)",
                 )
             )
@@ -358,7 +251,7 @@ def accepted_conditions(reported: object) -> tuple[list[dict], list[Refusal]]:
             refusals.append(
                 Refusal(
                     POD_CONDITION_REFUSED,
-                    f"reported pod condition {kind} with status {_quoted(condition.get('status'))}, not one of"
+                    f"reported pod condition {kind} with status {quoted_value(condition.get('status'))}, not one of"
                     f" {', '.join(CONDITION_STATUSES)}: not shown",
                 )
             )
@@ -386,8 +279,8 @@ def accepted_container_statuses(
             refusals.append(
                 Refusal(
                     CONTAINER_STATUS_REFUSED,
-                    f"reported a status of container {_quoted(name)} in {kind}, not a container of the pod's spec or"
-                    " one already reported: not shown",
+                    f"reported a status of container {quoted_value(name)} in {kind}, not a container of the pod's"
+                    " spec or one already reported: not shown",
                 )
             )
             continue
@@ -406,7 +299,7 @@ def _container_status(entry: dict, image: str, recreations: object) -> tuple[dic
         refusals.append(
             Refusal(
                 IMAGE_REPLACED,
-                f"reported image {_quoted(reported_image)} for container {name!r}, not its spec's {image!r}:"
+                f"reported image {quoted_value(reported_image)} for container {name!r}, not its spec's {image!r}:"
                 " the spec's is shown",
             )
         )
@@ -415,8 +308,8 @@ def _container_status(entry: dict, image: str, recreations: object) -> tuple[dic
         refusals.append(
             Refusal(
                 RESTART_COUNT_CLAMPED,
-                f"reported restartCount {_quoted(entry.get('restartCount'))} for container {name!r} and"
-                f" {_quoted(recreations)} recreations of its pod: shown as {count} (whole numbers from 0 to"
+                f"reported restartCount {quoted_value(entry.get('restartCount'))} for container {name!r} and"
+                f" {quoted_value(recreations)} recreations of its pod: shown as {count} (whole numbers from 0 to"
                 f" {RESTART_COUNT_CEILING})",
             )
         )
@@ -438,7 +331,7 @@ def _state(reported: object) -> tuple[dict, list[str]]:
     for which, value in reported.items():
         checks = _STATE_FIELDS.get(which)
         if checks is None or not isinstance(value, dict):
-            refused.append(_quoted(which))
+            refused.append(quoted_value(which))
             continue
         shown[which], bad = _checked(value, checks)
         refused += [f"{which}.{name}" for name in bad]
@@ -489,206 +382,3 @@ def _repository(image: str) -> str:
     if first == "docker.io" and "/" not in rest:
         rest = f"library/{rest}"
     return f"{first}/{rest}"
-
-
-# -- usage a provider reports (its pod counters, or metrics.k8s.io) ---------------------------------------------
-
-# A container's ceilings when neither its limits nor the provider's allocatable say more: above what any single node
-# has (the largest machines have under 2000 CPUs and 32 TiB), and a container runs on one node.
-CPU_CORES_CEILING = 4096.0
-MEMORY_BYTES_CEILING = float(2**46)  # 64 TiB
-# A container's cumulative CPU seconds at most (272 core-years): in nanoseconds, stats/summary's unit, inside int64,
-# which its readers decode it into.
-CPU_SECONDS_CEILING = float(2**33)
-# A CPU rate between two samples may pass the limit a little: the samples' times and the CFS periods do not align.
-CPU_LIMIT_TOLERANCE = 1.1
-# Without limits a container may use what its node keeps from allocation for the system too: never as much again.
-ALLOCATABLE_HEADROOM = 2
-# A counter sampled at no time the provider says is timed here, on reads cached on both sides: two of its samples may
-# be further apart than the times taken here, so its rise is bounded by twice its ceiling.
-UNTIMED_SAMPLE_SLACK = 2
-# Times a provider reports may be this far ahead of the consumer's clock.
-CLOCK_SKEW_SECONDS = 3600.0
-
-
-@dataclass(frozen=True)
-class UsageCeilings:
-    """The most one container can use: CPU (its rate, and its counter's rise) and working set."""
-
-    cpu_cores: float
-    memory_bytes: float
-
-
-@dataclass(frozen=True)
-class ContainerUsageReport:
-    """One container's figures as accepted: cumulative CPU seconds (counters) or cores (rates), working set."""
-
-    name: str
-    cpu: float
-    memory_bytes: float
-    start_time: float | None = None  # unix seconds, when the report gave a real one
-    sampled_at: float | None = None
-
-
-def usage_ceilings(spec: Mapping, allocatable: Mapping) -> dict[str, UsageCeilings]:
-    """Each container of a local pod's spec, and the most it can use: its limit (or its pod's) where the spec sets
-    one, as the provider's kubelet enforces it; else ALLOCATABLE_HEADROOM times what the provider's usable nodes can
-    allocate together (its ResourceOffer's status.allocatable); never more than the absolute ceilings."""
-    pod_limits = (spec.get("resources") or {}).get("limits") or {}
-    allocatable = allocatable if isinstance(allocatable, Mapping) else {}  # the provider's, as it reports it
-    ceilings = {}
-    for kind in CONTAINER_STATUS_KINDS.values():
-        for container in spec.get(kind) or []:
-            held = [(container.get("resources") or {}).get("limits") or {}, pod_limits]
-            ceilings[container["name"]] = UsageCeilings(
-                _ceiling("cpu", held, allocatable, CPU_LIMIT_TOLERANCE, CPU_CORES_CEILING),
-                _ceiling("memory", held, allocatable, 1, MEMORY_BYTES_CEILING),
-            )
-    return ceilings
-
-
-def _ceiling(resource: str, limits: list[Mapping], allocatable: Mapping, tolerance: float, absolute: float) -> float:
-    known = [_quantity(held.get(resource), tolerance) for held in limits]
-    if all(value is None for value in known):
-        known = [_quantity(allocatable.get(resource), ALLOCATABLE_HEADROOM)]
-    return min([absolute, *(value for value in known if value is not None)])
-
-
-def _quantity(value: object, scale: float) -> float | None:
-    """A positive quantity times `scale`, as a float (cut where a float would overflow); None when not one."""
-    amount = _number(value)
-    if amount is None or amount <= 0:
-        return None
-    return float(min(amount * Fraction(scale), _FLOAT_GUARD))
-
-
-_FLOAT_GUARD = Fraction(2**64)
-
-
-def _number(value: object) -> Fraction | None:
-    """A finite number, from JSON or a Kubernetes quantity; None when it is not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return Fraction(value) if math.isfinite(value) else None
-    if isinstance(value, str):
-        try:
-            return quantities.parse(value)
-        except (ValueError, ZeroDivisionError):
-            return None
-    return None
-
-
-def usage_figure(value: object, ceiling: float) -> tuple[float | None, str]:
-    """A reported usage figure as shown: None when it is not a finite number at least 0, else at most `ceiling`; and
-    the kind of refusal (USAGE_REFUSED, USAGE_CLAMPED) or ""."""
-    number = _number(value)
-    if number is None or number < 0:
-        return None, USAGE_REFUSED
-    if number > Fraction(ceiling):
-        return ceiling, USAGE_CLAMPED
-    return float(number), ""
-
-
-def reported_epoch(value: object, now: float) -> float | None:
-    """A unix time a provider reported, when it is one: after 1970, and no further ahead of `now` than clock skew."""
-    number = _number(value)
-    if number is None or not 0 < number <= now + CLOCK_SKEW_SECONDS:
-        return None
-    return float(number)
-
-
-def accepted_counters(
-    reported: object, ceilings: Mapping[str, UsageCeilings], now: float
-) -> tuple[ContainerUsageReport | None, list[Refusal]]:
-    """One container of a podcounters item as shown: a container of the local spec (`ceilings` has one per
-    container), its cumulative CPU seconds (at most CPU_SECONDS_CEILING) and its working set (at most its ceiling)
-    finite numbers at least 0, else it is left out, as a kubelet leaves out a container it has no figures of; a time
-    that is not one is left to the caller's default. Also what was refused or clamped."""
-    named = _named(reported, ceilings)
-    if named is None:
-        return None, [_unknown_container(reported)]
-    name, reported = named
-    seconds = ("cpuSeconds", reported.get("cpuSeconds") or 0, CPU_SECONDS_CEILING)
-    memory = ("memoryWorkingSetBytes", reported.get("memoryWorkingSetBytes") or 0, ceilings[name].memory_bytes)
-    (cpu, memory_bytes), refusals = _figures(name, [seconds, memory])
-    times = {key: reported_epoch(reported.get(key), now) for key in ("startTime", "sampledAt")}
-    for key, value in times.items():
-        if value is None and reported.get(key) is not None:
-            refusals.append(
-                Refusal(
-                    USAGE_REFUSED,
-                    f"reported {key} {_quoted(reported[key])} of container {name!r}, not a time: not shown",
-                )
-            )
-    if cpu is None or memory_bytes is None:
-        return None, refusals
-    return ContainerUsageReport(name, cpu, memory_bytes, times["startTime"], times["sampledAt"]), refusals
-
-
-def accepted_rates(
-    reported: object, ceilings: Mapping[str, UsageCeilings]
-) -> tuple[ContainerUsageReport | None, list[Refusal]]:
-    """One container of a metrics.k8s.io PodMetrics as shown: as accepted_counters, its CPU in cores (a rate)."""
-    named = _named(reported, ceilings)
-    if named is None:
-        return None, [_unknown_container(reported)]
-    name, reported = named
-    usage = reported.get("usage")
-    usage = usage if isinstance(usage, dict) else {}
-    ceiling = ceilings[name]
-    cpu_figure = ("usage.cpu", usage.get("cpu") or 0, ceiling.cpu_cores)
-    memory_figure = ("usage.memory", usage.get("memory") or 0, ceiling.memory_bytes)
-    (cpu, memory_bytes), refusals = _figures(name, [cpu_figure, memory_figure])
-    if cpu is None or memory_bytes is None:
-        return None, refusals
-    return ContainerUsageReport(name, cpu, memory_bytes), refusals
-
-
-def _named(reported: object, ceilings: Mapping[str, UsageCeilings]) -> tuple[str, dict] | None:
-    """(its name, the report) when `reported` is of a container of the local spec."""
-    name = reported.get("name") if isinstance(reported, dict) else None
-    return (name, reported) if isinstance(reported, dict) and isinstance(name, str) and name in ceilings else None
-
-
-def _unknown_container(reported: object) -> Refusal:
-    name = reported.get("name") if isinstance(reported, dict) else None
-    return Refusal(
-        USAGE_REFUSED, f"reported usage of container {_quoted(name)}, not a container of the pod's spec: left out"
-    )
-
-
-def _figures(name: str, figures: list[tuple[str, object, float]]) -> tuple[list[float | None], list[Refusal]]:
-    """(field, value, ceiling) of one container, as shown (usage_figure), and what was refused or clamped."""
-    shown, refusals = [], []
-    for key, value, ceiling in figures:
-        figure, verdict = usage_figure(value, ceiling)
-        shown.append(figure)
-        if verdict == USAGE_REFUSED:
-            message = f"reported {key} {_quoted(value)} of container {name!r}, not a finite number at least 0"
-            refusals.append(Refusal(USAGE_REFUSED, f"{message}: the container's usage is left out"))
-        elif verdict == USAGE_CLAMPED:
-            message = f"reported {key} {_quoted(value)} of container {name!r}, above its ceiling"
-            refusals.append(
-                Refusal(
-                    USAGE_CLAMPED, f"{message} (its limit, else what the provider can allocate): shown as {figure:g}"
-                )
-            )
-    return shown, refusals
-
-
-def bounded_counter(seconds: float, at: float, previous: tuple[float, float] | None, cores: float) -> float:
-    """A container's cumulative CPU seconds as shown: since the previous sample shown (`previous`: its seconds and
-    time) it rises by at most `cores` per second, so no rate taken from two samples passes the ceiling; a lower
-    value is the container's restart and passes. Never above CPU_SECONDS_CEILING."""
-    if previous is not None and seconds >= previous[0]:
-        seconds = min(seconds, previous[0] + cores * max(at - previous[1], 0.0))
-    return min(seconds, CPU_SECONDS_CEILING)
-
-
-def counter_clamped(name: str, reported: float, shown: float, cores: float) -> Refusal:
-    return Refusal(
-        USAGE_CLAMPED,
-        f"reported cpuSeconds {reported:g} of container {name!r}, rising faster than its ceiling of {cores:g} cores"
-        f" (its limit, else what the provider can allocate): shown as {shown:g}",
-    )

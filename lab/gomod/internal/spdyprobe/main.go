@@ -1,4 +1,4 @@
-// Command spdyprobe exercises catamaran.kube.spdy (Python) with the SPDY/3.1 implementation
+// Command spdyprobe exercises catamaran.vk.kubelet.spdy (Python) with the SPDY/3.1 implementation
 // kube-apiserver uses towards kubelets: k8s.io/streaming/pkg/httpstream/spdy over
 // github.com/moby/spdystream. tests/integration/test_spdy_interop.py builds and drives it.
 //

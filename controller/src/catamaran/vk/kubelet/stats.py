@@ -8,9 +8,10 @@ instead, as a last resort. The node's figures are the sum over this node's pods:
 not the provider's. One list per twin namespace, at most `fan_out` at once, shared by concurrent callers and
 cached for `cache_seconds`.
 
-Nothing the provider reports is passed on unchecked (vk/trust.py): only containers of the local pod's spec, figures
-that are finite numbers at least 0, bounded by the container's limits or what the provider can allocate, and CPU
-counters that rise no faster than that; what is refused or clamped is a Warning Event on the pod, once per kind.
+Nothing the provider reports is passed on unchecked (vk/reported_usage.py): only containers of the local pod's
+spec, figures that are finite numbers at least 0, bounded by the container's limits or what the provider can
+allocate, and CPU counters that rise no faster than that; what is refused or clamped is a Warning Event on the pod,
+once per kind.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from ...constants import COUNTERS_GROUP, COUNTERS_RESOURCE, VERSION
 from ...kube.reads import SharedReads
 from ...logs import fields
 from ..refusals import RefusalEvents
-from ..trust import (
+from ..reported_usage import (
     CPU_SECONDS_CEILING,
     UNTIMED_SAMPLE_SLACK,
-    Refusal,
     UsageCeilings,
     accepted_counters,
     accepted_rates,
@@ -37,6 +37,7 @@ from ..trust import (
     counter_clamped,
     usage_ceilings,
 )
+from ..trust import Refusal
 from .channel import ProviderChannel, ProviderError
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ class CounterRates:
         return self.rates.get(key, 0.0)
 
     def bounded(self, key: tuple[str, str, str], seconds: float, at: float, cores: float) -> float:
-        """The counter as shown: rising no faster than `cores` since the last sample shown (trust.bounded_counter)."""
+        """The counter as shown: rising no faster than `cores` since the last sample shown
+        (reported_usage.bounded_counter)."""
         return bounded_counter(seconds, at, self.previous.get(key), cores)
 
     def forget_except(self, live: set[tuple[str, str, str]]) -> None:

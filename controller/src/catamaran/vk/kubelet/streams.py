@@ -23,11 +23,11 @@ import logging
 import aiohttp
 
 from ... import metrics
-from ...kube.spdy import SpdySession, SpdyStream
 from ...logs import fields
 from . import websocket
 from .channel import ProviderChannel
 from .http import HttpError, Request
+from .spdy import SpdySession, SpdyStream
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The virtual kubelet's reflection room: a reflector per kind and the token reflector, sharing the twin scopes."""
+"""Every reflector of one peering: one per kind, the token reflector and the virtual volumes, sharing the twin scopes,
+the settings and the context they are rewritten with. vk/assembly.py builds it and registers it on the twins."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .claims import PersistentVolumeClaims
 from .configmaps import ConfigMaps
 from .endpointslices import EndpointSlices
 from .ingresses import Ingresses
-from .kind import Context
+from .kind import Context, ReflectedKind
 from .policy import ReflectionSettings
 from .reflector import Reflector
 from .secrets import Secrets
@@ -18,10 +19,8 @@ from .services import Services
 from .tokens import TokenReflector
 from .volumes import VirtualVolumes
 
-KINDS = (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses, PersistentVolumeClaims)
 
-
-class Reflection:
+class PeeringReflection:
     def __init__(self, peering: PeeringContext, twins: TwinManager, local_pods: Informer, settings: ReflectionSettings):
         self.peering = peering
         self.settings = settings
@@ -29,34 +28,46 @@ class Reflection:
         self.local_remap: tuple = ()  # the consumer's pod ranges the provider sees elsewhere (fabric remapping)
         self.network_down = False
         context = self._context()
-        self.reflectors = {
-            kind.setting: Reflector(kind(), peering, twins, policy=settings.kind(kind.setting), context=context)
-            for kind in KINDS
-        }
-        self.tokens = TokenReflector(
-            peering, twins, self.reflectors["secrets"], local_pods, policy=settings.kind("serviceAccountTokens")
+        self.config_maps = self._reflector(ConfigMaps(), twins, context)
+        self.secrets = self._reflector(Secrets(), twins, context)
+        self.services = self._reflector(Services(), twins, context)
+        self.endpoint_slices = self._reflector(EndpointSlices(), twins, context)
+        self.ingresses = self._reflector(Ingresses(), twins, context)
+        self.claims = self._reflector(PersistentVolumeClaims(), twins, context)
+        # Every loop over the kinds goes in this order.
+        self.reflectors: tuple[Reflector, ...] = (
+            self.config_maps,
+            self.secrets,
+            self.services,
+            self.endpoint_slices,
+            self.ingresses,
+            self.claims,
         )
-        self.volumes = VirtualVolumes(peering, twins, self.reflectors["persistentVolumeClaims"])
-        twins.ready_listeners.append(self.twin_ready)
-        twins.removed_listeners.append(self.twin_removed)
-        twins.drainers.append(self.drain)
+        self.tokens = TokenReflector(
+            peering, twins, self.secrets, local_pods, policy=settings.kind("serviceAccountTokens")
+        )
+        self.volumes = VirtualVolumes(peering, twins, self.claims)
+
+    def _reflector(self, kind: ReflectedKind, twins: TwinManager, context: Context) -> Reflector:
+        """The kind's reflector, its policy read from the settings by the kind's key in spec.reflection.kinds."""
+        return Reflector(kind, self.peering, twins, policy=self.settings.kind(kind.setting), context=context)
 
     def tasks(self):
-        reflectors = [task for reflector in self.reflectors.values() for task in reflector.tasks()]
+        reflectors = [task for reflector in self.reflectors for task in reflector.tasks()]
         return reflectors + self.tokens.tasks() + self.volumes.tasks()
 
     def twin_ready(self, origin: str, twin: str) -> None:
-        for reflector in self.reflectors.values():
+        for reflector in self.reflectors:
             reflector.twin_ready(origin, twin)
         self.tokens.requeue_namespace(origin)
 
     def twin_removed(self, twin: str) -> None:
-        for reflector in self.reflectors.values():
+        for reflector in self.reflectors:
             reflector.twin_removed(twin)
 
     def drain(self, origin: str, twin: str) -> int:
         """Start removing every copy in a twin that is leaving; the number still there."""
-        left = sum(reflector.drain(origin, twin) for reflector in self.reflectors.values())
+        left = sum(reflector.drain(origin, twin) for reflector in self.reflectors)
         self.tokens.requeue_namespace(origin)  # deselected, its pods' token Secrets go
         return left + self.tokens.left_in(twin)
 
@@ -97,12 +108,12 @@ class Reflection:
     def _rewrite(self) -> None:
         """Every reflector with the current settings and context: copies that now differ are rewritten."""
         context = self._context()
-        for name, reflector in self.reflectors.items():
-            reflector.update(self.settings.kind(name), context)
+        for reflector in self.reflectors:
+            reflector.update(self.settings.kind(reflector.kind.setting), context)
 
     def local_object(self, kind: str, namespace: str, copy_name: str) -> dict | None:
         """The local object a copy named `copy_name` reflects (for Events about it), as (apiVersion, kind, meta)."""
-        for reflector in self.reflectors.values():
+        for reflector in self.reflectors:
             if reflector.kind.kind == kind:
                 local_name = reflector.kind.local_name(copy_name)
                 local = reflector.local_of(namespace, local_name) if local_name else None

@@ -1,0 +1,142 @@
+"""In-memory clusters, a fake module and the peering parameters and inventories the peering tests share."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+from catamaran_lab.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / ".collections"))
+
+from ansible_collections.catamaran.federation.plugins.module_utils import kube
+from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    LABEL_TYPE,
+    TYPE_VIRTUAL_NODE,
+    tenant_namespace,
+)
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import CONSUMER_CRDS, CRD_API, PROVIDER_CRDS
+
+
+def _matches(obj, selector):
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        else:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value:
+                return False
+    return True
+
+
+class FakeCluster:
+    """A cluster in memory: apply stores the object as sent (the server's dry run would add the same defaults to the
+    live object and the planned one alike), paths come from kube.KINDS as a real Cluster builds them."""
+
+    def __init__(self, label, objects=()):
+        self.label = label
+        self.server = f"https://{label}.example:6443"
+        self.ca_data = None
+        self.objects = {}
+        self.deleted = []
+        for obj in objects:
+            self._store(obj)
+
+    def _store(self, obj):
+        meta = obj["metadata"]
+        self.objects[(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])] = copy.deepcopy(obj)
+
+    def path(self, api_version, kind, name=None, namespace=None):
+        return kube.Cluster.path(self, api_version, kind, name, namespace)
+
+    def get(self, api_version, kind, name, namespace=None):
+        self.path(api_version, kind, name, namespace)
+        return copy.deepcopy(self.objects.get((api_version, kind, namespace, name)))
+
+    def list(self, api_version, kind, namespace=None, labels=None, fields=None):
+        return [
+            copy.deepcopy(obj)
+            for (api, k, ns, _), obj in sorted(self.objects.items(), key=lambda item: str(item[0]))
+            if (api, k) == (api_version, kind) and namespace in (None, ns) and _matches(obj, labels)
+        ]
+
+    def apply(self, obj, dry_run=False, force=True):
+        meta = obj["metadata"]
+        self.path(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        if not dry_run:
+            self._store(obj)
+        return copy.deepcopy(obj)
+
+    def delete(self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None):
+        self.path(api_version, kind, name, namespace)
+        if not dry_run:
+            self.objects.pop((api_version, kind, namespace, name), None)
+            self.deleted.append((kind, name))
+        return True
+
+    def watch_list_until(self, api_version, kind, namespace, done, timeout, labels=None, fields=None):
+        items = self.list(api_version, kind, namespace, labels)
+        return done(items), items
+
+
+class FakeAnsible:
+    def __init__(self):
+        self.warnings = []
+
+    def warn(self, message):
+        self.warnings.append(message)
+
+
+class FakeModule:
+    def __init__(self, check_mode=True):
+        self.check_mode = check_mode
+        self.ansible = FakeAnsible()
+
+    def hide(self, *values):
+        pass
+
+
+def node(name, pod_cidrs=None, pod_cidr=None, virtual=False):
+    spec = {}
+    if pod_cidrs:
+        spec["podCIDRs"] = pod_cidrs
+    if pod_cidr:
+        spec["podCIDR"] = pod_cidr
+    labels = {LABEL_TYPE: TYPE_VIRTUAL_NODE} if virtual else {}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def crd(name):
+    return {"apiVersion": CRD_API, "kind": "CustomResourceDefinition", "metadata": {"name": name}}
+
+
+def clusters(consumer_nodes=(), provider_objects=()):
+    consumer = FakeCluster("c1", [crd(n) for n in CONSUMER_CRDS] + list(consumer_nodes))
+    provider = FakeCluster("p1", [crd(n) for n in PROVIDER_CRDS] + list(provider_objects))
+    return consumer, provider
+
+
+def params(**extra):
+    return {"consumer_id": "c1", "provider_id": "p1", "provider": {}, "wait_timeout": 5, **extra}
+
+
+OFFER = f"p1: ResourceOffer {tenant_namespace('c1')}/resources"
+
+
+def inventory(allowances=None, **entry):
+    provider = {"catamaran_cluster_id": "cluster-2", "catamaran_kubeconfig": "/k2"}
+    if allowances is not None:
+        provider["catamaran_tenant_allowances"] = allowances
+    return {
+        "h1": {
+            "catamaran_cluster_id": "cluster-1",
+            "catamaran_kubeconfig": "/k1",
+            "catamaran_peerings": [{"provider": "cluster-2", **entry}],
+        },
+        "h2": provider,
+    }

@@ -1,0 +1,34 @@
+"""The peering role passes every option the inventory model resolves (roles/peering)."""
+
+from __future__ import annotations
+
+import sys
+
+import yaml
+
+from catamaran_lab.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / ".collections"))
+
+from ansible_collections.catamaran.federation.plugins.filter.federation_model import federation_model
+from ansible_collections.catamaran.federation.plugins.module_utils import validation
+from ansible_collections.catamaran.federation.plugins.modules import peering as peering_module
+
+from tests.unit.collection.peering_fakes import inventory
+
+
+def test_the_role_validates_and_passes_every_option_the_model_resolves():
+    (peering,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
+    specs = yaml.safe_load((REPO_ROOT / "roles/peering/meta/argument_specs.yml").read_text())["argument_specs"]
+    for entry_point in ("main", "prune"):
+        accepted = specs[entry_point]["options"]["peering_providers"]["options"]
+        assert set(peering) - set(accepted) == set(), entry_point
+    (task,) = yaml.safe_load((REPO_ROOT / "roles/peering/tasks/main.yml").read_text())
+    arguments = task["catamaran.federation.peering"]
+    for option in validation.TERMS_OPTIONS:
+        assert arguments[option] == "{{ item." + option + " | default(omit, true) }}"
+    module_options = peering_module.argument_spec()
+    role_options = specs["main"]["options"]["peering_providers"]["options"]
+    for option in validation.TERMS_OPTIONS:
+        assert role_options[option]["type"] == module_options[option]["type"]
+        assert role_options[option].get("choices") == module_options[option].get("choices")

@@ -1,0 +1,54 @@
+"""The tenant's quota and its reservations (provider/quota.py)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from catamaran.provider import quota
+
+
+def test_quota_is_the_share_of_the_allocatable_rounded_down():
+    cap = quota.tenant_quota([{"cpu": "3", "pods": "11", "memory": "1001"}, {"cpu": "500m", "pods": "10"}], 50)
+    assert cap == {"cpu": Fraction(7, 4), "pods": Fraction(10), "memory": Fraction(500)}
+    assert quota.formatted(cap) == {"cpu": "1750m", "memory": "500", "pods": "10"}
+
+
+def test_excess_names_each_resource_with_its_numbers():
+    cap = {"cpu": Fraction(1), "pods": Fraction(10)}
+    used = {"cpu": Fraction(9, 10), "pods": Fraction(3)}
+    wanted = quota.pod_usage({"cpu": Fraction(1, 5), "nvidia.com/gpu": Fraction(1)})
+    assert quota.excess(cap, used, wanted) == [
+        "cpu (requested 200m, in use 900m, quota 1)",
+        "nvidia.com/gpu (requested 1, in use 0, quota 0)",
+    ]
+    assert quota.excess(cap, used, quota.pod_usage({"cpu": Fraction(1, 10)})) == []
+
+
+def test_reservations_stop_concurrent_admissions_from_overshooting():
+    ledger = quota.Ledger()
+    cap = {"cpu": Fraction(1), "pods": Fraction(10)}
+    half = {"cpu": Fraction(1, 2)}
+    assert ledger.admit(("t", "a"), "c", half, cap) == []
+    assert ledger.admit(("t", "b"), "c", half, cap) == []
+    # Neither pod is visible yet; the third would take the tenant past its quota.
+    assert ledger.admit(("t", "c"), "c", half, cap) == ["cpu (requested 500m, in use 1, quota 1)"]
+    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(2)}
+    # Another tenant's quota is its own.
+    assert ledger.admit(("u", "a"), "other", half, cap) == []
+
+    ledger.observe(("t", "a"), "c", half)  # the informer sees a pod: its reservation is settled, not counted twice
+    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(2)}
+    ledger.release(("t", "b"))  # its creation failed
+    assert ledger.used("c") == {"cpu": Fraction(1, 2), "pods": Fraction(1)}
+    assert ledger.admit(("t", "c"), "c", half, cap) == []
+    ledger.observe(("t", "a"), None, None)  # gone
+    ledger.observe(("t", "c"), "c", half)
+    assert ledger.used("c") == {"cpu": Fraction(1, 2), "pods": Fraction(1)}
+
+
+def test_a_pod_being_replaced_does_not_count_against_its_replacement():
+    ledger = quota.Ledger()
+    cap = {"cpu": Fraction(1), "pods": Fraction(1)}
+    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1)})
+    assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(1)}, cap) == []
+    assert ledger.admit(("t", "b"), "c", {"cpu": Fraction(0)}, cap) == ["pods (requested 1, in use 1, quota 1)"]

@@ -1,0 +1,175 @@
+"""The local pod's status from its remote pod (vk/status_back.py): IPs, readiness, refusals, held pods, and the
+conditions the virtual kubelet owns.
+"""
+
+from __future__ import annotations
+
+from catamaran.vk import ip_translation, status_back
+from catamaran.vk.pod_status import comparable_status
+from tests.unit.vk.offloading_scope import NOW
+from tests.unit.vk.provider_reports import APP, local_status, running
+
+
+def test_local_status_translates_ips_and_counts_recreations():
+    shadow_status = {
+        "recreations": 2,
+        "pod": {
+            "phase": "Running",
+            "podIP": "10.102.1.5",
+            "podIPs": [{"ip": "10.102.1.5"}],
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": True, "restartCount": 1, "state": {"running": {}}}],
+        },
+    }
+    local = {"conditions": [{"type": "PodScheduled", "status": "True", "reason": "local"}]}
+    translate = ip_translation.IPTranslator(["10.102.0.0/16"], "10.200.0.0/16")
+    status = status_back.local_pod_status(
+        local, shadow_status, node_ip="10.0.0.9", translate=translate, provider_reachable=True, now="t", spec=APP
+    )
+    assert status["podIP"] == "10.200.1.5"
+    assert status["podIPs"] == [{"ip": "10.200.1.5"}]
+    assert status["hostIP"] == "10.0.0.9"
+    assert status["containerStatuses"][0]["restartCount"] == 3
+    assert {c["type"]: c.get("reason") for c in status["conditions"]}["PodScheduled"] == "local"
+
+
+def test_unreachable_provider_marks_pods_not_ready():
+    shadow_status = {
+        "pod": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": True}],
+        }
+    }
+    status = status_back.local_pod_status(
+        {}, shadow_status, node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=False, now="t", spec=APP
+    )
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ProviderUnreachable")
+    assert status["containerStatuses"][0]["ready"] is False
+
+
+def test_a_fabric_tunnel_down_marks_pods_not_ready_and_its_return_ready_again():
+    shadow_status = {
+        "pod": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "app", "ready": True}],
+        }
+    }
+    common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t", spec=APP)
+    down = status_back.local_pod_status(
+        {}, shadow_status, network_down="the tunnel is down (TunnelSilent: quiet)", **common
+    )
+    ready = next(c for c in down["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NetworkUnreachable")
+    assert "TunnelSilent" in ready["message"]
+    assert down["containerStatuses"][0]["ready"] is False
+    back = status_back.local_pod_status(down, shadow_status, **common)
+    assert next(c for c in back["conditions"] if c["type"] == "Ready")["status"] == "True"
+
+
+def test_remote_refusal_shows_on_the_local_pod():
+    shadow_status = {
+        "conditions": [
+            {"type": "PodCreated", "status": "False", "reason": "QuotaExceeded", "message": "exceeded quota: tight"}
+        ]
+    }
+    status = status_back.local_pod_status(
+        {},
+        shadow_status,
+        node_ip="1.1.1.1",
+        translate=lambda ip: ip,
+        provider_reachable=True,
+        now="t",
+        spec={"containers": [{"name": "app", "image": "nginx"}]},
+    )
+    refused = next(c for c in status["conditions"] if c["type"] == status_back.REMOTE_CONDITION)
+    assert (refused["status"], refused["reason"]) == ("False", "QuotaExceeded")
+    assert status["phase"] == "Pending"
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "QuotaExceeded"
+
+
+def test_readiness_gates_are_kept_from_the_local_pod_and_gate_ready():
+    shadow_status = {"pod": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    common = {"node_ip": "1.1.1.1", "translate": None, "provider_reachable": True, "now": "t"}
+    gates = ["example.com/feature-1"]
+    status = status_back.local_pod_status({}, shadow_status, readiness_gates=gates, **common)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert '"example.com/feature-1" does not exist' in ready["message"]
+    gate = {"type": "example.com/feature-1", "status": "True"}
+    status = status_back.local_pod_status({"conditions": [gate]}, shadow_status, readiness_gates=gates, **common)
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Ready": "True", "example.com/feature-1": "True"}
+
+
+def test_a_pod_outliving_its_remote_pod_shows_its_containers_ended():
+    local = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {"name": "app", "ready": True, "state": {"running": {"startedAt": "s"}}},
+            {"name": "done", "ready": False, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+        ],
+    }
+    status = status_back.terminated_pod_status(local, now="t")
+    app, done = status["containerStatuses"]
+    assert app["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert (app["state"]["terminated"]["finishedAt"], app["state"]["terminated"]["startedAt"]) == ("t", "s")
+    assert done == local["containerStatuses"][1]  # its own end, as reported, is kept
+    assert status["phase"] == "Failed"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Ready": "False", "PodScheduled": "True"}
+
+
+def test_a_provider_cannot_set_the_conditions_the_virtual_kubelet_owns():
+    spoofed = [
+        {"type": status_back.POD_IP_CONDITION, "status": "True"},
+        {"type": status_back.REMOTE_CONDITION, "status": "True"},
+    ]
+    status = local_status(
+        running("192.168.7.7", conditions=spoofed), ip_translation.IPTranslator(["10.102.0.0/16"], None)
+    )
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [(status_back.POD_IP_CONDITION, "False")]
+
+
+def test_a_held_pod_is_pending_with_the_reason_everywhere_kubectl_looks():
+    local = {"conditions": [{"type": "PodScheduled", "status": "True"}]}
+    status = status_back.held_pod_status(local, "OffloadingBackOff", "why", now=NOW, containers=[("c", "i")])
+    assert (status["phase"], status["reason"], status["message"]) == ("Pending", "OffloadingBackOff", "why")
+    held = next(c for c in status["conditions"] if c["type"] == status_back.REMOTE_CONDITION)
+    assert (held["status"], held["reason"], held["message"]) == ("False", "OffloadingBackOff", "why")
+    assert {c["type"] for c in status["conditions"]} == {"PodScheduled", status_back.REMOTE_CONDITION}
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "OffloadingBackOff"
+    # Held again for the same reason: nothing to write, so no second Event either.
+    again = status_back.held_pod_status(
+        status, "OffloadingBackOff", "why", now="2025-01-01T00:00:00Z", containers=[("c", "i")]
+    )
+    assert comparable_status(again) == comparable_status(status)
+    assert (
+        next(c for c in again["conditions"] if c["type"] == status_back.REMOTE_CONDITION)["lastTransitionTime"] == NOW
+    )
+
+
+def test_once_offloaded_the_held_reason_goes():
+    held = status_back.held_pod_status(
+        {"conditions": [{"type": "PodScheduled", "status": "True"}]}, "OffloadingBackOff", "why", now=NOW,
+        containers=[("c", "i")],
+    )  # fmt: skip
+    remote = {"pod": {"phase": "Pending", "conditions": [{"type": "Initialized", "status": "True"}]}}
+    status = status_back.local_pod_status(
+        held, remote, node_ip="10.0.0.1", translate=lambda ip: ip, provider_reachable=True, now=NOW
+    )
+    assert status["phase"] == "Pending"
+    assert status["reason"] is None
+    assert status["message"] is None
+    assert status["containerStatuses"] is None
+    assert status_back.REMOTE_CONDITION not in {c["type"] for c in status["conditions"]}
+
+
+def test_a_remote_refusal_also_sets_the_pod_reason():
+    shadow = {"conditions": [{"type": "PodCreated", "status": "False", "reason": "QuotaExceeded", "message": "m"}]}
+    status = status_back.local_pod_status(
+        {}, shadow, node_ip="10.0.0.1", translate=lambda ip: ip, provider_reachable=True, now=NOW
+    )
+    assert (status["reason"], status["message"]) == ("QuotaExceeded", "m")
