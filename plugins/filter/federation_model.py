@@ -88,6 +88,7 @@ _value:
   type: dict
 """
 
+import functools
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -387,55 +388,64 @@ def _peering(consumer, entry, clusters, where):
 
 
 def _offloading(entry, where):
-    if not isinstance(entry, dict) or "namespace" not in entry:
-        raise AnsibleFilterError("%s: each offloaded namespace needs a namespace, got %r" % (where, entry))
-    unknown = set(entry) - NAMESPACE_KEYS
-    if unknown:
-        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, sorted(unknown), sorted(NAMESPACE_KEYS)))
-    _label(entry["namespace"], where + ": namespace")
-    resolved = dict(
+    _entry(entry, where, "namespace", NAMESPACE_KEYS, "offloaded namespace")
+    return dict(
         namespace=entry["namespace"],
-        pod_offloading_strategy=entry.get("pod_offloading_strategy", "LocalAndRemote"),
-        namespace_mapping_strategy=entry.get("namespace_mapping_strategy", "DefaultName"),
         remote_namespace_name=entry.get("remote_namespace_name"),
-        cluster_selector=entry.get("cluster_selector"),
+        **_strategies(entry, where, MAPPING_STRATEGIES),
     )
-    if resolved["pod_offloading_strategy"] not in POD_STRATEGIES:
-        raise AnsibleFilterError("%s: pod_offloading_strategy must be one of %s" % (where, ", ".join(POD_STRATEGIES)))
-    if resolved["namespace_mapping_strategy"] not in MAPPING_STRATEGIES:
-        raise AnsibleFilterError(
-            "%s: namespace_mapping_strategy must be one of %s" % (where, ", ".join(MAPPING_STRATEGIES))
-        )
-    return resolved
 
 
 def _offloading_policy(entry, where):
-    if not isinstance(entry, dict) or "name" not in entry:
-        raise AnsibleFilterError("%s: each offloading policy needs a name, got %r" % (where, entry))
-    unknown = set(entry) - POLICY_KEYS
-    if unknown:
-        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, sorted(unknown), sorted(POLICY_KEYS)))
-    _label(entry["name"], where + ": name")
+    _entry(entry, where, "name", POLICY_KEYS, "offloading policy")
     selector = entry.get("namespace_selector")
     if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         raise AnsibleFilterError(
             "%s: namespace_selector must hold matchLabels or matchExpressions (empty, it would offload every "
             "namespace)" % where
         )
-    resolved = dict(
+    return dict(
         name=entry["name"],
         namespace_selector=selector,
+        **_strategies(entry, where, POLICY_MAPPING_STRATEGIES, " (SelectedName names one twin)"),
+    )
+
+
+def _entry(entry, where, key, allowed, what):
+    """An entry of an offloading list: a mapping with `key` (a DNS label) and no key outside `allowed`."""
+    if not isinstance(entry, dict) or key not in entry:
+        raise AnsibleFilterError("%s: each %s needs a %s, got %r" % (where, what, key, entry))
+    unknown = set(entry) - allowed
+    if unknown:
+        raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, sorted(unknown), sorted(allowed)))
+    _label(entry[key], "%s: %s" % (where, key))
+
+
+def _strategies(entry, where, mapping_strategies, why=""):
+    """An entry's strategies and cluster selector, the strategies defaulted as the modules default them."""
+    resolved = dict(
         pod_offloading_strategy=entry.get("pod_offloading_strategy", "LocalAndRemote"),
         namespace_mapping_strategy=entry.get("namespace_mapping_strategy", "DefaultName"),
         cluster_selector=entry.get("cluster_selector"),
     )
     if resolved["pod_offloading_strategy"] not in POD_STRATEGIES:
         raise AnsibleFilterError("%s: pod_offloading_strategy must be one of %s" % (where, ", ".join(POD_STRATEGIES)))
-    if resolved["namespace_mapping_strategy"] not in POLICY_MAPPING_STRATEGIES:
+    if resolved["namespace_mapping_strategy"] not in mapping_strategies:
         raise AnsibleFilterError(
-            "%s: namespace_mapping_strategy must be one of %s (SelectedName names one twin)"
-            % (where, ", ".join(POLICY_MAPPING_STRATEGIES))
+            "%s: namespace_mapping_strategy must be one of %s%s" % (where, ", ".join(mapping_strategies), why)
         )
+    return resolved
+
+
+def _entries(host, variables, name, resolve, key, twice):
+    """The host's list variable `name`, each entry resolved; the `key` of each once (else `twice` names it)."""
+    resolved = []
+    for index, entry in enumerate(variables.get(name) or []):
+        where = "host %s: %s[%d]" % (host, name, index)
+        item = resolve(entry, where=where)
+        if item[key] in [earlier[key] for earlier in resolved]:
+            raise AnsibleFilterError("%s: %s" % (where, twice % item[key]))
+        resolved.append(item)
     return resolved
 
 
@@ -450,29 +460,23 @@ def federation_model(hostvars, hosts):
         clusters[cluster["id"]] = cluster
     peerings, offloadings, policies = {}, {}, {}
     for cluster_id, cluster in sorted(clusters.items()):
-        variables = hostvars[cluster["host"]]
-        resolved = []
-        for index, entry in enumerate(variables.get("catamaran_peerings") or []):
-            where = "host %s: catamaran_peerings[%d]" % (cluster["host"], index)
-            peering = _peering(cluster, entry, clusters, where)
-            if peering["provider_id"] in [p["provider_id"] for p in resolved]:
-                raise AnsibleFilterError("%s: %s is peered twice" % (where, peering["provider_id"]))
-            resolved.append(peering)
+        host = cluster["host"]
+        variables = hostvars[host]
+        resolved = _entries(
+            host,
+            variables,
+            "catamaran_peerings",
+            functools.partial(_peering, cluster, clusters=clusters),
+            "provider_id",
+            "%s is peered twice",
+        )
         peerings[cluster_id] = resolved
-        namespaces = []
-        for index, entry in enumerate(variables.get("catamaran_offloaded_namespaces") or []):
-            where = "host %s: catamaran_offloaded_namespaces[%d]" % (cluster["host"], index)
-            offloading = _offloading(entry, where)
-            if offloading["namespace"] in [n["namespace"] for n in namespaces]:
-                raise AnsibleFilterError("%s: namespace %s is listed twice" % (where, offloading["namespace"]))
-            namespaces.append(offloading)
-        selecting = []
-        for index, entry in enumerate(variables.get("catamaran_offloading_policies") or []):
-            where = "host %s: catamaran_offloading_policies[%d]" % (cluster["host"], index)
-            policy = _offloading_policy(entry, where)
-            if policy["name"] in [p["name"] for p in selecting]:
-                raise AnsibleFilterError("%s: policy %s is listed twice" % (where, policy["name"]))
-            selecting.append(policy)
+        namespaces = _entries(
+            host, variables, "catamaran_offloaded_namespaces", _offloading, "namespace", "namespace %s is listed twice"
+        )
+        selecting = _entries(
+            host, variables, "catamaran_offloading_policies", _offloading_policy, "name", "policy %s is listed twice"
+        )
         if (namespaces or selecting) and not resolved:
             raise AnsibleFilterError(
                 "host %s offloads namespaces but peers with no provider (catamaran_peerings is empty)" % cluster["host"]

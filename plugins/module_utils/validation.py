@@ -40,6 +40,29 @@ class InvalidSetting(ValueError):
     """A setting the API server or the controller would refuse."""
 
 
+def one_of(value, allowed, where):
+    """`value`, if it is one of `allowed`."""
+    if value not in allowed:
+        raise InvalidSetting("%s must be one of %s, got %r" % (where, ", ".join(allowed), value))
+    return value
+
+
+def optional_mapping(value, where, holding=""):
+    """`value`, a mapping (`holding` says of what), or {} when unset."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidSetting("%s must be a mapping%s, got %r" % (where, holding, value))
+    return value
+
+
+def known_keys(mapping, allowed, where):
+    """Refuse a mapping with keys outside `allowed`, naming them and the allowed ones."""
+    unknown = sorted(str(key) for key in mapping if key not in allowed)
+    if unknown:
+        raise InvalidSetting("%s: unknown %s (allowed: %s)" % (where, ", ".join(unknown), ", ".join(allowed)))
+
+
 def qualified_name(key, where, what="label key"):
     """A qualified name as the API server accepts it (label keys, resource names, load-balancer classes):
     [DNS-1123 subdomain/]name (name at most 63)."""
@@ -77,10 +100,7 @@ def label_value(value, where, what="label value"):
 
 def labels(mapping, where):
     """A mapping of label keys to label values; returns it with every key and value checked."""
-    if mapping is None:
-        return {}
-    if not isinstance(mapping, dict):
-        raise InvalidSetting("%s must be a mapping of labels, got %r" % (where, mapping))
+    mapping = optional_mapping(mapping, where, " of labels")
     for key, value in mapping.items():
         label_key(key, where)
         label_value(value, "%s.%s" % (where, key))
@@ -99,17 +119,14 @@ def taints(items, where):
         here = "%s[%d]" % (where, index)
         if not isinstance(taint, dict):
             raise InvalidSetting("%s must be a mapping of key, value and effect, got %r" % (here, taint))
-        unknown = sorted(str(key) for key in taint if key not in TAINT_FIELDS)
-        if unknown:
-            raise InvalidSetting("%s: unknown %s (allowed: %s)" % (here, ", ".join(unknown), ", ".join(TAINT_FIELDS)))
+        known_keys(taint, TAINT_FIELDS, here)
         key, effect = taint.get("key"), taint.get("effect")
         qualified_name(key, here, "taint key")
         if key == VIRTUAL_NODE_TAINT_KEY:
             raise InvalidSetting("%s: the virtual kubelet sets the taint %s itself; remove it" % (here, key))
         if taint.get("value") is not None:
             label_value(taint["value"], here + ".value", "taint value")
-        if effect not in TAINT_EFFECTS:
-            raise InvalidSetting("%s.effect must be one of %s, got %r" % (here, ", ".join(TAINT_EFFECTS), effect))
+        one_of(effect, TAINT_EFFECTS, here + ".effect")
         if (key, effect) in seen:
             raise InvalidSetting("%s: a taint with key %s and effect %s is listed before" % (here, key, effect))
         seen.add((key, effect))
@@ -162,24 +179,15 @@ def positive(value, where):
 
 
 def health_check(settings, where):
-    if settings is None:
-        return {}
-    if not isinstance(settings, dict):
-        raise InvalidSetting("%s must be a mapping, got %r" % (where, settings))
-    unknown = sorted(str(key) for key in settings if key not in HEALTH_CHECK_FIELDS)
-    if unknown:
-        raise InvalidSetting(
-            "%s: unknown %s (allowed: %s)" % (where, ", ".join(unknown), ", ".join(HEALTH_CHECK_FIELDS))
-        )
+    settings = optional_mapping(settings, where)
+    known_keys(settings, HEALTH_CHECK_FIELDS, where)
     for key in HEALTH_CHECK_FIELDS:
         positive(settings.get(key), "%s.%s" % (where, key))
     return settings
 
 
 def pod_security(level, where):
-    if level not in POD_SECURITY_LEVELS:
-        raise InvalidSetting("%s must be one of %s, got %r" % (where, ", ".join(POD_SECURITY_LEVELS), level))
-    return level
+    return one_of(level, POD_SECURITY_LEVELS, where)
 
 
 def credential_lifetime(seconds, where):
@@ -200,8 +208,7 @@ def _strings(values, where):
 def service_types(values, where):
     """Service types a tenant may have, each one of Kubernetes' own."""
     for index, value in enumerate(_strings(values, where)):
-        if value not in SERVICE_TYPES:
-            raise InvalidSetting("%s[%d] must be one of %s, got %r" % (where, index, ", ".join(SERVICE_TYPES), value))
+        one_of(value, SERVICE_TYPES, "%s[%d]" % (where, index))
     return values
 
 
@@ -228,9 +235,7 @@ def priority_classes(values, where):
 
 
 def twin_name_policy(policy, where):
-    if policy not in TWIN_NAME_POLICIES:
-        raise InvalidSetting("%s must be one of %s, got %r" % (where, ", ".join(TWIN_NAME_POLICIES), policy))
-    return policy
+    return one_of(policy, TWIN_NAME_POLICIES, where)
 
 
 def quantity(value, where):
@@ -269,15 +274,8 @@ def over_defaults(defaults, given, where):
 def container_defaults(settings, where):
     """Requests and limits of containers that set none, over the defaults; as a LimitRange must hold them, no
     default request may exceed its default limit. Returns {requests, limits}."""
-    if settings is None:
-        settings = {}
-    if not isinstance(settings, dict):
-        raise InvalidSetting("%s must be a mapping with requests and limits, got %r" % (where, settings))
-    unknown = sorted(str(key) for key in settings if key not in CONTAINER_DEFAULTS_FIELDS)
-    if unknown:
-        raise InvalidSetting(
-            "%s: unknown %s (allowed: %s)" % (where, ", ".join(unknown), ", ".join(CONTAINER_DEFAULTS_FIELDS))
-        )
+    settings = optional_mapping(settings, where, " with requests and limits")
+    known_keys(settings, CONTAINER_DEFAULTS_FIELDS, where)
     requests = over_defaults(DEFAULT_CONTAINER_REQUESTS, settings.get("requests"), where + ".requests")
     limits = over_defaults(DEFAULT_CONTAINER_LIMITS, settings.get("limits"), where + ".limits")
     for resource in sorted(set(requests) & set(limits)):

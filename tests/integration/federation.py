@@ -41,7 +41,7 @@ from catamaran_lab.errors import LabError
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT
 
-from .conftest import wait_for
+from .lab_access import wait_for
 from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 
 CRD_DIR = REPO_ROOT / "controller" / "crds"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from .conftest import get_json
+from .lab_access import get_json
 
 
 def node_endpoint(lab, cluster: str, node: str) -> tuple[str, int]:

@@ -42,6 +42,21 @@ def deployment(name: str, replicas: int, pod_spec: dict | None = None, namespace
     }
 
 
+def http_service(name: str) -> dict:
+    """Service `name` on port 80 for the pods labelled app=<name> serving on 8080."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+
+
+def unmanaged_node(name: str) -> dict:
+    """A Node without the lab's label, like a Catamaran virtual node: kwok leaves it alone, nobody heartbeats it."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"type": "virtual"}}}
+
+
 # The lab's own image (catamaran-lab build), present on every real node and never pulled.
 BUSYBOX = "catamaran.lab/busybox:1.35.0"
 REAL_NODE_SELECTOR = {NODE_KIND_LABEL: "real"}

@@ -103,6 +103,11 @@ def run_playbook(
         cwd = collections
     if json_output:
         env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
+    return ansible_playbook(inventory, target, *args, cwd=cwd, env=env)
+
+
+def ansible_playbook(inventory: Path, target: str, *args: str, cwd: Path, env: dict[str, str]) -> PlaybookRun:
+    """`ansible-playbook -i <inventory> <target> <args>` from `cwd` with `env`, given ten minutes."""
     result = subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), target, *args],
         cwd=cwd,

@@ -10,7 +10,7 @@ import pytest
 from catamaran.constants import SYSTEM_NAMESPACE
 
 from . import federation
-from .conftest import get_json, wait_for
+from .lab_access import get_json, wait_for
 
 pytestmark = pytest.mark.integration
 

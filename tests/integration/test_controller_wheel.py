@@ -20,7 +20,7 @@ import yaml
 
 from catamaran_lab.paths import REPO_ROOT
 
-from .conftest import wait_for
+from .lab_access import wait_for
 from .playbooks import lab_inventory, run_playbook, write_inventory
 
 CLUSTER = "cluster-2"

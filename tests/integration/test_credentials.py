@@ -26,7 +26,7 @@ from catamaran.constants import (
 )
 
 from . import federation
-from .conftest import get_json, wait_for
+from .lab_access import get_json, wait_for
 from .manifests import container
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import json
 import pytest
 import yaml
 
-from tests.integration.conftest import get_json, wait_for
+from tests.integration.lab_access import get_json, wait_for
 
 from .federation import node_ready as node_ready_status
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory

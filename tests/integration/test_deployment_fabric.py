@@ -26,7 +26,7 @@ from catamaran.fabric.plan import NODE_CHAIN, ROUTE_PROTOCOL
 from catamaran_lab.config import REAL_NODE_TAINT, SECOND_NODE_TAINT
 
 from . import federation
-from .conftest import get_json, kill_container_process, require_real_node, wait_for
+from .lab_access import get_json, kill_container_process, require_real_node, wait_for
 from .manifests import real_pod
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 from .test_fabric import TO_VIRTUAL_NODE, answered, apply, backends_and_client, fetch, foreign, service, web_pod

@@ -46,8 +46,8 @@ from catamaran.steering import VIRTUAL_NODE_TOLERATION
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from . import collection, release
-from .conftest import get_json, kill_container_process, require_real_node, wait_for
 from .federation import lease_holder, longest_not_ready, node_ready, pod_uids, watching
+from .lab_access import get_json, kill_container_process, require_real_node, wait_for
 from .manifests import restricted_busybox
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 

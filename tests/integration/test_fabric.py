@@ -28,8 +28,8 @@ from catamaran.vk.pod_ips import CONSENT_CONDITION, RANGES_NOT_CONSENTED
 from catamaran_lab.host import wireguard_leftovers
 
 from . import federation
-from .conftest import get_json, require_real_node, wait_for
-from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
+from .lab_access import get_json, require_real_node, wait_for
+from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, http_service, real_pod
 
 pytestmark = pytest.mark.integration
 
@@ -52,15 +52,6 @@ def web_pod(name: str, message: str, labels: dict, remote: bool) -> dict:
     return pod
 
 
-def service(name: str, selector: dict) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"selector": selector, "ports": [{"port": 80, "targetPort": 8080}]},
-    }
-
-
 def apply(lab, cluster: str, namespace: str, *items: dict) -> None:
     body = {"apiVersion": "v1", "kind": "List", "items": list(items)}
     lab.kubectl(cluster, "-n", namespace, "apply", "-f", "-", input=json.dumps(body))
@@ -70,7 +61,7 @@ def backends_and_client(lab, namespace: str, local: str) -> None:
     """Two web pods offloaded to the provider behind Service `backend` in `namespace`, and a client pod on the
     consumer's real node in its namespace `local`."""
     backends = [web_pod(f"backend-{n}", f"backend on {PROVIDER}", {"app": "backend"}, remote=True) for n in (1, 2)]
-    apply(lab, CONSUMER, namespace, *backends, service("backend", {"app": "backend"}))
+    apply(lab, CONSUMER, namespace, *backends, http_service("backend"))
     apply(lab, CONSUMER, local, real_pod("client", ["sleep", "3600"]))
 
 
@@ -180,7 +171,7 @@ def test_a_consumer_pod_reaches_offloaded_pods_through_its_service(lab, fed):
 
 def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, fed):
     local_web = web_pod("home-1", f"home on {CONSUMER}", {"app": "home"}, remote=False)
-    apply(lab, CONSUMER, NAMESPACE, local_web, service("home", {"app": "home"}))
+    apply(lab, CONSUMER, NAMESPACE, local_web, http_service("home"))
     offloaded_client = real_pod("caller", ["sleep", "3600"])
     offloaded_client["spec"].update(TO_VIRTUAL_NODE)
     apply(lab, CONSUMER, NAMESPACE, offloaded_client)

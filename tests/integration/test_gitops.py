@@ -31,8 +31,8 @@ from packaging.requirements import Requirement
 from catamaran_lab.paths import REPO_ROOT
 
 from . import release
-from .conftest import get_json, wait_for
 from .federation import node_ready, twin_ready
+from .lab_access import get_json, wait_for
 from .playbooks import ansible_env
 
 TEMPLATE = REPO_ROOT / "examples" / "gitops" / "inventory-repo"

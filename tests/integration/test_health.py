@@ -23,7 +23,7 @@ from catamaran.kube.informer import Informer
 from catamaran_lab.paths import REPO_ROOT
 
 from . import federation
-from .conftest import wait_for
+from .lab_access import wait_for
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 from ansible_collections.catamaran.federation.plugins.module_utils.processes import SupervisedProcess

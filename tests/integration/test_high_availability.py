@@ -22,7 +22,7 @@ from catamaran.kube.clients import async_client, kubeconfig_from_file
 from catamaran.kube.leaderelection import LeaderElector
 
 from . import federation
-from .conftest import get_json, wait_for
+from .lab_access import get_json, wait_for
 from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from catamaran_lab.binaries import read_pins
 from catamaran_lab.images import kubectl_image_name
 
 from . import federation
-from .conftest import require_real_node
+from .lab_access import require_real_node
 from .manifests import real_pod
 
 pytestmark = pytest.mark.integration

@@ -34,8 +34,8 @@ from catamaran.constants import VIRTUAL_NODE_TAINT, virtual_node_name
 from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 
 from . import federation
-from .conftest import get_json, require_real_node, wait_for
 from .kubelet_client import admin_tls, kubelet_get, node_endpoint
+from .lab_access import get_json, require_real_node, wait_for
 from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, container, real_pod
 
 pytestmark = pytest.mark.integration

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import base64
 import datetime
-import http.server
 import ipaddress
 import json
-import ssl
 import subprocess
-import threading
 import uuid
 
 import pytest
@@ -27,8 +24,9 @@ from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
 from catamaran_lab.kwok import USAGE_CPU_ANNOTATION, container_log_content
 from catamaran_lab.pki import KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT
 
-from .conftest import get_json, require_real_node, wait_for
-from .manifests import deployment, real_pod
+from .fake_https import FakeHTTPS
+from .lab_access import get_json, require_real_node, wait_for
+from .manifests import deployment, real_pod, unmanaged_node
 
 pytestmark = pytest.mark.integration
 
@@ -80,42 +78,21 @@ class FakeKubelet:
 
     def __init__(self, cert, key, ca):
         self.callers: list[tuple[str, str]] = []  # (path, client CN)
-        fake = self
         self.started = datetime.datetime.now(datetime.UTC)
+        self.server = FakeHTTPS(self.answer, cert, key, client_ca=ca)
+        self.port = self.server.port
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                peer = self.connection.getpeercert() or {}
-                cn = next((v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"), "")
-                fake.callers.append((self.path, cn))
-                if self.path.startswith("/containerLogs/"):
-                    body = fake.LOG.encode()
-                elif self.path == "/metrics/resource":
-                    seconds = (datetime.datetime.now(datetime.UTC) - fake.started).total_seconds()
-                    body = fake.METRICS.format(cpu=1 + 0.2 * seconds).encode()
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        context.load_verify_locations(ca)
-        context.verify_mode = ssl.CERT_OPTIONAL
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, path: str, client_cn: str) -> tuple[bytes, str] | None:
+        self.callers.append((path, client_cn))
+        if path.startswith("/containerLogs/"):
+            return self.LOG.encode(), "text/plain"
+        if path == "/metrics/resource":
+            seconds = (datetime.datetime.now(datetime.UTC) - self.started).total_seconds()
+            return self.METRICS.format(cpu=1 + 0.2 * seconds).encode(), "text/plain"
+        return None
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def report_kubelet(lab, cluster: str, node: str, port: int) -> None:
@@ -138,15 +115,7 @@ def test_a_kubelet_with_a_csr_certificate_is_verified_and_an_impostor_refused(la
     assert root_ca.encode() == ca.read_bytes()
 
     node = f"tls-check-{uuid.uuid4().hex[:6]}"
-    lab.kubectl(
-        cluster.name,
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"type": "virtual"}}}
-        ),
-    )
+    lab.kubectl(cluster.name, "apply", "-f", "-", input=json.dumps(unmanaged_node(node)))
     servers = []
     try:
         cert, key = kubelet_serving_certificate(lab, cluster.name, node, tmp_path)

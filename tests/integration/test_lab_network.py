@@ -16,8 +16,8 @@ import pytest
 
 from catamaran_lab.config import CLUSTER_DNS_IP
 
-from .conftest import get_json, require_real_node, wait_for
-from .manifests import real_pod
+from .lab_access import get_json, require_real_node, wait_for
+from .manifests import http_service, real_pod
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +27,7 @@ PAGE = 'mkdir -p /tmp/www && echo "served by $CLUSTER" > /tmp/www/index.html && 
 def _web_and_client(cluster: str, namespace: str) -> list[dict]:
     server = real_pod("web", ["sh", "-c", PAGE], container={"env": [{"name": "CLUSTER", "value": cluster}]})
     client = real_pod("client", ["sleep", "3600"])
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "web"},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }
+    service = http_service("web")
     return [server, client, service]
 
 

@@ -11,8 +11,8 @@ import pytest
 from catamaran_lab.config import MANAGED_NODE_LABEL, PROVIDER_LABEL, REGION_LABEL
 from catamaran_lab.kwok import container_log_content
 
-from .conftest import get_json, wait_for
-from .manifests import deployment
+from .lab_access import get_json, wait_for
+from .manifests import deployment, unmanaged_node
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +110,7 @@ def test_kwok_leaves_unselected_nodes_alone(lab, cluster, namespace):
         "kind": "List",
         "items": [
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": managed, "labels": {MANAGED_NODE_LABEL: "true"}}},
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": unmanaged, "labels": {"type": "virtual"}}},
+            unmanaged_node(unmanaged),
         ],
     }
     pods = {
@@ -162,15 +162,7 @@ def test_node_lifecycle_taints_a_silent_node_and_evicts_its_pods(lab, lab_config
     node_name = "silent-node"
     namespace = "lifecycle-check"
     lab.kubectl(cluster.name, "create", "namespace", namespace, check=False)
-    lab.kubectl(
-        cluster.name,
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "labels": {"type": "virtual"}}}
-        ),
-    )
+    lab.kubectl(cluster.name, "apply", "-f", "-", input=json.dumps(unmanaged_node(node_name)))
     try:
         wait_for(
             lambda: lab.kubectl(cluster.name, "-n", namespace, "get", "sa", "default", check=False).returncode == 0

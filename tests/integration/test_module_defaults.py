@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from catamaran.constants import (
 from catamaran_lab.paths import REPO_ROOT
 
 from . import federation
-from .playbooks import ANSIBLE_PLAYBOOK, PlaybookRun, ansible_env
+from .playbooks import PlaybookRun, ansible_env, ansible_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -135,15 +134,7 @@ def run(directory: Path, name: str, document: list[dict], **environment: str) ->
     )
     for variable in ("K8S_AUTH_CONTEXT", "K8S_AUTH_HOST", "K8S_AUTH_API_KEY", "KUBECONFIG"):
         env.pop(variable, None)  # only what the test sets
-    result = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    return PlaybookRun(result.returncode, result.stdout, result.stderr)
+    return ansible_playbook(inventory, str(playbook), cwd=cwd, env=env)
 
 
 def results(outcome: PlaybookRun) -> dict[str, dict]:

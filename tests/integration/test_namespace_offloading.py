@@ -15,7 +15,7 @@ import pytest
 from catamaran.constants import virtual_node_name
 
 from . import federation
-from .conftest import apply_quota, get_json, wait_for
+from .lab_access import apply_quota, get_json, wait_for
 from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from catamaran import quantities
 from catamaran.constants import NODE_LEASE_NAMESPACE, virtual_node_name
 
 from . import federation
-from .conftest import apply_quota, get_json, wait_for
+from .lab_access import apply_quota, get_json, wait_for
 from .manifests import container, deployment
 
 pytestmark = pytest.mark.integration
@@ -274,27 +274,8 @@ def test_allocatable_follows_the_provider(lab, fed):
             "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
         },
     }
-    workload = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "local-load", "namespace": "default"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "local-load"}},
-            "template": {
-                "metadata": {"labels": {"app": "local-load"}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "registry.invalid/load:1",
-                            "resources": {"requests": {"cpu": "2", "memory": "1Gi"}},
-                        }
-                    ]
-                },
-            },
-        },
-    }
+    load = {"name": "c", "image": "registry.invalid/load:1", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}
+    workload = deployment("local-load", 2, {"containers": [load]}, namespace="default")
     try:
         lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(extra_node))
         wait_for(

@@ -16,7 +16,7 @@ import pytest
 from catamaran.constants import SYSTEM_NAMESPACE, tenant_namespace, virtual_node_name
 
 from . import federation
-from .conftest import get_json, wait_for
+from .lab_access import get_json, wait_for
 from .manifests import container
 
 pytestmark = pytest.mark.integration

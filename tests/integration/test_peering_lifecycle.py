@@ -13,7 +13,7 @@ import pytest
 from catamaran.constants import NODE_LEASE_NAMESPACE, SYSTEM_NAMESPACE, virtual_node_name
 
 from . import federation
-from .conftest import wait_for
+from .lab_access import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,8 @@ counter and a virtual kubelet restart changes nothing.
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import signal
-import ssl
-import threading
 import time
 
 import pytest
@@ -22,9 +19,10 @@ from catamaran.certs import make_ca, make_serving_cert
 from catamaran.constants import COUNTERS_API_SERVICE, COUNTERS_GROUP, VERSION, tenant_namespace, virtual_node_name
 
 from . import federation
-from .conftest import get_json, require_real_node, wait_for
+from .fake_https import FakeHTTPS
 from .kubelet_client import kubelet_get
-from .manifests import real_pod
+from .lab_access import get_json, require_real_node, wait_for
+from .manifests import deployment, real_pod
 
 pytestmark = pytest.mark.integration
 
@@ -116,16 +114,7 @@ def running_spinners(lab) -> list[str]:
 def test_an_hpa_on_cpu_scales_an_offloaded_deployment_up_under_load_and_back_down(lab, fed):
     template = real_pod("spinner", ["sh", "-c", BUSY_UNTIL_TOLD], container={"resources": {"requests": {"cpu": "50m"}}})
     template["spec"].update(TO_VIRTUAL_NODE)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "spinner"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "spinner"}},
-            "template": {"metadata": {"labels": {"app": "spinner"}}, "spec": template["spec"]},
-        },
-    }
+    spinners = deployment("spinner", 1, template["spec"])
     autoscaler = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -144,7 +133,7 @@ def test_an_hpa_on_cpu_scales_an_offloaded_deployment_up_under_load_and_back_dow
             "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}, "scaleUp": {"stabilizationWindowSeconds": 0}},
         },
     }
-    body = {"apiVersion": "v1", "kind": "List", "items": [deployment, autoscaler]}
+    body = {"apiVersion": "v1", "kind": "List", "items": [spinners, autoscaler]}
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(body))
 
     def desired() -> int:
@@ -183,41 +172,21 @@ class ForgedCounters:
         (directory / "tls.key").write_bytes(key)
         self.ca_cert = ca_cert
         self.asked = 0
-        fake = self
+        self.server = FakeHTTPS(self.answer, directory / "tls.crt", directory / "tls.key", address=address)
+        self.port = self.server.port
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                path = self.path.split("?")[0]
-                if path == f"/apis/{COUNTERS_GROUP}/{VERSION}":
-                    body = {
-                        "kind": "APIResourceList",
-                        "apiVersion": "v1",
-                        "groupVersion": f"{COUNTERS_GROUP}/{VERSION}",
-                    }
-                    body["resources"] = [{"name": "podcounters", "namespaced": True, "kind": "PodCounters"}]
-                    body["resources"][0].update(singularName="", verbs=["list"])
-                elif path == COUNTERS_PATH:
-                    fake.asked += 1
-                    body = fake.counters()
-                else:
-                    self.send_error(404)
-                    return
-                data = json.dumps(body).encode()  # json writes NaN as NaN: what a careless or hostile server sends
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
-        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, path: str, client_cn: str) -> tuple[bytes, str] | None:
+        path = path.split("?")[0]
+        if path == f"/apis/{COUNTERS_GROUP}/{VERSION}":
+            resource = {"name": "podcounters", "singularName": "", "namespaced": True, "kind": "PodCounters"}
+            body = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{COUNTERS_GROUP}/{VERSION}"}
+            body["resources"] = [{**resource, "verbs": ["list"]}]
+        elif path == COUNTERS_PATH:
+            self.asked += 1
+            body = self.counters()
+        else:
+            return None
+        return json.dumps(body).encode(), "application/json"  # json writes NaN as NaN, as a careless server would
 
     @staticmethod
     def counters() -> dict:
@@ -232,8 +201,7 @@ class ForgedCounters:
         return {"apiVersion": f"{COUNTERS_GROUP}/{VERSION}", "kind": "PodCountersList", "metadata": {}, "items": [item]}
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def strict_json(text: str):

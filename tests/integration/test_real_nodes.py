@@ -12,8 +12,8 @@ import pytest
 
 from catamaran_lab.config import MANAGED_NODE_LABEL, NODE_KIND_LABEL, REAL_NODE_TAINT
 
-from .conftest import get_json, wait_for
-from .manifests import real_pod
+from .lab_access import get_json, wait_for
+from .manifests import http_service, real_pod
 
 pytestmark = pytest.mark.integration
 
@@ -91,12 +91,7 @@ def test_cluster_ip_service_reaches_a_real_pod_from_another(lab, cluster, real_n
         volumes=[{"name": "page", "configMap": {"name": "page"}}],
     )
     client = real_pod("client", ["sleep", "3600"])
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "server"},
-        "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }
+    service = http_service("server")
     apply(lab, cluster, namespace, config_map, server, client, service)
     for name in ("server", "client"):
         wait_for(lambda name=name: running(lab, cluster, namespace, name), timeout=90, what=f"{name} Running")

@@ -15,7 +15,7 @@ import pytest
 from catamaran.constants import virtual_node_name
 
 from . import federation
-from .conftest import get_json, kill_container_process, require_real_node, wait_for
+from .lab_access import get_json, kill_container_process, require_real_node, wait_for
 from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
 
 pytestmark = pytest.mark.integration

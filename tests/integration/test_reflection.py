@@ -17,8 +17,8 @@ import pytest
 from catamaran.constants import SYSTEM_NAMESPACE, virtual_node_name
 
 from . import federation
-from .conftest import get_json, require_real_node, wait_for
-from .manifests import BUSYBOX
+from .lab_access import get_json, require_real_node, wait_for
+from .manifests import BUSYBOX, deployment, restricted_busybox
 
 pytestmark = pytest.mark.integration
 
@@ -34,13 +34,7 @@ def fed(lab, lab_config_in_use):
     require_real_node(lab_config_in_use.cluster(PROVIDER))
     with federation.one_real_peering(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
         federation.webhook_registered(lab, CONSUMER)
-        offloading = {
-            "apiVersion": "offloading.catamaran.io/v1alpha1",
-            "kind": "NamespaceOffloading",
-            "metadata": {"name": "offloading", "namespace": NAMESPACE},
-            "spec": {"podOffloadingStrategy": "Remote"},
-        }
-        apply(lab, offloading)
+        federation.offload_namespace(lab, CONSUMER, NAMESPACE, podOffloadingStrategy="Remote")
         wait_for(lambda: phase(lab) == "Ready", timeout=60, what=f"{NAMESPACE} offloaded (phase Ready)")
         yield processes
         lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", federation.WEBHOOK, check=False)
@@ -109,46 +103,20 @@ exec httpd -f -p 8080 -h /tmp/www
 
 
 def app_deployment() -> dict:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "serviceAccountName": "reader",
-                    "imagePullSecrets": [{"name": "pull"}],
-                    "terminationGracePeriodSeconds": 1,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65534,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": "web",
-                            "image": BUSYBOX,
-                            "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", APP_SCRIPT],
-                            "env": [
-                                {
-                                    "name": "GREETING",
-                                    "valueFrom": {"secretKeyRef": {"name": "app-env", "key": "greeting"}},
-                                }
-                            ],
-                            "volumeMounts": [{"name": "page", "mountPath": "/page"}],
-                            "readinessProbe": {"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": 2},
-                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                        }
-                    ],
-                    "volumes": [{"name": "page", "configMap": {"name": "page"}}],
-                },
-            },
-        },
-    }
+    greeting = {"name": "GREETING", "valueFrom": {"secretKeyRef": {"name": "app-env", "key": "greeting"}}}
+    pod_spec = restricted_busybox(
+        ["sh", "-c", APP_SCRIPT],
+        name="web",
+        env=[greeting],
+        volumeMounts=[{"name": "page", "mountPath": "/page"}],
+        readinessProbe={"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": 2},
+    )
+    pod_spec.update(
+        serviceAccountName="reader",
+        imagePullSecrets=[{"name": "pull"}],
+        volumes=[{"name": "page", "configMap": {"name": "page"}}],
+    )
+    return deployment("web", 1, pod_spec, namespace=NAMESPACE)
 
 
 def running_app_pod(lab) -> dict | None:

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import get_json, require_real_node, wait_for
-from tests.integration.manifests import real_pod
+from tests.integration.lab_access import get_json, require_real_node, wait_for
+from tests.integration.manifests import http_service, real_pod
 
 from . import playbooks
-from .federation import gateway_facts
+from .federation import gateway_facts, offload_namespace
 from .federation import node_ready as node_ready_status
 from .playbooks import hosts, lab_inventory, write_inventory
 from .playbooks import run_playbook as run_from
@@ -138,14 +138,7 @@ def across(lab, federation):
         pin = {"nodeSelector": {"kubernetes.io/hostname": f"catamaran-{provider}"}, "tolerations": []}
         env = {"env": [{"name": "CLUSTER", "value": provider}]}
         items.append(real_pod(name, ["sh", "-c", SERVE], container=env, **pin))
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name},
-                "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
-            }
-        )
+        items.append(http_service(name))
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
     lab.kubectl(CONSUMER, "-n", "demo", "apply", "-f", "-", input=body)
     try:
@@ -209,16 +202,13 @@ def not_shared_with_2(lab, federation):
     lab.kubectl(PROVIDERS[0], "create", "namespace", OWN_2)
     try:
         to_3 = [{"key": "catamaran.io/remote-cluster-id", "operator": "In", "values": ["cluster-3"]}]
-        offloading = {
-            "apiVersion": "offloading.catamaran.io/v1alpha1",
-            "kind": "NamespaceOffloading",
-            "metadata": {"name": "offloading", "namespace": ONLY_ON_3},
-            "spec": {
-                "podOffloadingStrategy": "Remote",
-                "clusterSelector": {"nodeSelectorTerms": [{"matchExpressions": to_3}]},
-            },
-        }
-        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(offloading))
+        offload_namespace(
+            lab,
+            CONSUMER,
+            ONLY_ON_3,
+            podOffloadingStrategy="Remote",
+            clusterSelector={"nodeSelectorTerms": [{"matchExpressions": to_3}]},
+        )
         pin = {"nodeSelector": {"kubernetes.io/hostname": "catamaran-cluster-3"}, "tolerations": []}
         env = {"env": [{"name": "CLUSTER", "value": "cluster-3"}]}
         served = real_pod("private", ["sh", "-c", SERVE], container=env, **pin)

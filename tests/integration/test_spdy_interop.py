@@ -1,4 +1,4 @@
-"""catamaran.kube.spdy against the SPDY/3.1 implementation kube-apiserver uses towards kubelets.
+"""catamaran.vk.kubelet.spdy against the SPDY/3.1 implementation kube-apiserver uses towards kubelets.
 
 lab/gomod/internal/spdyprobe is built with k8s.io/streaming/pkg/httpstream/spdy and github.com/moby/spdystream
 at the versions lab/gomod pins, then plays kube-apiserver against a Python SpdySession server, and a
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from catamaran.kube.spdy import CANCEL, SpdyError, SpdySession, SpdyStream
+from catamaran.vk.kubelet.spdy import SpdyError, SpdySession, SpdyStream
+from catamaran.vk.kubelet.spdy.frames import CANCEL
 
 GOMOD = Path(__file__).resolve().parents[2] / "lab" / "gomod"
 PROBE_PACKAGE = "./internal/spdyprobe"

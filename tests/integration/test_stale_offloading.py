@@ -15,7 +15,7 @@ import pytest
 from catamaran.constants import SYSTEM_NAMESPACE, virtual_node_name
 
 from . import federation
-from .conftest import wait_for
+from .lab_access import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +48,7 @@ def test_unpeering_clears_the_entry_and_deletion_completes(lab):
         process.start()
     try:
         lab.kubectl(CONSUMER, "create", "namespace", NAMESPACE, check=False)
-        body = {
-            "apiVersion": "offloading.catamaran.io/v1alpha1",
-            "kind": "NamespaceOffloading",
-            "metadata": {"name": "offloading", "namespace": NAMESPACE},
-            "spec": {},
-        }
-        lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(body))
+        federation.offload_namespace(lab, CONSUMER, NAMESPACE)
         ready = wait_for(
             lambda: (e := entry(lab)) and e["phase"] == "Ready" and e, timeout=90, what="the provider's twin Ready"
         )

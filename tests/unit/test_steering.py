@@ -1,22 +1,15 @@
-"""Pure logic of namespace offloading: selection, names, phases, the webhook's mutation, certificates."""
+"""Steering (steering.py): remote names, cluster selectors, the pods' affinity and tolerations, the policy that
+decides a namespace.
+"""
 
 from __future__ import annotations
 
-import base64
-import datetime
 import json
 
 import pytest
-from cryptography import x509
 
-from catamaran import certs, steering
-from catamaran.constants import LABEL_OFFLOADING_POLICY
-from catamaran.consumer.offloading import offloading_phase, selected_clusters
-from catamaran.consumer.policies import next_step, policy_offloading
-from catamaran.consumer.webhook import namespace_selectors, review_response, webhook_configuration
-
-REGION = "topology.kubernetes.io/region"
-IN_B = {"nodeSelectorTerms": [{"matchExpressions": [{"key": REGION, "operator": "In", "values": ["region-b"]}]}]}
+from catamaran import steering
+from tests.unit.namespace_offloading import ANY_TEAM, IN_B, REGION, TEAM_A, labels, pod
 
 
 @pytest.mark.parametrize(
@@ -60,37 +53,6 @@ def test_remote_names_follow_the_mapping_strategy(spec, expected):
 )
 def test_cluster_selector_has_node_selector_semantics(selector, labels, matches):
     assert steering.selector_matches(selector, labels) is matches
-
-
-def virtual_nodes():
-    return {
-        (None, "catamaran-a"): {"name": "catamaran-a", "cluster": "a", "labels": {REGION: "region-a"}},
-        (None, "catamaran-b"): {"name": "catamaran-b", "cluster": "b", "labels": {REGION: "region-b"}},
-    }
-
-
-def test_selection_and_phase():
-    assert selected_clusters({}, virtual_nodes()) == ["a", "b"]
-    assert selected_clusters({"clusterSelector": IN_B}, virtual_nodes()) == ["b"]
-    assert offloading_phase(False, [], {})[0] == "NoClusterSelected"
-    assert offloading_phase(False, ["a", "b"], {"a": {"phase": "Ready"}})[0] == "InProgress"
-    assert offloading_phase(False, ["a", "b"], {"a": {"phase": "Ready"}, "b": {"phase": "Ready"}})[0] == "Ready"
-    some = offloading_phase(False, ["a", "b"], {"a": {"phase": "Ready"}, "b": {"phase": "Failed", "message": "x"}})
-    assert some == ("SomeFailed", "b: x")
-    assert offloading_phase(False, ["b"], {"b": {"phase": "Failed", "message": "taken"}})[0] == "AllFailed"
-    assert offloading_phase(True, ["a"], {"a": {"phase": "Ready"}})[0] == "Terminating"
-
-
-def pod(affinity=None, owner=None, tolerations=None):
-    meta = {"name": "p", "namespace": "shop"}
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner, "name": "o"}]
-    spec = {"containers": [{"name": "c", "image": "i"}]}
-    if affinity:
-        spec["affinity"] = affinity
-    if tolerations:
-        spec["tolerations"] = tolerations
-    return {"metadata": meta, "spec": spec}
 
 
 def apply(pod_object, operations):
@@ -191,76 +153,6 @@ def test_existing_tolerations_are_kept_and_not_duplicated():
     assert result["spec"]["tolerations"] == original["spec"]["tolerations"]
 
 
-def test_admission_review_carries_a_json_patch():
-    review = {"request": {"uid": "u1", "namespace": "shop", "object": pod()}}
-    response = review_response(review, {"podOffloadingStrategy": "Remote"})["response"]
-    assert response["uid"] == "u1"
-    assert response["allowed"] is True
-    assert response["patchType"] == "JSONPatch"
-    assert json.loads(base64.b64decode(response["patch"]))[0]["path"] == "/spec/affinity"
-    assert "patch" not in review_response(review, None)["response"]
-
-
-def test_webhook_configuration_fails_closed_only_for_offloaded_namespaces():
-    selectors = namespace_selectors([], "catamaran-system")
-    config = webhook_configuration(b"CA", "https://127.0.0.1:9443/mutate-pods", None, selectors)["webhooks"][0]
-    assert config["failurePolicy"] == "Fail"
-    assert config["timeoutSeconds"] == 5
-    assert config["namespaceSelector"] == {"matchLabels": {steering.ENABLED_LABEL: "true"}}
-    assert base64.b64decode(config["clientConfig"]["caBundle"]) == b"CA"
-
-
-def test_certificates_are_issued_for_the_hosts_and_renewed_in_time(tmp_path):
-    store = certs.CertificateStore(tmp_path, ["127.0.0.1", "catamaran-webhook.catamaran-system.svc"])
-    assert store.ensure() is True
-    assert store.ensure() is False  # nothing due: nothing changes
-    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert "catamaran-webhook.catamaran-system.svc" in names.get_values_for_type(x509.DNSName)
-    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
-    assert cert.issuer == ca.subject
-    late = cert.not_valid_after_utc - datetime.timedelta(days=1)
-    assert certs.needs_renewal((tmp_path / "tls.crt").read_bytes(), now=late)
-    assert not certs.needs_renewal((tmp_path / "tls.crt").read_bytes())
-    assert (tmp_path / "tls.key").stat().st_mode & 0o077 == 0
-    store.ssl_context()  # loads
-
-
-def test_ca_rotation_keeps_the_previous_ca_in_the_bundle(tmp_path, monkeypatch):
-    store = certs.CertificateStore(tmp_path, ["127.0.0.1"])
-    store.ensure()
-    old_ca = (tmp_path / "ca.crt").read_bytes()
-    key, near_expiry = certs.make_ca("old", days=3)
-    (tmp_path / "ca.crt").write_bytes(near_expiry)
-    (tmp_path / "ca.key").write_bytes(key)
-    assert old_ca != near_expiry
-    two_days_later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2, hours=12)
-    monkeypatch.setattr(certs, "_now", lambda: two_days_later)
-    assert store.ensure() is True
-    bundle = store.ca_bundle()
-    assert near_expiry in bundle
-    assert (tmp_path / "ca.crt").read_bytes() in bundle
-
-
-def policy(name: str, selector: dict, **offloading) -> dict:
-    return {
-        "apiVersion": "offloading.catamaran.io/v1alpha1",
-        "kind": "NamespaceOffloadingPolicy",
-        "metadata": {"name": name, "uid": f"uid-{name}"},
-        "spec": {"namespaceSelector": selector, "offloading": {"podOffloadingStrategy": "Remote", **offloading}},
-    }
-
-
-TEAM_A = policy("team-a", {"matchLabels": {"team": "a"}})
-ANY_TEAM = policy(
-    "any-team", {"matchExpressions": [{"key": "team", "operator": "Exists"}]}, podOffloadingStrategy="Local"
-)
-
-
-def labels(name: str, **more) -> dict:
-    return {steering.NAMESPACE_NAME_LABEL: name, **more}
-
-
 @pytest.mark.parametrize(
     ("namespace_labels", "expected"),
     [
@@ -300,64 +192,3 @@ def test_a_policy_being_deleted_decides_nothing():
 )
 def test_label_selectors_follow_kubernetes_semantics(selector, namespace_labels, matches):
     assert steering.label_selector_matches(selector, namespace_labels) is matches
-
-
-def made(policy_name: str | None, deleting: bool = False, **spec) -> dict:
-    meta: dict = {
-        "name": "offloading",
-        "namespace": "shop",
-        "labels": {LABEL_OFFLOADING_POLICY: policy_name} if policy_name else {},
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-25T00:00:00Z"
-    return {"metadata": meta, "spec": {"podOffloadingStrategy": "Remote", **spec}}
-
-
-LIVE = {"labels": {}, "deleting": False}
-
-
-@pytest.mark.parametrize(
-    ("namespace", "offloading", "deciding", "expected"),
-    [
-        (LIVE, None, TEAM_A, "create"),
-        (LIVE, made("team-a"), TEAM_A, None),
-        (LIVE, made("team-a", podOffloadingStrategy="Local"), TEAM_A, "update"),
-        (LIVE, made("team-a"), None, "delete"),  # the namespace stopped matching
-        (LIVE, made("team-a"), ANY_TEAM, "delete"),  # another policy decides now: remade once this one is gone
-        (LIVE, made(None), TEAM_A, None),  # the namespace's own NamespaceOffloading wins
-        (LIVE, made(None), None, None),
-        (LIVE, made("team-a", deleting=True), TEAM_A, None),  # wait until it is gone
-        ({"labels": {}, "deleting": True}, None, TEAM_A, None),
-        (None, None, TEAM_A, None),
-    ],
-)
-def test_a_policy_gives_and_takes_a_namespaces_offloading(namespace, offloading, deciding, expected):
-    assert next_step(namespace, offloading, deciding) == expected
-
-
-def test_a_policy_made_offloading_names_its_policy_as_label_and_owner():
-    body = policy_offloading(TEAM_A, "shop")
-    assert body["metadata"]["name"] == "offloading"
-    assert body["metadata"]["labels"] == {LABEL_OFFLOADING_POLICY: "team-a"}
-    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-team-a"
-    assert body["spec"] == TEAM_A["spec"]["offloading"]
-
-
-def test_each_policy_has_a_webhook_for_its_namespaces_not_yet_offloaded():
-    selectors = namespace_selectors([TEAM_A, ANY_TEAM], "ops")
-    config = webhook_configuration(b"CA", "https://127.0.0.1:9443/mutate-pods", None, selectors)["webhooks"]
-    assert [hook["clientConfig"]["url"] for hook in config] == [
-        "https://127.0.0.1:9443/mutate-pods",
-        "https://127.0.0.1:9443/mutate-pods/policies/any-team",
-        "https://127.0.0.1:9443/mutate-pods/policies/team-a",
-    ]
-    team_a = config[2]["namespaceSelector"]
-    assert team_a["matchLabels"] == {"team": "a"}
-    assert {"key": steering.ENABLED_LABEL, "operator": "NotIn", "values": ["true"]} in team_a["matchExpressions"]
-    # What the API server calls the webhook for is what the controller offloads: one rule for both.
-    for namespace_labels in (labels("shop", team="a"), labels("kube-system", team="a"), labels("ops", team="a")):
-        assert steering.label_selector_matches(team_a, namespace_labels) == steering.policy_selects(
-            TEAM_A, namespace_labels, "ops"
-        )
-    in_service = webhook_configuration(b"CA", None, {"namespace": "ops", "name": "hook", "port": 443}, selectors)
-    assert in_service["webhooks"][2]["clientConfig"]["service"]["path"] == "/mutate-pods/policies/team-a"

@@ -1,24 +1,33 @@
-"""The tenant's bound credential: manifests, renewal decisions, and the virtual kubelet's token swap."""
+"""The tenant's bound credential (tenancy.py): manifests and renewal decisions; the lent service types both sides
+read alike.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
 
 import pytest
-import yaml
-from lightkube import KubeConfig
 
 from catamaran import tenancy
-from catamaran.constants import (
-    TENANT_CLUSTER_ROLE,
-    TENANT_CREDENTIAL_SECRET,
-    TENANT_TOKEN_BINDING_SECRET,
-)
-from catamaran.kube.clients import BearerToken, async_client, bearer_token
-from catamaran.vk.kubelet.channel import ProviderChannel
-from catamaran.vk.peering import bound_to, issued_at, kubeconfig_token, kubeconfig_with_token, newer_token, reissued
+from catamaran.constants import TENANT_CLUSTER_ROLE, TENANT_CREDENTIAL_SECRET, TENANT_TOKEN_BINDING_SECRET
+from catamaran.provider.offers import TenantTerms
+
+
+def test_both_sides_read_the_lent_service_types_alike():
+    from catamaran.tenancy import lent_service_types
+    from catamaran.vk.assembly import reflection_terms
+
+    spec = {"services": {"allowedTypes": ["NodePort", "Bogus"]}}
+    assert lent_service_types(None) == ("ClusterIP",)
+    assert (
+        TenantTerms.from_offer_spec(spec).service_types
+        == reflection_terms({"spec": spec})[0]
+        == (
+            "ClusterIP",
+            "NodePort",
+        )
+    )
+
 
 LIFETIME = 1000
 ISSUED = 1_700_000_000.0
@@ -26,16 +35,6 @@ ISSUED = 1_700_000_000.0
 
 def secret(issued=ISSUED, expires=ISSUED + LIFETIME, lifetime=LIFETIME, bound_to="uid-1", token="t0k3n") -> dict:
     return tenancy.credential_secret("c1", token, issued, expires, lifetime, bound_to)
-
-
-def jwt(iat: int, binding_uid: str = "uid-1") -> str:
-    """Claims shaped like a service-account token bound to a Secret; the signature is never checked here."""
-
-    def part(value: dict) -> str:
-        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
-
-    claims = {"iat": iat, "sub": "x", "kubernetes.io": {"secret": {"name": "binding", "uid": binding_uid}}}
-    return f"{part({'alg': 'RS256'})}.{part(claims)}.signature"
 
 
 def test_tenant_manifests_bind_tokens_to_an_empty_secret_and_mint_no_legacy_token():
@@ -114,74 +113,3 @@ def test_renewal_at_once_when_missing_revoked_retermed_or_unreadable():
     unannotated = secret()
     del unannotated["metadata"]["annotations"]
     assert tenancy.credential_renewal(unannotated, "uid-1", LIFETIME, now) == ("unreadable", 0.0)
-
-
-def kubeconfig_text(token: str, ca_data: str = "Q0E=") -> str:
-    return yaml.safe_dump(tenancy.tenant_kubeconfig("https://10.0.0.1:6443", ca_data, token, "p1", "c1"))
-
-
-def test_kubeconfig_token_swap_matches_what_the_peering_writes():
-    old = kubeconfig_text("old-token")
-    assert kubeconfig_token(old) == "old-token"
-    # Byte for byte what the peering module would store with the new token: a later peering run changes nothing.
-    assert kubeconfig_with_token(old, "new-token") == kubeconfig_text("new-token")
-    assert kubeconfig_token("users: [") is None
-    assert kubeconfig_token(yaml.safe_dump({"clusters": []})) is None
-    client_cert = yaml.safe_load(old)
-    client_cert["users"][0]["user"] = {"client-certificate-data": "x", "client-key-data": "y"}
-    assert kubeconfig_token(yaml.safe_dump(client_cert)) is None
-
-
-def test_newer_token_orders_by_issue_time_when_known():
-    early, late = jwt(100), jwt(200)
-    assert issued_at(late) == 200
-    assert newer_token(late, early)
-    assert not newer_token(early, late)  # a stale copy never replaces a renewed token
-    assert not newer_token(late, late)
-    assert newer_token(jwt(200, "uid-2"), late)  # the same second: a re-issue right after a renewal is taken
-    assert issued_at("opaque") is None
-    assert newer_token("opaque-2", "opaque-1")  # without dates, a different token is taken
-    assert newer_token(late, "opaque-1")
-
-
-def test_a_token_bound_to_a_new_binding_is_a_reissue():
-    renewal, current = jwt(200, "uid-1"), jwt(100, "uid-1")
-    after_revocation = jwt(300, "uid-2")
-    assert bound_to(after_revocation) == "uid-2"
-    assert not reissued(renewal, current)
-    assert reissued(after_revocation, current)
-    assert not reissued("opaque", current)  # unknown binding: judged by issue time alone
-    assert bound_to("not.a.jwt") is None
-
-
-def test_swapped_token_reaches_requests_and_websocket_headers():
-    async def scenario():
-        # No CA: the default trust store, since building the channel's TLS context needs a real one.
-        config = KubeConfig.from_dict(yaml.safe_load(kubeconfig_text("first", ca_data="")))
-        client = async_client(config, None, "tests")
-        token = bearer_token(client)
-        assert isinstance(token, BearerToken)
-        assert "first" not in repr(token)
-        channel = ProviderChannel(client, config.get())
-        http = client._client._client
-        assert (await channel._authorization()) == {"Authorization": "Bearer first"}
-        token.token = "second"
-        request = http.build_request("GET", "/api")
-        flow = http.auth.auth_flow(request)
-        assert next(flow).headers["Authorization"] == "Bearer second"
-        assert (await channel._authorization()) == {"Authorization": "Bearer second"}
-        await client.close()
-
-    asyncio.run(scenario())
-
-
-def test_no_replaceable_token_for_other_credentials():
-    config = yaml.safe_load(kubeconfig_text("x", ca_data=""))
-    config["users"][0]["user"] = {"username": "u", "password": "p"}
-
-    async def scenario():
-        client = async_client(KubeConfig.from_dict(config), None, "tests")
-        assert bearer_token(client) is None
-        await client.close()
-
-    asyncio.run(scenario())

@@ -417,15 +417,8 @@ class Lab:
         )
         manifests = {"apiVersion": "v1", "kind": "List", "items": [node.manifest() for node in cluster.nodes]}
         self.kubectl(cluster.name, "apply", "-f", "-", input=json.dumps(manifests))
-        self.kubectl(
-            cluster.name,
-            "wait",
-            "--for=condition=Ready",
-            "node",
-            "-l",
-            f"{MANAGED_NODE_LABEL}=true",
-            "--timeout=120s",
-            timeout=150,
+        realnode.kubectl_wait(
+            self.kubectl, cluster.name, "Ready", "node", "-l", f"{MANAGED_NODE_LABEL}=true", seconds=120, check=True
         )
         if node:
             node.start(images, self.log)
@@ -472,14 +465,8 @@ class Lab:
         (dns_dir / "Corefile").write_text(dns.corefile(cluster, kubeconfig_path))
 
     def _wait_for_metrics_api(self, cluster: ClusterSpec) -> None:
-        result = self.kubectl(
-            cluster.name,
-            "wait",
-            "--for=condition=Available",
-            f"apiservice/{METRICS_APISERVICE}",
-            f"--timeout={METRICS_API_TIMEOUT_S}s",
-            timeout=METRICS_API_TIMEOUT_S + 30,
-            check=False,
+        result = realnode.kubectl_wait(
+            self.kubectl, cluster.name, "Available", f"apiservice/{METRICS_APISERVICE}", seconds=METRICS_API_TIMEOUT_S
         )
         if result.returncode != 0:
             logs = self.kwok_workdir / "clusters" / cluster.name / "logs" / "metrics-server.log"

@@ -75,10 +75,8 @@ class ClusterPKI:
         self.ca_cert.write_bytes(_ca_certificate(ca_key, f"catamaran-lab {cluster_name} CA"))
         # kwokctl's one certificate for everything: kube-apiserver's serving certificate, the admin
         # client, and (its key) the service account signing key, so RSA like kwokctl's own.
-        issue(
-            self.ca_cert,
-            self.ca_key,
-            self.dir / "admin",
+        self.issue(
+            "admin",
             common_name=ADMIN_USER,
             organizations=(ADMIN_GROUP,),
             server_names=APISERVER_NAMES,
@@ -86,36 +84,23 @@ class ClusterPKI:
             client=True,
             rsa_key=True,
         )
-        issue(
-            self.ca_cert,
-            self.ca_key,
-            self.dir / "kube-apiserver-kubelet-client",
-            common_name=KUBE_APISERVER_KUBELET_CLIENT,
-        )
-        issue(self.ca_cert, self.ca_key, self.dir / "front-proxy-client", common_name=FRONT_PROXY_CLIENT)
-        issue(
-            self.ca_cert,
-            self.ca_key,
-            self.dir / "kwok-kubelet-serving",
+        self.issue("kube-apiserver-kubelet-client", common_name=KUBE_APISERVER_KUBELET_CLIENT)
+        self.issue("front-proxy-client", common_name=FRONT_PROXY_CLIENT)
+        self.issue(
+            "kwok-kubelet-serving",
             common_name=KWOK_KUBELET_SERVING,
             server_names=("localhost",),
             server_ips=("127.0.0.1",),
         )
-        issue(
-            self.ca_cert,
-            self.ca_key,
-            self.dir / "metrics-server",
-            common_name="metrics-server",
-            server_names=METRICS_SERVER_NAMES,
-            server_ips=("127.0.0.1",),
+        self.issue(
+            "metrics-server", common_name="metrics-server", server_names=METRICS_SERVER_NAMES, server_ips=("127.0.0.1",)
         )
-        issue(
-            self.ca_cert,
-            self.ca_key,
-            self.dir / "metrics-server-kubelet-client",
-            common_name=METRICS_SERVER_KUBELET_CLIENT,
-        )
-        issue(self.ca_cert, self.ca_key, self.dir / "coredns", common_name=COREDNS_USER)
+        self.issue("metrics-server-kubelet-client", common_name=METRICS_SERVER_KUBELET_CLIENT)
+        self.issue("coredns", common_name=COREDNS_USER)
+
+    def issue(self, name: str, **identity) -> tuple[Path, Path]:
+        """`<name>.crt` and `<name>.key` in this directory, signed by its CA (see `issue`)."""
+        return issue(self.ca_cert, self.ca_key, self.dir / name, **identity)
 
 
 def issue(
@@ -146,33 +131,13 @@ def issue(
     )
     subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
     subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-    now = datetime.datetime.now(datetime.UTC)
     serving = bool(server_names or server_ips)
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] if serving else []
     if client or not serving:
         usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name(subject))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(min(now + VALIDITY, ca_cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=rsa_key,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
+        _builder(
+            x509.Name(subject), ca_cert.subject, key, VALIDITY, ca=False, key_encipherment=rsa_key, ends_by=ca_cert
         )
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
@@ -197,31 +162,52 @@ def write_key(key, path: Path) -> None:
 
 def _ca_certificate(key: rsa.RSAPrivateKey, common_name: str) -> bytes:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
     certificate = (
+        _builder(name, name, key, CA_VALIDITY, ca=True, key_encipherment=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def _builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    key,
+    validity: datetime.timedelta,
+    *,
+    ca: bool,
+    key_encipherment: bool,
+    ends_by: x509.Certificate | None = None,
+) -> x509.CertificateBuilder:
+    """What the CA and every certificate it signs share: valid from five minutes ago (clock skew) for `validity`,
+    never past the issuer's end (`ends_by`), and used for digital signatures; key encipherment for RSA TLS keys,
+    certificate signing for the CA alone."""
+    now = datetime.datetime.now(datetime.UTC)
+    not_after = now + validity
+    if ends_by is not None:
+        not_after = min(not_after, ends_by.not_valid_after_utc)
+    return (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
-                key_encipherment=True,
+                key_encipherment=key_encipherment,
                 content_commitment=False,
                 data_encipherment=False,
                 key_agreement=False,
-                key_cert_sign=True,
+                key_cert_sign=ca,
                 crl_sign=False,
                 encipher_only=False,
                 decipher_only=False,
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
     )
-    return certificate.public_bytes(serialization.Encoding.PEM)

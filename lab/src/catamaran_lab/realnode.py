@@ -39,6 +39,20 @@ class RealNodeStatus:
     rss_mib: float  # containerd, shims, kubelet, kube-proxy and the node's containers
 
 
+def kubectl_wait(kubectl, cluster: str, condition: str, *objects: str, seconds: int, check: bool = False):
+    """`kubectl wait --for=condition=<condition>` for `seconds`, the process allowed 30 s more; `kubectl` is the
+    lab's (cluster, *args, **kwargs) -> CompletedProcess."""
+    return kubectl(
+        cluster,
+        "wait",
+        f"--for=condition={condition}",
+        *objects,
+        f"--timeout={seconds}s",
+        timeout=seconds + 30,
+        check=check,
+    )
+
+
 class RealNode:
     def __init__(
         self,
@@ -99,14 +113,8 @@ class RealNode:
         self.import_images(images)
         self.start_component("kubelet")
         self.start_component("kube-proxy")
-        result = self.kubectl(
-            self.cluster.name,
-            "wait",
-            "--for=condition=Ready",
-            f"node/{self.spec.name}",
-            f"--timeout={READY_TIMEOUT_S}s",
-            timeout=READY_TIMEOUT_S + 30,
-            check=False,
+        result = kubectl_wait(
+            self.kubectl, self.cluster.name, "Ready", f"node/{self.spec.name}", seconds=READY_TIMEOUT_S
         )
         if result.returncode != 0:
             raise LabError(

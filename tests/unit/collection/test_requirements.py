@@ -18,7 +18,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 PLUGIN_DIRS = ("plugins/modules", "plugins/module_utils", "plugins/filter")
 # The distribution that provides each importable top-level name the plugins use.
 DISTRIBUTION_OF = {"kubernetes": "kubernetes", "yaml": "PyYAML", "urllib3": "urllib3", "cryptography": "cryptography"}

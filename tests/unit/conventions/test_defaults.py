@@ -16,10 +16,12 @@ from catamaran.constants import (
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
+    KUBELET_PORT,
 )
+from catamaran.networks import DEFAULT_REMAP_POOL
 from catamaran.vk.reflection.policy import DEFAULT_WORKERS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # (option, ForeignCluster field) of each reflected kind: the options spell the fields in snake_case.
 KINDS = [(re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower(), field) for field in DEFAULT_WORKERS]
 CRDS = ROOT / "controller" / "crds"
@@ -129,3 +131,57 @@ def test_a_policys_offloading_spec_is_the_namespace_offloadings_spec():
     namespace_offloading = yaml.safe_load((CRDS / "offloading.catamaran.io_namespaceoffloadings.yaml").read_text())
     own = namespace_offloading["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert crd_spec("offloading.catamaran.io_namespaceoffloadingpolicies.yaml")["offloading"] == own
+
+
+# Where a role's argument spec and its defaults/main.yml may differ, and why. Nothing else may.
+SPEC_DEFAULT_EXCEPTIONS = {
+    # Shared by every role and set by the inventory; the tasks read it with default(omit, true), so the spec's "" only
+    # documents that unset means the current context.
+    "catamaran_context": "read as catamaran_context | default(omit, true)",
+    # The defaults compute the home directory; the spec shows it as a person writes it.
+    "controller_state_dir": "the spec shows the expression's value",
+}
+# Set in defaults/main.yml from the collection's version; the spec describes it in words.
+COMPUTED_DEFAULTS = {"controller_image"}
+
+
+def role_defaults(role: str) -> dict:
+    path = ROOT / "roles" / role / "defaults" / "main.yml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def spec_options(role: str) -> dict[str, dict[str, dict]]:
+    """Entry point -> its top-level options, from the role's argument spec."""
+    specs = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    return {entry: spec.get("options") or {} for entry, spec in specs.items()}
+
+
+@pytest.mark.parametrize("role", sorted(p.name for p in (ROOT / "roles").iterdir()))
+def test_a_roles_argument_specs_and_defaults_say_the_same(role):
+    """A role's defaults are written twice: in defaults/main.yml, which applies them, and in the argument spec, which
+    documents them (ansible-doc, the docs site). Every default in one must be in the other, with the same value."""
+    defaults, entries = role_defaults(role), spec_options(role)
+    disagree, undocumented = [], []
+    for entry, options in entries.items():
+        for name, option in options.items():
+            if "default" not in option or name in SPEC_DEFAULT_EXCEPTIONS:
+                continue
+            if defaults.get(name, "<not in defaults/main.yml>") != option["default"]:
+                disagree.append(f"{entry}.{name}: spec {option['default']!r}, defaults {defaults.get(name)!r}")
+    for name in defaults:
+        documented = [options[name] for options in entries.values() if name in options]
+        if not documented:
+            undocumented.append(f"{name}: in no entry point's argument spec")
+        elif name not in COMPUTED_DEFAULTS | set(SPEC_DEFAULT_EXCEPTIONS):
+            disagree += [f"{name}: the spec states no default" for option in documented if "default" not in option]
+    assert not disagree, f"roles/{role}: argument_specs.yml and defaults/main.yml disagree: {disagree}"
+    assert not undocumented, f"roles/{role}: defaults no argument spec documents: {undocumented}"
+
+
+def test_the_remap_pool_and_kubelet_port_written_elsewhere_are_the_constants():
+    """The peering module's documentation names the remap pool (networks.py, which the collection links to); the
+    controller role's deployment passes the kubelet port to the container and declares it as its port."""
+    pool = " ".join(dict(option_trees(module_documentation("peering")))["network"]["description"])
+    assert f"C({DEFAULT_REMAP_POOL})" in pool, f"the peering module's network option does not name {DEFAULT_REMAP_POOL}"
+    deployment = yaml.safe_load((ROOT / "roles" / "controller" / "vars" / "deployment.yml").read_text())
+    assert deployment["__controller_kubelet_port"] == KUBELET_PORT

@@ -14,7 +14,7 @@ import yaml
 import catamaran
 from catamaran.vk import node
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_setup():

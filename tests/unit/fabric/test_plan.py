@@ -1,26 +1,34 @@
-"""The fabric's pure parts: WireGuard keys, interface names, and the rules and routes a gateway's host holds."""
+"""The rules and routes a gateway's and a node's host hold (fabric/plan.py)."""
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 
-from catamaran.fabric import keys
 from catamaran.fabric.plan import (
     CHAIN,
     INTERFACE_NAME_MAX,
+    NODE_CHAIN,
     Tunnel,
     check_remap,
     interface_name,
     iptables_restore,
+    node_ranges,
+    node_rules,
     routes,
     wg_set_arguments,
 )
-from catamaran.networks import free_range, seen_as
+from tests.unit.fabric.wireguard_keys import PEER, PRIVATE
 
-PRIVATE = keys.generate_private_key()
-PEER = keys.public_key(keys.generate_private_key())
+
+def test_ranges_are_normalised_deduplicated_and_ipv4_only():
+    assert node_ranges(["10.1.2.3/16", "10.1.0.0/16", "fd00::/64", "10.0.0.0/24"]) == ["10.0.0.0/24", "10.1.0.0/16"]
+
+
+def test_the_nodes_chain_is_written_whole():
+    assert node_rules(["10.1.0.0/16"]) == (
+        f"*nat\n:{NODE_CHAIN} - [0:0]\n-A {NODE_CHAIN} -d 10.1.0.0/16 -j ACCEPT\nCOMMIT\n"
+    )
+    assert node_rules([]) == f"*nat\n:{NODE_CHAIN} - [0:0]\nCOMMIT\n"
 
 
 def consumer_tunnel() -> Tunnel:
@@ -44,17 +52,6 @@ def provider_tunnel(pods=("10.102.255.7", "10.102.255.3")) -> Tunnel:
         listen_port=51821,
         allowed_destinations=pods,
     )
-
-
-def test_keys_are_wireguard_keys_and_bad_ones_are_named_without_their_value():
-    assert len(base64.b64decode(PRIVATE)) == 32
-    assert keys.public_key(PRIVATE) == keys.public_key(PRIVATE) != PRIVATE
-    assert keys.check_public_key(PEER) == PEER
-    with pytest.raises(ValueError, match="not base64") as bad:
-        keys.public_key("secret!!")
-    assert "secret" not in str(bad.value)
-    with pytest.raises(ValueError, match="holds 3 bytes, not 32"):
-        keys.check_public_key(base64.b64encode(b"abc").decode())
 
 
 def test_interface_names_fit_the_kernel_and_differ_per_peering_and_prefix():
@@ -142,17 +139,3 @@ def test_overlapping_ranges_are_remapped_both_ways_at_this_sides_gateway():
     check_remap("10.100.0.0/16", "100.65.0.0/16")
     with pytest.raises(ValueError, match="same family and prefix"):
         check_remap("10.100.0.0/16", "100.65.0.0/24")
-
-
-def test_a_range_is_remapped_only_when_it_overlaps_and_keeps_its_mapping():
-    assert seen_as(["10.101.0.0/16"], taken=["10.102.0.0/16"]) == [("10.101.0.0/16", "10.101.0.0/16")]
-    first = seen_as(["10.100.0.0/16"], taken=["10.100.0.0/16"])
-    assert first == [("10.100.0.0/16", "100.64.0.0/16")]
-    # Another peer already holds the first free range: the next one.
-    assert seen_as(["10.100.0.0/16"], taken=["10.100.0.0/16", "100.64.0.0/16"])[0][1] == "100.65.0.0/16"
-    # An earlier mapping still free is kept, even if a lower range has come free since.
-    kept = [("10.100.0.0/16", "100.70.0.0/16")]
-    assert seen_as(["10.100.0.0/16"], taken=["10.100.0.0/16"], kept=kept) == kept
-    assert free_range("10.0.0.0/8", taken=[]) is None  # larger than the pool
-    with pytest.raises(ValueError, match=r"no range of 100\.64\.0\.0/10 left to remap 10\.0\.0\.0/10"):
-        seen_as(["10.0.0.0/10"], taken=["10.0.0.0/10", "100.64.0.0/10"])

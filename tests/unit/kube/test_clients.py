@@ -1,14 +1,51 @@
-"""Pure logic of the per-hop metrics: how API requests are named, and what a work queue's wait measures."""
+"""API clients (kube/clients.py): a swapped token reaches requests and websocket headers, and API requests are
+named by verb and resource as the API server does.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+import yaml
+from lightkube import KubeConfig
 
-from catamaran import metrics
-from catamaran.kube.clients import request_kind
-from catamaran.kube.workqueue import WorkQueue
+from catamaran.kube.clients import BearerToken, async_client, bearer_token, request_kind
+from catamaran.vk.kubelet.channel import ProviderChannel
+from tests.unit.kubeconfigs import kubeconfig_text
+
+
+def test_swapped_token_reaches_requests_and_websocket_headers():
+    async def scenario():
+        # No CA: the default trust store, since building the channel's TLS context needs a real one.
+        config = KubeConfig.from_dict(yaml.safe_load(kubeconfig_text("first", ca_data="")))
+        client = async_client(config, None, "tests")
+        token = bearer_token(client)
+        assert isinstance(token, BearerToken)
+        assert "first" not in repr(token)
+        channel = ProviderChannel(client, config.get())
+        http = client._client._client
+        assert (await channel._authorization()) == {"Authorization": "Bearer first"}
+        token.token = "second"
+        request = http.build_request("GET", "/api")
+        flow = http.auth.auth_flow(request)
+        assert next(flow).headers["Authorization"] == "Bearer second"
+        assert (await channel._authorization()) == {"Authorization": "Bearer second"}
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_no_replaceable_token_for_other_credentials():
+    config = yaml.safe_load(kubeconfig_text("x", ca_data=""))
+    config["users"][0]["user"] = {"username": "u", "password": "p"}
+
+    async def scenario():
+        client = async_client(KubeConfig.from_dict(config), None, "tests")
+        assert bearer_token(client) is None
+        await client.close()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize(
@@ -36,35 +73,3 @@ from catamaran.kube.workqueue import WorkQueue
 )
 def test_api_requests_are_named_by_verb_and_resource_as_the_api_server_does(method, path, watch, expected):
     assert request_kind(method, path, watch) == expected
-
-
-def _sample(name: str, labels: dict) -> float:
-    value = metrics.QUEUE_WAIT_SECONDS.collect()[0]
-    return sum(s.value for s in value.samples if s.name == name and s.labels == labels)
-
-
-def test_a_key_waits_in_the_queue_from_its_first_add_until_a_worker_takes_it():
-    async def scenario():
-        release = asyncio.Event()
-        taken = []
-
-        async def reconcile(key):
-            taken.append(key)
-            await release.wait()
-
-        queue = WorkQueue("wait-test", reconcile, workers=1)
-        runner = asyncio.create_task(queue.run())
-        queue.add("first")
-        await asyncio.sleep(0.01)
-        queue.add("second")
-        queue.add("second")  # deduplicated: one wait, measured from the first add
-        await asyncio.sleep(0.2)
-        release.set()
-        await asyncio.sleep(0.05)
-        runner.cancel()
-        return taken
-
-    assert asyncio.run(scenario()) == ["first", "second"]
-    labels = {"controller": "wait-test"}
-    assert _sample("catamaran_queue_wait_seconds_count", labels) == 2
-    assert _sample("catamaran_queue_wait_seconds_sum", labels) >= 0.2  # "second" waited behind "first"

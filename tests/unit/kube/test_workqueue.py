@@ -1,4 +1,5 @@
-"""The work queue: one run per key however often it is added, per-key retries that back off, delays, resizing.
+"""The work queue (kube/workqueue.py): one run per key however often it is added, per-key retries that back off,
+delays, resizing, the bucket over all keys' retries, and what its wait metric measures.
 
 Time is virtual (see test_informer.VirtualTimeLoop): reconciles that "take" seconds and backoffs of minutes run at once.
 """
@@ -9,8 +10,11 @@ import asyncio
 import contextlib
 import itertools
 
-from catamaran.kube.workqueue import WorkQueue
-from tests.unit.test_informer import in_virtual_time
+import pytest
+
+from catamaran import metrics
+from catamaran.kube.workqueue import RETRY_BURST, RETRY_RATE, TokenBucket, WorkQueue
+from tests.unit.kube.test_informer import in_virtual_time
 
 
 def now() -> float:
@@ -175,3 +179,103 @@ def test_resizing_changes_how_many_keys_run_at_once_and_busy_workers_retire_afte
         (10, "g"),
         (10, "h"),
     ]
+
+
+def test_an_error_storm_across_more_keys_than_the_burst_retries_a_burst_at_once_then_at_the_overall_rate():
+    assert (RETRY_RATE, RETRY_BURST) == (10, 100)  # client-go's defaults
+    keys = [f"k{index:03}" for index in range(RETRY_BURST + 50)]
+    reconciler = Reconciler(failures=dict.fromkeys(keys, 1))
+
+    async def scenario():
+        async with running(WorkQueue("storm", reconciler, workers=8)) as queue:
+            for key in keys:
+                queue.add(key)
+            await asyncio.sleep(60)
+
+    in_virtual_time(scenario())
+    retries = [reconciler.starts(key)[1] for key in keys]  # every key failed at 0, in the order it was added
+    for retry in retries[:RETRY_BURST]:
+        assert 0.25 <= retry <= 0.5  # within the burst: the key's own first backoff
+    for k, retry in enumerate(retries[RETRY_BURST:], start=1):
+        # The (burst + k)-th waits k / rate for its token, or its own first backoff (0.25..0.5 s) if that is longer.
+        assert k / RETRY_RATE - 1e-9 <= retry <= max(k / RETRY_RATE, 0.5) + 1e-9, (k, retry)
+    assert retries[-1] == pytest.approx(50 / RETRY_RATE)
+
+
+def test_plain_adds_and_requested_requeues_do_not_wait_for_the_overall_bucket():
+    reconciler = Reconciler(failures={"a": 1, "b": 1, "c": 1}, requeue_after=2)
+
+    async def scenario():
+        async with running(WorkQueue("plain", reconciler, workers=1, retry_rate=0.1, retry_burst=1)) as queue:
+            for key in "abc":
+                queue.add(key)  # fail at 0: "a" takes the one token, "b" owes one till 10, "c" till 20
+            await asyncio.sleep(1)
+            queue.add("fresh")  # a watch event while the bucket is spent
+            await asyncio.sleep(10.5)
+
+    in_virtual_time(scenario())
+    assert reconciler.starts("fresh") == [1, 3, 5, 7, 9, 11]  # then every requeue it asks for, on time
+    assert reconciler.starts("b") == [0, pytest.approx(10)]
+    assert reconciler.starts("c") == [0]  # still owed the bucket at 11.5
+
+
+def test_a_keys_own_backoff_wins_over_the_overall_bucket_when_longer():
+    reconciler = Reconciler(failures={"k": 8})
+
+    async def scenario():
+        async with running(WorkQueue("slow", reconciler, workers=1, retry_rate=0.1, retry_burst=1)) as queue:
+            queue.add("k")
+            await asyncio.sleep(400)
+
+    in_virtual_time(scenario())
+    starts = reconciler.starts("k")
+    assert len(starts) == 9  # eight failures, then the success
+    assert 0.25 <= starts[1] <= 0.5  # the bucket's one token: the first backoff
+    # Backoffs of up to 1, 2, 4 and 8 s are shorter than the bucket's 10 s a token: it sets the retries.
+    assert starts[2:6] == pytest.approx([10, 20, 30, 40])
+    # Backoffs of 16..32 and 32..60 s outlast the bucket's wait: the key's own backoff sets the retries.
+    waits = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert 16 <= waits[6] <= 32, waits
+    assert 30 <= waits[7] <= 60, waits
+
+
+def test_the_bucket_refills_at_its_rate_up_to_its_burst_and_spaces_reservations_once_it_is_spent():
+    bucket = TokenBucket(rate=2, burst=3)
+    assert [bucket.reserve(0) for _ in range(5)] == [0, 0, 0, 0.5, 1.0]
+    assert bucket.reserve(1) == pytest.approx(0.5)  # two tokens refilled, three owed before this one
+    assert bucket.reserve(100) == 0  # refilled to the burst, no further
+    assert [bucket.reserve(100) for _ in range(3)] == [0, 0, 0.5]
+    with pytest.raises(ValueError, match="positive rate"):
+        TokenBucket(rate=0, burst=1)
+
+
+def _sample(name: str, labels: dict) -> float:
+    value = metrics.QUEUE_WAIT_SECONDS.collect()[0]
+    return sum(s.value for s in value.samples if s.name == name and s.labels == labels)
+
+
+def test_a_key_waits_in_the_queue_from_its_first_add_until_a_worker_takes_it():
+    async def scenario():
+        release = asyncio.Event()
+        taken = []
+
+        async def reconcile(key):
+            taken.append(key)
+            await release.wait()
+
+        queue = WorkQueue("wait-test", reconcile, workers=1)
+        runner = asyncio.create_task(queue.run())
+        queue.add("first")
+        await asyncio.sleep(0.01)
+        queue.add("second")
+        queue.add("second")  # deduplicated: one wait, measured from the first add
+        await asyncio.sleep(0.2)
+        release.set()
+        await asyncio.sleep(0.05)
+        runner.cancel()
+        return taken
+
+    assert asyncio.run(scenario()) == ["first", "second"]
+    labels = {"controller": "wait-test"}
+    assert _sample("catamaran_queue_wait_seconds_count", labels) == 2
+    assert _sample("catamaran_queue_wait_seconds_sum", labels) >= 0.2  # "second" waited behind "first"

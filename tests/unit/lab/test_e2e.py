@@ -1,15 +1,10 @@
-"""Pure logic of the lab's e2e build: image names from `e2e.test --list-images`, rebuild decisions, cache keys."""
+"""The lab's e2e build (catamaran_lab/e2e.py): image names from `e2e.test --list-images`, rebuild decisions."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
-from pathlib import Path
 
-from catamaran_lab import binaries, e2e, images
-from catamaran_lab.images import Image
-from catamaran_lab.realnode import _pause
+from catamaran_lab import binaries, e2e
 
 LISTED = """\
 registry.k8s.io/e2e-test-images/busybox:1.36.1-1
@@ -82,24 +77,3 @@ def test_up_imports_e2e_images_only_when_all_are_built(tmp_path):
     assert e2e.built_images(cache) == []
     (out_dir / e2e.archive_name(names[0])).write_bytes(b"")
     assert [image.name for image in e2e.built_images(cache)] == names
-
-
-def test_e2e_only_checksums_do_not_move_the_binary_cache_key():
-    go_sum = b"a.io/x v1.0.0 h1:aaa=\na.io/x v1.0.0/go.mod h1:bbb=\n"
-    e2e_lines = b"k8s.io/sample-apiserver v0.36.3 h1:ccc=\nk8s.io/sample-apiserver v0.36.3/go.mod h1:ddd=\n"
-    assert binaries.without_e2e_only_modules(go_sum + e2e_lines) == go_sum
-    assert binaries.without_e2e_only_modules(go_sum) == go_sum
-
-
-def test_layer_file_modes_default_to_executable_and_keep_setuid():
-    layer = images._layer({"usr/local/bin/nnp": b"x", "bin/tool": b"y"}, {}, {}, {"usr/local/bin/nnp": 0o4755})
-    with tarfile.open(fileobj=io.BytesIO(layer)) as archive:
-        modes = {member.name: member.mode for member in archive.getmembers() if member.isfile()}
-    assert modes == {"usr/local/bin/nnp": 0o4755, "bin/tool": 0o755}
-
-
-def test_sandbox_image_is_the_labs_pause_even_beside_upstreams_name():
-    archive = Path("unused.tar")
-    assert _pause([Image("registry.k8s.io/pause:3.10.2", archive), Image(images.PAUSE_IMAGE, archive)]) == (
-        images.PAUSE_IMAGE
-    )

@@ -1,16 +1,23 @@
-"""Pure logic of the controller's image (`make image`): directory layers, the venv's scripts, missing tools."""
+"""Image layers and archives (catamaran_lab/images.py)."""
 
 from __future__ import annotations
 
-import csv
 import io
+import json
 import os
 import tarfile
 
 import pytest
 
-from catamaran_lab import controller_image, images
+from catamaran_lab import images
 from catamaran_lab.errors import LabError
+
+
+def test_layer_file_modes_default_to_executable_and_keep_setuid():
+    layer = images._layer({"usr/local/bin/nnp": b"x", "bin/tool": b"y"}, {}, {}, {"usr/local/bin/nnp": 0o4755})
+    with tarfile.open(fileobj=io.BytesIO(layer)) as archive:
+        modes = {member.name: member.mode for member in archive.getmembers() if member.isfile()}
+    assert modes == {"usr/local/bin/nnp": 0o4755, "bin/tool": 0o755}
 
 
 def test_a_directory_layer_keeps_modes_and_links_and_drops_owners_and_times(tmp_path):
@@ -56,31 +63,26 @@ def test_an_archive_of_several_layers_lists_them_bottom_first(tmp_path):
         images._write(images.Image("x/y:1", tmp_path / "j.tar"), layers, {}, history[:1])
 
 
-def test_console_scripts_get_the_images_interpreter_and_a_true_record(tmp_path):
-    venv = tmp_path / "opt" / "catamaran"
-    dist_info = venv / "lib" / "python3.11" / "site-packages" / "tool-1.0.dist-info"
-    dist_info.mkdir(parents=True)
-    (venv / "bin").mkdir()
-    (dist_info / "entry_points.txt").write_text("[console_scripts]\nTool-CLI = tool.cli:main.run\n")
-    (dist_info / "direct_url.json").write_text('{"url": "file:///tmp/x.whl"}')
-    (dist_info / "RECORD").write_text(
-        "../../bin/Tool-CLI,sha256=old,10\r\ntool-1.0.dist-info/direct_url.json,sha256=x,1\r\n"
-        "tool-1.0.dist-info/RECORD,,\r\ntool/cli.py,sha256=y,2\r\n",
-        newline="",
+def test_image_layers_are_reproducible_and_complete():
+    files = {"bin/tool": b"#!/bin/sh\n"}
+    first = images._layer(files, {"usr/bin/alias": "/bin/tool"}, {"tmp": 0o1777})
+    second = images._layer(files, {"usr/bin/alias": "/bin/tool"}, {"tmp": 0o1777})
+    assert first == second
+    with tarfile.open(fileobj=io.BytesIO(first)) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+    assert {"bin", "bin/tool", "usr", "usr/bin", "usr/bin/alias", "tmp"} <= set(members)
+    assert members["tmp"].mode == 0o1777
+    assert members["usr/bin/alias"].issym()
+
+
+def test_oci_archive_names_the_image_and_points_at_its_blobs(tmp_path):
+    image = images._write(
+        images.Image("catamaran.lab/test:1.0", tmp_path / "t.tar"), images._layer({"a": b"x"}, {}, {}), {"Cmd": ["a"]}
     )
-    controller_image._venv_scripts(venv, dist_info)
-    script = (venv / "bin" / "Tool-CLI").read_text()
-    assert script.startswith("#!/opt/catamaran/bin/python\n")
-    assert "from tool.cli import main\n" in script
-    assert "sys.exit(main.run())" in script
-    assert not (dist_info / "direct_url.json").exists()
-    with (dist_info / "RECORD").open(newline="") as record:
-        rows = list(csv.reader(record))
-    assert [row[0] for row in rows] == ["../../../bin/Tool-CLI", "tool-1.0.dist-info/RECORD", "tool/cli.py"]
-    assert rows[0][2] == str(len(script.encode()))
-
-
-def test_a_missing_mmdebstrap_is_named_with_its_package(monkeypatch, tmp_path):
-    monkeypatch.setattr(controller_image.shutil, "which", lambda tool: None if tool == "mmdebstrap" else "/usr/bin/x")
-    with pytest.raises(LabError, match=r"mmdebstrap \(Debian package mmdebstrap\).*apt-get install mmdebstrap"):
-        controller_image._check_tools(tmp_path / "debian.sources")
+    with tarfile.open(image.archive) as archive:
+        index = json.load(archive.extractfile("index.json"))
+        descriptor = index["manifests"][0]
+        assert descriptor["annotations"]["io.containerd.image.name"] == "catamaran.lab/test:1.0"
+        manifest = json.load(archive.extractfile(f"blobs/sha256/{descriptor['digest'].split(':')[1]}"))
+        for blob in (manifest["config"], *manifest["layers"]):
+            assert archive.getmember(f"blobs/sha256/{blob['digest'].split(':')[1]}").size == blob["size"]

@@ -1,4 +1,6 @@
-"""Which Service names an out-of-cluster manager's pod counters API to the API server (provider/counters.py)."""
+"""The provider's pod counters (provider/counters.py): a kubelet's counters read per pod, the tenant a credential
+names, and which Service names an out-of-cluster manager's counters API to the API server.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from catamaran.constants import ENDPOINT_SLICE_MANAGED_BY_LABEL, ENDPOINT_SLICE_SERVICE_LABEL
-from catamaran.provider.counters import CounterOptions, external_service
+from catamaran.provider.counters import CounterOptions, container_counters, external_service, tenant_of
 
 
 def options(external_name: str) -> CounterOptions:
@@ -48,3 +50,46 @@ def test_a_host_name_or_an_address_no_endpoint_may_hold_stays_an_external_name(n
     # No endpoint may hold a loopback, unspecified, link-local or multicast address; a name can only be an ExternalName.
     (service,) = external_service(options(name))
     assert service["spec"] == {"type": "ExternalName", "externalName": name, "ports": [{"port": 443}]}
+
+
+KUBELET_RESOURCE_METRICS = """# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time
+# TYPE container_cpu_usage_seconds_total counter
+container_cpu_usage_seconds_total{container="main",namespace="shop-c1",pod="idle"} 0.020260384 1795592061692
+container_cpu_usage_seconds_total{container="main",namespace="other",pod="x"} 7.5 1795592061692
+# HELP container_memory_working_set_bytes [STABLE] Current working set of the container in bytes
+# TYPE container_memory_working_set_bytes gauge
+container_memory_working_set_bytes{container="main",namespace="shop-c1",pod="idle"} 1.949696e+06 1795592061692
+# HELP container_start_time_seconds [STABLE] Start time of the container since unix epoch in seconds
+# TYPE container_start_time_seconds gauge
+container_start_time_seconds{container="main",namespace="shop-c1",pod="idle"} 1.7955920559007473e+09
+# HELP node_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the node in core-seconds
+# TYPE node_cpu_usage_seconds_total counter
+node_cpu_usage_seconds_total 25955.8511718 1795592023121
+"""
+
+
+def test_a_kubelets_counters_are_read_per_pod_with_their_sample_time():
+    pods = container_counters(KUBELET_RESOURCE_METRICS)
+    assert pods[("shop-c1", "idle")] == [
+        {
+            "name": "main",
+            "cpuSeconds": 0.020260384,
+            "sampledAt": 1795592061.692,
+            "memoryWorkingSetBytes": 1949696.0,
+            "startTime": 1795592055.9007473,
+        }
+    ]
+    assert pods[("other", "x")][0]["cpuSeconds"] == 7.5
+
+
+@pytest.mark.parametrize(
+    ("user", "tenant"),
+    [
+        ("system:serviceaccount:catamaran-tenant-cluster-1:catamaran-consumer", "cluster-1"),
+        ("system:serviceaccount:kube-system:default", None),
+        ("system:serviceaccount:catamaran-tenant-cluster-1", None),
+        ("admin", None),
+    ],
+)
+def test_only_a_tenant_credential_names_a_tenant(user, tenant):
+    assert tenant_of(user) == tenant

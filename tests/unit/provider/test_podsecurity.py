@@ -1,33 +1,14 @@
-"""The provider's tenant policy: Pod Security Standards per level, the tenant's quota and its reservations."""
+"""Pod Security Standards per level (provider/podsecurity.py)."""
 
 from __future__ import annotations
 
 import copy
-from fractions import Fraction
 
 import pytest
 
-from catamaran.constants import DEFAULT_POD_SECURITY_LEVEL, DEFAULT_SHARING_PERCENTAGE
-from catamaran.provider import podsecurity, quota
-from catamaran.provider.offers import Placement, TenantTerms
-from catamaran.provider.shadowpods import pod_from_shadow
-from catamaran.provider.twins import pod_security_labels, reserved_name
+from catamaran.provider import podsecurity
 from tests.integration.manifests import container, deployment, real_pod
-
-RESTRICTED_CONTEXT = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "runAsNonRoot": True,
-    "runAsUser": 65534,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-
-
-def compliant_spec() -> dict:
-    return {
-        "containers": [{"name": "app", "image": "x", "securityContext": copy.deepcopy(RESTRICTED_CONTEXT)}],
-        "volumes": [{"name": "config", "configMap": {"name": "c"}}, {"name": "scratch", "emptyDir": {}}],
-    }
+from tests.unit.provider.pod_specs import compliant_spec
 
 
 def with_container_context(**context) -> dict:
@@ -166,104 +147,3 @@ def test_the_integration_tests_pods_meet_restricted():
         real_pod("p", ["true"])["spec"],
     ):
         assert podsecurity.violations(spec, "restricted") == []
-
-
-def test_terms_default_to_restricted_and_the_default_share():
-    terms = TenantTerms.from_offer_spec({"clusterID": "p"})
-    assert (terms.pod_security, terms.sharing_percentage) == (DEFAULT_POD_SECURITY_LEVEL, DEFAULT_SHARING_PERCENTAGE)
-    assert terms == TenantTerms()
-    given = TenantTerms.from_offer_spec(
-        {"podSecurity": "privileged", "sharingPercentage": 50, "nodeSelector": {"k": "v"}}
-    )
-    assert (given.pod_security, given.sharing_percentage, given.placement) == (
-        "privileged",
-        50,
-        Placement(node_selector=(("k", "v"),)),
-    )
-
-
-def test_quota_is_the_share_of_the_allocatable_rounded_down():
-    cap = quota.tenant_quota([{"cpu": "3", "pods": "11", "memory": "1001"}, {"cpu": "500m", "pods": "10"}], 50)
-    assert cap == {"cpu": Fraction(7, 4), "pods": Fraction(10), "memory": Fraction(500)}
-    assert quota.formatted(cap) == {"cpu": "1750m", "memory": "500", "pods": "10"}
-
-
-def test_excess_names_each_resource_with_its_numbers():
-    cap = {"cpu": Fraction(1), "pods": Fraction(10)}
-    used = {"cpu": Fraction(9, 10), "pods": Fraction(3)}
-    wanted = quota.pod_usage({"cpu": Fraction(1, 5), "nvidia.com/gpu": Fraction(1)})
-    assert quota.excess(cap, used, wanted) == [
-        "cpu (requested 200m, in use 900m, quota 1)",
-        "nvidia.com/gpu (requested 1, in use 0, quota 0)",
-    ]
-    assert quota.excess(cap, used, quota.pod_usage({"cpu": Fraction(1, 10)})) == []
-
-
-def test_reservations_stop_concurrent_admissions_from_overshooting():
-    ledger = quota.Ledger()
-    cap = {"cpu": Fraction(1), "pods": Fraction(10)}
-    half = {"cpu": Fraction(1, 2)}
-    assert ledger.admit(("t", "a"), "c", half, cap) == []
-    assert ledger.admit(("t", "b"), "c", half, cap) == []
-    # Neither pod is visible yet; the third would take the tenant past its quota.
-    assert ledger.admit(("t", "c"), "c", half, cap) == ["cpu (requested 500m, in use 1, quota 1)"]
-    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(2)}
-    # Another tenant's quota is its own.
-    assert ledger.admit(("u", "a"), "other", half, cap) == []
-
-    ledger.observe(("t", "a"), "c", half)  # the informer sees a pod: its reservation is settled, not counted twice
-    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(2)}
-    ledger.release(("t", "b"))  # its creation failed
-    assert ledger.used("c") == {"cpu": Fraction(1, 2), "pods": Fraction(1)}
-    assert ledger.admit(("t", "c"), "c", half, cap) == []
-    ledger.observe(("t", "a"), None, None)  # gone
-    ledger.observe(("t", "c"), "c", half)
-    assert ledger.used("c") == {"cpu": Fraction(1, 2), "pods": Fraction(1)}
-
-
-def test_a_pod_being_replaced_does_not_count_against_its_replacement():
-    ledger = quota.Ledger()
-    cap = {"cpu": Fraction(1), "pods": Fraction(1)}
-    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1)})
-    assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(1)}, cap) == []
-    assert ledger.admit(("t", "b"), "c", {"cpu": Fraction(0)}, cap) == ["pods (requested 1, in use 1, quota 1)"]
-
-
-def test_the_manager_says_whose_pod_it_is_not_the_shadowpod():
-    shadow = {
-        "apiVersion": "offloading.catamaran.io/v1alpha1",
-        "metadata": {"name": "p", "namespace": "ns-c", "uid": "u"},
-        "spec": {"pod": {"metadata": {"labels": {"app": "x", "catamaran.io/origin-cluster-id": "someone-else"}}}},
-    }
-    shadow["spec"]["pod"]["spec"] = compliant_spec()
-    labels = pod_from_shadow(shadow, Placement(), "c")["metadata"]["labels"]
-    assert labels == {"app": "x", "catamaran.io/origin-cluster-id": "c", "catamaran.io/managed-by": "catamaran"}
-
-
-@pytest.mark.parametrize(
-    ("name", "reserved"),
-    [
-        ("default", True),
-        ("kube-system", True),
-        ("kube-anything", True),
-        ("catamaran-system", True),
-        ("catamaran-fabric", True),  # the fabric's keys: a consumer whose id is `fabric` gets another twin name
-        ("catamaran-tenant-cluster-2", True),
-        ("shop-cluster-1", False),
-        ("kubeflow", False),
-        ("catamaran-demo", False),
-    ],
-)
-def test_reserved_twin_names(name, reserved):
-    assert reserved_name(name) is reserved
-
-
-def test_twins_enforce_warn_and_audit_the_level_at_the_latest_version():
-    assert pod_security_labels("baseline") == {
-        "pod-security.kubernetes.io/enforce": "baseline",
-        "pod-security.kubernetes.io/warn": "baseline",
-        "pod-security.kubernetes.io/audit": "baseline",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-        "pod-security.kubernetes.io/warn-version": "latest",
-        "pod-security.kubernetes.io/audit-version": "latest",
-    }

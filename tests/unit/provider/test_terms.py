@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from lightkube.models.core_v1 import PodSpec
 
-from catamaran import quantities
 from catamaran.constants import DEFAULT_CONTAINER_LIMITS, DEFAULT_CONTAINER_REQUESTS, TENANT_PRIORITY_CLASS
 from catamaran.provider import terms
 from catamaran.provider.offers import TenantTerms
@@ -66,15 +63,6 @@ def test_rewritten_fields_and_container_defaults():
     assert terms.tenant_pod_spec(spec, allowed)["priorityClassName"] == "provider-critical"
 
 
-def test_pod_level_requests_count_when_larger_than_the_containers():
-    spec = {"containers": [{"name": "a", "resources": {"requests": {"cpu": "50m", "memory": "1Gi"}}}]}
-    spec["resources"] = {"requests": {"cpu": "1500m"}}
-    requests = quantities.pod_requests(spec)
-    assert requests["cpu"] == Fraction(3, 2)
-    assert requests["memory"] == 2**30  # the containers' where larger
-    assert quantities.pod_requests({"containers": [], "resources": {"limits": {"cpu": "2"}}})["cpu"] == 2
-
-
 def test_twin_names_and_endpoint_ranges():
     assert terms.twin_name_allowed("web-c1", "c1", "Suffixed")
     assert not terms.twin_name_allowed("payments", "c1", "Suffixed")
@@ -95,29 +83,3 @@ def test_terms_from_the_offer_spec_keep_cluster_ip_and_refuse_unknown_values():
     assert parsed.twin_names == "Suffixed"
     guards = terms.twin_guards("web-c1", parsed)
     assert [g["kind"] for g in guards] == ["LimitRange", "ResourceQuota"]
-
-
-def test_a_provider_pod_range_change_recomputes_every_twins_endpoint_ranges():
-    from catamaran.provider.twins import TwinNamespaceController
-
-    twins = TwinNamespaceController(None, "p", tenants=None, events=None)
-    for key in (("catamaran-tenant-a", "web-a"), ("catamaran-tenant-b", "db-b")):
-        twins.twins._store(key, {"metadata": {"name": key[1]}})
-    twins.pod_ranges_changed()
-    assert len(twins.queue) == 2
-
-
-def test_both_sides_read_the_lent_service_types_alike():
-    from catamaran.tenancy import lent_service_types
-    from catamaran.vk.runner import reflection_terms
-
-    spec = {"services": {"allowedTypes": ["NodePort", "Bogus"]}}
-    assert lent_service_types(None) == ("ClusterIP",)
-    assert (
-        TenantTerms.from_offer_spec(spec).service_types
-        == reflection_terms({"spec": spec})[0]
-        == (
-            "ClusterIP",
-            "NodePort",
-        )
-    )

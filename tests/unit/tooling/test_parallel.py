@@ -1,14 +1,11 @@
-"""The test suite's own tooling: how integration tests are grouped, ordered and given labs side by side
-(tests/parallel.py), and how their time is reported (tests/timing.py)."""
+"""How integration tests are grouped, ordered and given labs side by side (tests/parallel.py)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from catamaran_lab import paths
-from tests import parallel, timing
+from tests import parallel
 
 
 def test_a_package_is_one_group_and_a_module_otherwise():
@@ -75,32 +72,3 @@ def test_a_build_is_made_once_per_run_and_again_after_a_failure(monkeypatch, tmp
     monkeypatch.setenv(parallel.RUN_VARIABLE, "run-2")
     parallel.built_once("thing", made)
     assert len(builds) == 3, "another run builds anew"
-
-
-def test_the_report_splits_phases_by_file_and_spans_overlapping_phases(tmp_path):
-    phases = ["lint\t30.0\t0\t1000", "integration\t600.0\t0\t1030", "overlap\t300.0\t1\t1040"]
-    (tmp_path / timing.PHASES_FILE).write_text("\n".join(phases) + "\n")
-    tests = [
-        {"nodeid": "tests/integration/test_a.py::t1", "wall": 400.0, "busy": 0.5},
-        {"nodeid": "tests/integration/test_b.py::t2", "wall": 100.0, "busy": 0.25},
-    ]
-    files = [
-        {"file": "tests/integration/test_a.py", "tests": 1, "wall": 400.0, "machine_cpu": 400.0},
-        {"file": "tests/integration/test_b.py", "tests": 1, "wall": 100.0, "machine_cpu": 50.0},
-    ]
-    document = {"phase": "integration", "elapsed": 600.0, "machine_cpu": 450.0, "cpus": 2}
-    document |= {"tests": tests, "files": files}
-    (tmp_path / "integration.json").write_text(json.dumps(document))
-    lines = timing.report(tmp_path).splitlines()
-    assert "   600.0  integration" in lines
-    assert "   400.0    tests/integration/test_a.py (1 tests, busy 50%)" in lines
-    assert "   300.0  overlap  (exit 1)" in lines
-    assert "   630.0  total, start to end" in lines
-    slowest = lines[lines.index(next(line for line in lines if line.startswith("slowest"))) + 1]
-    assert slowest.endswith("integration: tests/integration/test_a.py::t1")
-
-
-def test_sleeps_count_only_on_the_main_thread():
-    counter = timing._SleepCounter()
-    counter.sleep(0.01)
-    assert counter.main_thread_seconds >= 0.01

@@ -1,4 +1,5 @@
-"""The virtual kubelet's parts, built as vk/runner.py builds them: one peering context shared by all of them.
+"""The virtual kubelet's parts, built by its composition root (vk/assembly.py): one peering context shared by all,
+and the node settings taken from the spec.
 
 Nothing is run: the clients are never called while the parts are only built and wired.
 """
@@ -6,16 +7,25 @@ Nothing is run: the clients are never called while the parts are only built and 
 from __future__ import annotations
 
 import asyncio
-import logging
 import types
 
 from catamaran.constants import LABEL_VIRTUAL_VOLUME_NODE, tenant_namespace, virtual_node_name
 from catamaran.kube.events import EventRecorder
+from catamaran.vk import assembly
+from catamaran.vk.assembly import KubeletOptions, OffloadingParts, ServedPeering, settings_from
 from catamaran.vk.context import PeeringContext
+from catamaran.vk.kubelet.server import listen
 from catamaran.vk.node import HealthSettings, NodeSettings, VirtualNode
-from catamaran.vk.pods import PodController
+from catamaran.vk.peering import PeeringWatch
 from catamaran.vk.reflection.policy import settings_from_spec
-from catamaran.vk.runner import VirtualKubelet
+from tests.unit.vk.offloading_scope import COSTLY
+
+
+def test_the_node_settings_take_the_taints_of_the_spec():
+    spec = {"clusterID": "cluster-2", "nodeTaints": [COSTLY]}
+    settings, _ = settings_from({"spec": spec}, "10.0.0.1", 10250)
+    assert settings.taints == [COSTLY]
+    assert settings_from({"spec": {"clusterID": "cluster-2"}}, "10.0.0.1", 10250)[0].taints == []
 
 
 def peering() -> PeeringContext:
@@ -30,10 +40,10 @@ def peering() -> PeeringContext:
     )
 
 
-def wired() -> tuple[PeeringContext, VirtualNode, PodController]:
+def wired() -> tuple[PeeringContext, VirtualNode, OffloadingParts]:
     context = peering()
     node = VirtualNode(context, NodeSettings(provider_id="provider", node_ip="10.0.0.1"), HealthSettings())
-    return context, node, PodController(context, node, settings_from_spec(None), remap_cidr=None)
+    return context, node, OffloadingParts(context, node, settings_from_spec(None), remap_cidr=None)
 
 
 def test_the_names_of_a_peering_follow_from_the_cluster_ids():
@@ -43,55 +53,126 @@ def test_the_names_of_a_peering_follow_from_the_cluster_ids():
 
 
 def test_every_part_reads_the_one_peering_context():
-    context, node, pods = wired()
-    reflection = pods.reflection
-    parts = [node, pods, pods.twins, pods.remote_events, reflection, reflection.tokens, reflection.volumes]
-    assert all(part.peering is context for part in parts + list(reflection.reflectors.values()))
+    context, node, parts = wired()
+    reflection = parts.reflection
+    built = [node, parts.pods, parts.twins, parts.remote_events, parts.ips, parts.status, reflection]
+    built += [reflection.tokens, reflection.volumes, *reflection.reflectors]
+    assert all(part.peering is context for part in built)
     assert node.name == context.node_name
-    assert pods.local_pods.fields == {"spec.nodeName": context.node_name}
-    assert pods.twins.requests.namespace == context.tenant_namespace
+    assert parts.local_pods.fields == {"spec.nodeName": context.node_name}
+    assert parts.twins.requests.namespace == context.tenant_namespace
     assert reflection.volumes.volumes.labels == {LABEL_VIRTUAL_VOLUME_NODE: context.node_name}
-    assert {r.context.node_name for r in reflection.reflectors.values()} == {context.node_name}
+    assert {r.context.node_name for r in reflection.reflectors} == {context.node_name}
 
 
-def test_the_pod_controller_wires_its_reflection_in():
-    _, _, pods = wired()
-    reflection = pods.reflection
+def test_each_part_is_built_once_and_handed_to_those_that_use_it():
+    _, node, parts = wired()
+    pods, reflection = parts.pods, parts.reflection
+    assert pods.local_pods is parts.local_pods is parts.remote_events.local_pods is reflection.tokens.local_pods
+    assert pods.twins is parts.twins is reflection.tokens.twins is reflection.config_maps.twins
+    assert pods.shadow_informers is parts.shadows
+    assert pods.status is parts.status
+    assert parts.status.ips is parts.ips
+    assert parts.status.node is node
+    assert pods.tokens is reflection.tokens
+    assert reflection.tokens.secrets is reflection.secrets
+    assert pods.config_maps is reflection.config_maps
+    assert reflection.volumes.claims is reflection.claims
+    assert [r.kind.setting for r in reflection.reflectors] == [
+        "configMaps",
+        "secrets",
+        "services",
+        "endpointSlices",
+        "ingresses",
+        "persistentVolumeClaims",
+    ]
+
+
+def test_the_pod_controller_and_its_reflection_are_wired_in_order():
+    _, node, parts = wired()
+    pods, twins, reflection, events = parts.pods, parts.twins, parts.reflection, parts.remote_events
     # Reflection hears of twins after the pods and their Events do, as it always has.
-    assert pods.twins.ready_listeners == [pods._twin_ready, pods.remote_events.twin_ready, reflection.twin_ready]
-    assert pods.twins.drainers == [reflection.drain]
-    assert pods.remote_events.reflected == reflection.local_object
-    assert pods.queue.add in reflection.tokens.written_listeners
-    assert pods.ips.local_ranges.services is reflection.reflectors["services"].local_objects.informer
-    assert pods.ips.local_ranges.endpoint_slices is reflection.reflectors["endpointSlices"].local_objects.informer
+    assert twins.ready_listeners == [pods.twin_ready, events.twin_ready, reflection.twin_ready]
+    assert twins.removed_listeners == [parts.shadows.unwatch, events.twin_removed, reflection.twin_removed]
+    assert twins.drainers == [reflection.drain]
+    assert node.health_listeners == [pods.health_changed]
+    assert events.reflected == reflection.local_object
+    assert reflection.tokens.written_listeners == [pods.queue.add]
+    assert parts.ips.local_ranges.services is reflection.services.local_objects.informer
+    assert parts.ips.local_ranges.endpoint_slices is reflection.endpoint_slices.local_objects.informer
 
 
-class RefusingClient:
-    async def get(self, *args, **kwargs):
-        raise RuntimeError("the API server is away")
-
-
-def test_a_status_report_from_a_callback_is_kept_until_done_and_its_failure_logged(caplog):
-    kubelet = VirtualKubelet(
-        RefusingClient(), foreign_cluster="provider", namespace="catamaran-system", consumer_id="c", node_ip="10.0.0.1"
+def served(tmp_path, monkeypatch, reports: list) -> ServedPeering:
+    """The whole virtual kubelet as the runner builds it for ForeignCluster catamaran-system/provider; a token-less
+    provider client, so no credential is followed."""
+    monkeypatch.setattr(assembly, "bearer_token", lambda client: None)
+    local = object()
+    listener = listen("127.0.0.1", 0)
+    foreign = {
+        "metadata": {"name": "provider"},
+        "spec": {"clusterID": "provider", "networking": {"podCIDRRemap": "10.250.0.0/16", "podCIDRs": ["10.1.0.0/16"]}},
+    }
+    parts = ServedPeering(
+        local,
+        object(),
+        PeeringWatch(local, "catamaran-system", "provider"),
+        foreign,
+        consumer_id="consumer",
+        events=EventRecorder(local, "test"),
+        node_ip="10.0.0.1",
+        listener=listener,
+        channel=object(),
+        options=KubeletOptions(cert_dir=tmp_path),
+        report=lambda reason, message, ready: reports.append((reason, ready)),
     )
+    listener.close()
+    return parts
 
-    async def report() -> None:
-        kubelet._report_soon("ProviderReachable", "virtual node is serving", ready=True)
-        [task] = kubelet._reports
-        await asyncio.gather(task, return_exceptions=True)
-        assert not kubelet._reports
 
-    with caplog.at_level(logging.ERROR, logger="catamaran.vk.runner"):
-        asyncio.run(report())
-    [record] = [r for r in caplog.records if r.name == "catamaran.vk.runner"]
-    assert record.getMessage() == "cannot report the foreign cluster's status"
-    assert "the API server is away" in str(record.exc_info[1])
+def test_the_served_peering_builds_its_parts_from_the_foreign_cluster(tmp_path, monkeypatch):
+    parts = served(tmp_path, monkeypatch, [])
+    peering, offloading = parts.peering, parts.offloading
+    assert peering.foreign_cluster == ("catamaran-system", "provider")
+    assert (peering.consumer_id, peering.provider_id) == ("consumer", "provider")
+    assert parts.node.settings.kubelet_port == parts.kubelet_port != 0  # the listener's port, published
+    assert offloading.ips.remap_cidr == "10.250.0.0/16"
+    assert offloading.ips.consented == ["10.1.0.0/16"]
+    assert parts.kubelet.local_pod == offloading.local_pods.get
+    assert parts.kubelet.twin_of == offloading.twins.ready_twin
+    assert parts.credential is None
+    loops, of_parts = parts.tasks(), [*parts.node.tasks(), *offloading.tasks(), *parts.kubelet.tasks()]
+    try:
+        own = [loop.cr_code.co_qualname for loop in loops[:4]]
+        assert own == ["Informer.run", "ServedPeering.until_removed", "Informer.run", "ServedPeering.follow_gateway"]
+        assert [loop.cr_code for loop in loops[4:]] == [loop.cr_code for loop in of_parts]
+    finally:
+        for loop in loops + of_parts:
+            loop.close()  # built, never run
+
+
+def test_the_served_peering_listens_by_named_methods(tmp_path, monkeypatch):
+    reports: list = []
+    parts = served(tmp_path, monkeypatch, reports)
+    # The status report hears of the node's health after the pods are requeued.
+    assert parts.node.health_listeners == [parts.offloading.pods.health_changed, parts.health_changed]
+    assert parts.offers._handlers == [parts.offer_changed]
+    assert parts.foreigns._handlers[-1] == parts.foreign_changed
+    assert parts.node.offer_synced is parts.offers.synced
+    parts.health_changed(False)
+    invalid = {"spec": {"clusterID": "provider", "nodeTaints": [{"key": "a", "effect": "Sometimes"}]}}
+    parts.foreign_changed("MODIFIED", ("catamaran-system", "provider"), invalid, None)
+    assert reports == [("ProviderUnreachable", False), ("InvalidSpec", False)]
+    offer = {"spec": {"services": {"allowedTypes": ["ClusterIP"]}}, "status": {"allocatable": {"cpu": "2"}}}
+    parts.offer_changed("ADDED", ("tenant", "offer"), offer, None)
+    assert parts.provider_allocatable() == {"cpu": "2"}
+    assert parts.offloading.reflection.terms["endpoint_ranges"] is None
+    parts.foreign_changed("DELETED", ("catamaran-system", "provider"), None, None)
+    assert parts.removed.is_set()
 
 
 def test_the_echo_of_a_copy_this_process_wrote_is_not_reconciled_again():
-    _, _, pods = wired()
-    reflector = pods.reflection.reflectors["configMaps"]
+    _, _, parts = wired()
+    reflector = parts.reflection.config_maps
     reflector.origins["twin"] = "shop"
     written = types.SimpleNamespace(metadata=types.SimpleNamespace(resourceVersion="7"))
 

@@ -3,8 +3,8 @@ clock: a NetworkReady=True the gone gateway left behind no longer counts."""
 
 from __future__ import annotations
 
+from catamaran.vk.assembly import network_problem
 from catamaran.vk.gateway_lease import GatewayLease, Renewal
-from catamaran.vk.runner import network_problem
 
 
 class Clock:

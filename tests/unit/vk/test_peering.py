@@ -1,4 +1,5 @@
-"""The virtual kubelet's start-up: what it waits for, and that it waits by watching rather than polling.
+"""The peering as the virtual kubelet reads it (vk/peering.py): what it waits for at start-up, by watching rather
+than polling, and the tenant token it swaps into the provider kubeconfig.
 
 An in-memory stand-in for the local API server answers the lists and watches of kube/informer.py;
 no cluster is involved.
@@ -9,15 +10,28 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import time
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from lightkube.resources.core_v1 import Secret
 
 from catamaran.kube import informer
 from catamaran.kube.resources import ForeignCluster
-from catamaran.vk.peering import ForeignClusterError, PeeringWatch, provider_kubeconfig
+from catamaran.vk.peering import (
+    ForeignClusterError,
+    PeeringWatch,
+    bound_to,
+    issued_at,
+    kubeconfig_token,
+    kubeconfig_with_token,
+    newer_token,
+    provider_kubeconfig,
+    reissued,
+)
+from tests.unit.kubeconfigs import kubeconfig_text
 
 NAMESPACE = "catamaran-system"
 KUBECONFIG = """
@@ -214,3 +228,47 @@ def test_status_updates_do_not_end_the_wait_but_spec_changes_do():
         watch_script={ForeignCluster: after(0.1, ("MODIFIED", foreign(secret="other", generation=4)))},
     )
     assert asyncio.run(changed_within(respecified, 30))
+
+
+def jwt(iat: int, binding_uid: str = "uid-1") -> str:
+    """Claims shaped like a service-account token bound to a Secret; the signature is never checked here."""
+
+    def part(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    claims = {"iat": iat, "sub": "x", "kubernetes.io": {"secret": {"name": "binding", "uid": binding_uid}}}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.signature"
+
+
+def test_kubeconfig_token_swap_matches_what_the_peering_writes():
+    old = kubeconfig_text("old-token")
+    assert kubeconfig_token(old) == "old-token"
+    # Byte for byte what the peering module would store with the new token: a later peering run changes nothing.
+    assert kubeconfig_with_token(old, "new-token") == kubeconfig_text("new-token")
+    assert kubeconfig_token("users: [") is None
+    assert kubeconfig_token(yaml.safe_dump({"clusters": []})) is None
+    client_cert = yaml.safe_load(old)
+    client_cert["users"][0]["user"] = {"client-certificate-data": "x", "client-key-data": "y"}
+    assert kubeconfig_token(yaml.safe_dump(client_cert)) is None
+
+
+def test_newer_token_orders_by_issue_time_when_known():
+    early, late = jwt(100), jwt(200)
+    assert issued_at(late) == 200
+    assert newer_token(late, early)
+    assert not newer_token(early, late)  # a stale copy never replaces a renewed token
+    assert not newer_token(late, late)
+    assert newer_token(jwt(200, "uid-2"), late)  # the same second: a re-issue right after a renewal is taken
+    assert issued_at("opaque") is None
+    assert newer_token("opaque-2", "opaque-1")  # without dates, a different token is taken
+    assert newer_token(late, "opaque-1")
+
+
+def test_a_token_bound_to_a_new_binding_is_a_reissue():
+    renewal, current = jwt(200, "uid-1"), jwt(100, "uid-1")
+    after_revocation = jwt(300, "uid-2")
+    assert bound_to(after_revocation) == "uid-2"
+    assert not reissued(renewal, current)
+    assert reissued(after_revocation, current)
+    assert not reissued("opaque", current)  # unknown binding: judged by issue time alone
+    assert bound_to("not.a.jwt") is None

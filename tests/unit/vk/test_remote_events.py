@@ -1,12 +1,28 @@
-"""Mirroring remote pod events onto local pods: the pure parts."""
+"""Mirroring remote pod events onto local pods (vk/remote_events.py): what is kept, and bounded."""
 
 from __future__ import annotations
 
 from lightkube.resources.core_v1 import Event
 
-from catamaran.kube.ratelimit import TokenBucket
-from catamaran.vk import remote_events
+from catamaran.vk import trust
 from catamaran.vk.remote_events import compact_event, mirrored_event
+
+
+def test_mirrored_events_are_bounded():
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "shop-c1"},
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "shop-c1"},
+        "type": "Warning",
+        "reason": "Totally Legit",
+        "message": "\u202e" + "E" * 700_000,
+    }
+    compact = compact_event(Event.from_dict(event))
+    assert compact["reason"] == trust.PROVIDER_REASON
+    assert len(compact["message"]) == trust.MESSAGE_LIMIT
+    assert not compact["message"].startswith("\u202e")
+
 
 REMOTE = {
     "apiVersion": "v1",
@@ -50,13 +66,3 @@ def test_series_events_report_their_series_count():
     compact = compact_event(Event.from_dict(series))
     assert compact["count"] == 9
     assert compact["last"].startswith("2026-11-23T01:05:00")
-
-
-def test_token_bucket_allows_a_burst_then_gives_each_waiter_its_own_later_slot(monkeypatch):
-    clock = [100.0]
-    monkeypatch.setattr(remote_events.time, "monotonic", lambda: clock[0])
-    bucket = TokenBucket(rate=2, burst=3)
-    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert [bucket.reserve() for _ in range(3)] == [0.5, 1.0, 1.5]  # waiters queue up, none competes
-    clock[0] += 2.0
-    assert bucket.reserve() == 0.0  # the three slots are used up by then; the rate refilled one more

@@ -1,5 +1,6 @@
-"""How the collection's modules reach a cluster: where each connection option comes from, what is loaded, and
-the errors that say what is wrong (module_utils/connection.py, common.connection_options)."""
+"""How the collection's modules reach a cluster (plugins/module_utils/connection.py): where each connection
+option comes from, what is loaded, and the errors that say what is wrong.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +14,13 @@ from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.catamaran.federation.plugins.module_utils import connection
-from ansible_collections.catamaran.federation.plugins.module_utils.common import connection_options
 from ansible_collections.catamaran.federation.plugins.module_utils.connection import (
     ConnectionProblem,
     configure,
     resolve,
     secrets_in,
 )
-from ansible_collections.catamaran.federation.plugins.modules.peering import argument_spec as peering_spec
 
 CA = b"-----BEGIN CERTIFICATE-----\nnot really a CA\n-----END CERTIFICATE-----\n"
 
@@ -133,44 +131,6 @@ def test_paths_expand_the_home_directory(monkeypatch):
 def test_wrong_options_are_refused_before_any_cluster_is_touched(given, message):
     with pytest.raises(ConnectionProblem, match=message):
         resolve(given, environ={})
-
-
-def test_a_peering_side_takes_the_top_level_options_it_does_not_set(monkeypatch):
-    monkeypatch.setenv("K8S_AUTH_KUBECONFIG", "/env/kubeconfig")
-    params = {
-        "kubeconfig": "/shared/kubeconfig",
-        "request_timeout": 5,
-        "consumer": {"context": "cluster-2", "kubeconfig": None, "request_timeout": None},
-        "provider": {"context": "cluster-3", "kubeconfig": "/provider/kubeconfig", "request_timeout": 20},
-    }
-    consumer = connection_options(params, "consumer")
-    provider = connection_options(params, "provider")
-    assert (consumer["kubeconfig"], consumer["context"], consumer["request_timeout"]) == (
-        "/shared/kubeconfig",
-        "cluster-2",
-        5,
-    )
-    assert (provider["kubeconfig"], provider["context"], provider["request_timeout"]) == (
-        "/provider/kubeconfig",
-        "cluster-3",
-        20,
-    )
-    params["kubeconfig"] = None
-    assert connection_options(params, "consumer")["kubeconfig"] == "/env/kubeconfig"
-
-
-def test_the_peering_module_takes_only_contexts_per_side_when_the_kubeconfig_is_set_once():
-    given = {
-        "kubeconfig": "/shared/kubeconfig",
-        "consumer": {"context": "cluster-2"},
-        "provider": {"context": "cluster-3", "ssl_ca_cert": "/ca.crt"},
-        "consumer_id": "cluster-2",
-        "provider_id": "cluster-3",
-    }
-    result = ArgumentSpecValidator(peering_spec()).validate(given)
-    assert not result.error_messages, result.error_messages
-    assert result.validated_parameters["provider"]["ca_cert"] == "/ca.crt"  # kubernetes.core's alias
-    assert result.validated_parameters["consumer"]["request_timeout"] is None  # so the top level can set it
 
 
 # -- what gets loaded --------------------------------------------------------------------------------
@@ -310,18 +270,3 @@ def test_an_unknown_context_in_content_never_prints_the_content():
     with pytest.raises(ConnectionProblem) as raised:
         configure(resolve({"kubeconfig": content, "context": "nope"}, environ={}), environ={})
     assert str(raised.value) == "context 'nope' is not in the kubeconfig given as content (it has: c1)"
-
-
-# -- the action group ----------------------------------------------------------------------------------
-
-
-def test_the_action_group_holds_every_module_that_takes_the_connection_options():
-    runtime = yaml.safe_load((REPO_ROOT / "meta" / "runtime.yml").read_text())
-    modules = {path.stem for path in (REPO_ROOT / "plugins" / "modules").glob("*.py")}
-    connected = {
-        name
-        for name in modules
-        if "catamaran.federation.connection" in (REPO_ROOT / "plugins" / "modules" / f"{name}.py").read_text()
-    }
-    assert set(runtime["action_groups"]["all"]) == connected == modules - {"controller_process"}
-    assert runtime["requires_ansible"] == ">=2.19.0,<2.20.0"

@@ -1,5 +1,6 @@
-"""What a peering exchanges for the network fabric: keys kept on their own side, public keys and ports across, and
-how the inventory model makes a peering's network from both clusters' catamaran_network."""
+"""What a peering exchanges for the network fabric (plugins/module_utils/peering.py): keys kept on their own
+side, public keys and ports across, remapped ranges and the consent.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +14,11 @@ from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.catamaran.federation.plugins.filter.federation_model import federation_model
 from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering
 
-from .test_peering_terms import OFFER, FakeModule, clusters, node, params
+from tests.unit.collection.peering_fakes import OFFER, FakeModule, clusters, node, params
 
 FOREIGN = "c1: ForeignCluster catamaran-system/p1"
 CONSUMER_KEY = "c1: Secret catamaran-fabric/catamaran-fabric-to-p1"
@@ -146,48 +145,6 @@ def test_flat_peerings_carry_no_key_and_leaving_the_fabric_removes_them():
 def test_fabric_without_the_providers_gateway_address_fails_before_any_change():
     with pytest.raises(InvalidInput, match=r"network\.gateway_address is required"):
         Peering.validate(params(network={"mode": "fabric"}))
-
-
-def inventory(consumer_network=None, provider_network=None):
-    def host(cluster_id, kubeconfig, network, **more):
-        return {
-            "catamaran_cluster_id": cluster_id,
-            "catamaran_kubeconfig": kubeconfig,
-            **({"catamaran_network": network} if network is not None else {}),
-            **more,
-        }
-
-    return {
-        "h1": host("cluster-1", "/k1", consumer_network, catamaran_peerings=[{"provider": "cluster-2"}]),
-        "h2": host("cluster-2", "/k2", provider_network),
-    }
-
-
-def test_the_model_makes_a_peerings_network_from_both_clusters():
-    (flat,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
-    assert flat["network"] == {"mode": "flat"}
-    fabric = {"mode": "fabric", "gateway_address": "192.0.2.10"}
-    (through,) = federation_model(inventory({"mode": "fabric"}, fabric), ["h1", "h2"])["peerings"]["cluster-1"]
-    assert through["network"] == {"mode": "fabric", "gateway_address": "192.0.2.10", "gateway_port": 51820}
-
-
-@pytest.mark.parametrize(
-    ("consumer_network", "provider_network", "message"),
-    [
-        ({"mode": "fabric"}, None, "host h1 has catamaran_network.mode fabric but host h2 has flat"),
-        (
-            {"mode": "fabric"},
-            {"mode": "fabric"},
-            r"host h2 \(provider cluster-2\) .* sets no catamaran_network.gateway",
-        ),
-        ({"mode": "mesh"}, None, r"host h1: catamaran_network.mode: 'mesh' is not one of fabric, flat"),
-        (None, {"gateway_port": 70000}, r"host h2: catamaran_network.gateway_port: 70000 is not a UDP port"),
-        (None, {"gateway": "x"}, r"host h2: catamaran_network: unknown keys \['gateway'\]"),
-    ],
-)
-def test_the_model_refuses_a_network_the_two_clusters_cannot_share(consumer_network, provider_network, message):
-    with pytest.raises(AnsibleFilterError, match=message):
-        federation_model(inventory(consumer_network, provider_network), ["h1", "h2"])
 
 
 def test_overlapping_pod_ranges_are_remapped_each_way_and_the_mapping_is_kept():

@@ -1,21 +1,17 @@
-"""The provider's terms a peering writes into the tenant's ResourceOffer, the consumer's announced pod ranges, the
-cluster-wide objects all tenants share, and how the module, the inventory model and the role agree on the options."""
+"""The provider's terms a peering writes into the tenant's ResourceOffer, the consumer's announced pod ranges
+and the cluster-wide objects all tenants share (plugins/module_utils/peering.py).
+"""
 
 from __future__ import annotations
 
-import copy
 import sys
 
 import pytest
-import yaml
 
 from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
-from ansible.errors import AnsibleFilterError
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible_collections.catamaran.federation.plugins.filter.federation_model import federation_model
 from ansible_collections.catamaran.federation.plugins.module_utils import kube, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
@@ -25,136 +21,15 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_OBJECT_QUOTA,
     DEFAULT_TWIN_NAME_POLICY,
-    LABEL_TYPE,
     TENANT_PRIORITY_CLASS,
-    TYPE_VIRTUAL_NODE,
-    tenant_namespace,
 )
-from ansible_collections.catamaran.federation.plugins.module_utils.peering import (
-    CONSUMER_CRDS,
-    CRD_API,
-    PROVIDER_CRDS,
-    Peering,
-    terms,
-)
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, terms
 from ansible_collections.catamaran.federation.plugins.module_utils.tenancy import (
     provider_cluster_objects,
     tenant_manifests,
 )
-from ansible_collections.catamaran.federation.plugins.modules import peering as peering_module
 
-# -- fakes -----------------------------------------------------------------------------------------------------------
-
-
-def _matches(obj, selector):
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    for term in (selector or "").split(","):
-        if not term:
-            continue
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key) == value:
-                return False
-        else:
-            key, value = term.split("=", 1)
-            if labels.get(key) != value:
-                return False
-    return True
-
-
-class FakeCluster:
-    """A cluster in memory: apply stores the object as sent (the server's dry run would add the same defaults to the
-    live object and the planned one alike), paths come from kube.KINDS as a real Cluster builds them."""
-
-    def __init__(self, label, objects=()):
-        self.label = label
-        self.server = f"https://{label}.example:6443"
-        self.ca_data = None
-        self.objects = {}
-        self.deleted = []
-        for obj in objects:
-            self._store(obj)
-
-    def _store(self, obj):
-        meta = obj["metadata"]
-        self.objects[(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])] = copy.deepcopy(obj)
-
-    def path(self, api_version, kind, name=None, namespace=None):
-        return kube.Cluster.path(self, api_version, kind, name, namespace)
-
-    def get(self, api_version, kind, name, namespace=None):
-        self.path(api_version, kind, name, namespace)
-        return copy.deepcopy(self.objects.get((api_version, kind, namespace, name)))
-
-    def list(self, api_version, kind, namespace=None, labels=None, fields=None):
-        return [
-            copy.deepcopy(obj)
-            for (api, k, ns, _), obj in sorted(self.objects.items(), key=lambda item: str(item[0]))
-            if (api, k) == (api_version, kind) and namespace in (None, ns) and _matches(obj, labels)
-        ]
-
-    def apply(self, obj, dry_run=False, force=True):
-        meta = obj["metadata"]
-        self.path(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
-        if not dry_run:
-            self._store(obj)
-        return copy.deepcopy(obj)
-
-    def delete(self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None):
-        self.path(api_version, kind, name, namespace)
-        if not dry_run:
-            self.objects.pop((api_version, kind, namespace, name), None)
-            self.deleted.append((kind, name))
-        return True
-
-    def watch_list_until(self, api_version, kind, namespace, done, timeout, labels=None, fields=None):
-        items = self.list(api_version, kind, namespace, labels)
-        return done(items), items
-
-
-class FakeAnsible:
-    def __init__(self):
-        self.warnings = []
-
-    def warn(self, message):
-        self.warnings.append(message)
-
-
-class FakeModule:
-    def __init__(self, check_mode=True):
-        self.check_mode = check_mode
-        self.ansible = FakeAnsible()
-
-    def hide(self, *values):
-        pass
-
-
-def node(name, pod_cidrs=None, pod_cidr=None, virtual=False):
-    spec = {}
-    if pod_cidrs:
-        spec["podCIDRs"] = pod_cidrs
-    if pod_cidr:
-        spec["podCIDR"] = pod_cidr
-    labels = {LABEL_TYPE: TYPE_VIRTUAL_NODE} if virtual else {}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
-
-
-def crd(name):
-    return {"apiVersion": CRD_API, "kind": "CustomResourceDefinition", "metadata": {"name": name}}
-
-
-def clusters(consumer_nodes=(), provider_objects=()):
-    consumer = FakeCluster("c1", [crd(n) for n in CONSUMER_CRDS] + list(consumer_nodes))
-    provider = FakeCluster("p1", [crd(n) for n in PROVIDER_CRDS] + list(provider_objects))
-    return consumer, provider
-
-
-def params(**extra):
-    return {"consumer_id": "c1", "provider_id": "p1", "provider": {}, "wait_timeout": 5, **extra}
-
-
-OFFER = f"p1: ResourceOffer {tenant_namespace('c1')}/resources"
-
+from tests.unit.collection.peering_fakes import OFFER, FakeCluster, FakeModule, clusters, node, params
 
 # -- terms(params) ---------------------------------------------------------------------------------------------------
 
@@ -170,14 +45,6 @@ def test_unset_terms_are_the_controllers_defaults():
     assert agreed["allowedPriorityClasses"] == []
     assert agreed["containerDefaults"] == {"requests": DEFAULT_CONTAINER_REQUESTS, "limits": DEFAULT_CONTAINER_LIMITS}
     assert agreed["objectQuota"] == DEFAULT_OBJECT_QUOTA
-
-
-def test_the_modules_own_defaults_give_the_same_terms_as_unset_options():
-    """What AnsibleModule fills in from the argument spec is what terms() takes for an unset option."""
-    required = {"consumer": {"kubeconfig": "/k1"}, "provider": {"kubeconfig": "/k2"}, "consumer_id": "c1"}
-    result = ArgumentSpecValidator(peering_module.argument_spec()).validate(dict(required, provider_id="p1"))
-    assert not result.error_messages
-    assert terms(result.validated_parameters) == terms(params())
 
 
 @pytest.mark.parametrize(
@@ -274,22 +141,6 @@ def test_valid_quantities_pass():
         validation.quantity(value, "q")
 
 
-@pytest.mark.parametrize(
-    ("given", "message"),
-    [
-        ({"allowed_service_types": ["Ingress"]}, "allowed_service_types must be one or more of"),
-        ({"twin_namespace_names": "Same"}, "twin_namespace_names must be one of"),
-        ({"container_defaults": {"request": {}}}, "container_defaults.request. Supported parameters include"),
-    ],
-)
-def test_the_argument_spec_refuses_unknown_choices_and_suboptions(given, message):
-    required = {"consumer": {"kubeconfig": "/k1"}, "provider": {"kubeconfig": "/k2"}}
-    result = ArgumentSpecValidator(peering_module.argument_spec()).validate(
-        dict(required, consumer_id="c1", provider_id="p1", **given)
-    )
-    assert any(message in error for error in result.error_messages), result.error_messages
-
-
 # -- against (fake) clusters -----------------------------------------------------------------------------------------
 
 
@@ -367,109 +218,3 @@ def test_unpeering_removes_the_shared_objects_only_with_the_last_tenant(other_te
     shared = [(obj["kind"], obj["metadata"]["name"]) for obj in provider_cluster_objects()]
     gone = [entry for entry in provider.deleted if entry in shared]
     assert gone == (list(reversed(shared)) if removed else [])
-
-
-# -- the inventory model and the role pass the same options ----------------------------------------------------------
-
-
-def inventory(allowances=None, **entry):
-    provider = {"catamaran_cluster_id": "cluster-2", "catamaran_kubeconfig": "/k2"}
-    if allowances is not None:
-        provider["catamaran_tenant_allowances"] = allowances
-    return {
-        "h1": {
-            "catamaran_cluster_id": "cluster-1",
-            "catamaran_kubeconfig": "/k1",
-            "catamaran_peerings": [{"provider": "cluster-2", **entry}],
-        },
-        "h2": provider,
-    }
-
-
-LENT = {"service_types": ["NodePort"], "twin_namespace_names": ["Suffixed", "Any"], "priority_classes": ["gold"]}
-
-
-def test_the_model_passes_each_term_as_set_and_leaves_the_rest_to_the_module():
-    entry = {
-        "allowed_service_types": ["NodePort"],
-        "twin_namespace_names": "Any",
-        "allowed_priority_classes": ["gold"],
-        "container_defaults": {"limits": {"memory": "4Gi"}},
-        "object_quota": {"services": 500},
-    }
-    (peering,) = federation_model(inventory(LENT, **entry), ["h1", "h2"])["peerings"]["cluster-1"]
-    for option in validation.TERMS_OPTIONS:
-        assert peering.get(option) == entry.get(option)
-    (unset,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
-    assert not set(validation.TERMS_OPTIONS) & set(unset)  # left out, for the role to omit
-
-
-@pytest.mark.parametrize(
-    ("entry", "lent"),
-    [
-        ({"allowed_service_types": ["ClusterIP", "LoadBalancer"]}, "catamaran_tenant_allowances.service_types"),
-        ({"twin_namespace_names": "Any"}, "catamaran_tenant_allowances.twin_namespace_names"),
-        ({"allowed_priority_classes": ["platinum"]}, "catamaran_tenant_allowances.priority_classes"),
-        ({"allowed_load_balancer_classes": ["example.com/vip"]}, "catamaran_tenant_allowances.load_balancer_classes"),
-    ],
-)
-def test_a_consumer_entry_cannot_ask_what_the_provider_does_not_lend(entry, lent):
-    """The allowances are the provider's own inventory entry's to give, as privileged Pod Security is."""
-    with pytest.raises(AnsibleFilterError, match=r"not lent by provider cluster-2 \(host h2: " + lent):
-        federation_model(inventory({} if "Any" in str(entry) else None, **entry), ["h1", "h2"])
-    with pytest.raises(AnsibleFilterError, match=r"host h2: catamaran_tenant_allowances: unknown keys \['nodeports'\]"):
-        federation_model(inventory({"nodeports": True}), ["h1", "h2"])
-
-
-@pytest.mark.parametrize(
-    ("entry", "message"),
-    [
-        ({"allowed_service_types": ["Ingress"]}, r"catamaran_peerings\[0\]: allowed_service_types\[0\] must be one"),
-        ({"twin_namespace_names": "Same"}, r"catamaran_peerings\[0\]: twin_namespace_names must be one of"),
-        ({"priority_class": "Gold"}, r"catamaran_peerings\[0\]: priority_class: 'Gold' is not a DNS-1123"),
-        ({"object_quota": {"services": "lots"}}, r"catamaran_peerings\[0\]: object_quota.services: 'lots'"),
-        ({"container_defaults": {"requests": {"cpu": "4"}}}, r"container_defaults: requests.cpu 4 is above limits"),
-        ({"allowed_services": ["NodePort"]}, r"catamaran_peerings\[0\]: unknown keys \['allowed_services'\]"),
-    ],
-)
-def test_bad_terms_in_the_inventory_name_the_host_and_field(entry, message):
-    with pytest.raises(AnsibleFilterError, match=r"host h1: .*" + message):
-        federation_model(inventory(**entry), ["h1", "h2"])
-
-
-def test_the_role_validates_and_passes_every_option_the_model_resolves():
-    (peering,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
-    specs = yaml.safe_load((REPO_ROOT / "roles/peering/meta/argument_specs.yml").read_text())["argument_specs"]
-    for entry_point in ("main", "prune"):
-        accepted = specs[entry_point]["options"]["peering_providers"]["options"]
-        assert set(peering) - set(accepted) == set(), entry_point
-    (task,) = yaml.safe_load((REPO_ROOT / "roles/peering/tasks/main.yml").read_text())
-    arguments = task["catamaran.federation.peering"]
-    for option in validation.TERMS_OPTIONS:
-        assert arguments[option] == "{{ item." + option + " | default(omit, true) }}"
-    module_options = peering_module.argument_spec()
-    role_options = specs["main"]["options"]["peering_providers"]["options"]
-    for option in validation.TERMS_OPTIONS:
-        assert role_options[option]["type"] == module_options[option]["type"]
-        assert role_options[option].get("choices") == module_options[option].get("choices")
-
-
-def documented_options():
-    return yaml.safe_load(peering_module.DOCUMENTATION)["options"]
-
-
-def _compare(documented, spec, where):
-    for name, doc in documented.items():
-        assert name in spec, f"{where}{name} is documented but not in the argument spec"
-        option = spec[name]
-        assert doc.get("default") == option.get("default"), f"{where}{name}: documented default"
-        assert doc.get("choices") == option.get("choices"), f"{where}{name}: documented choices"
-        assert doc.get("type", "str") == option.get("type", "str"), f"{where}{name}: documented type"
-        if doc.get("suboptions"):
-            _compare(doc["suboptions"], option.get("options") or {}, f"{where}{name}.")
-
-
-def test_the_modules_documented_defaults_and_choices_are_its_argument_specs():
-    """The defaults the documentation states are the constants the argument spec takes (as validate-modules checks
-    in `make sanity`, here in seconds)."""
-    _compare(documented_options(), peering_module.argument_spec(), "")

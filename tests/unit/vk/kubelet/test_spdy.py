@@ -1,4 +1,4 @@
-"""SPDY/3.1 framing (catamaran.kube.spdy).
+"""SPDY/3.1 framing (catamaran.vk.kubelet.spdy).
 
 Sessions talk over real local sockets. Where the wire itself is under test, one end is a RawPeer that
 builds and parses frames by hand, as spdystream (which never sends WINDOW_UPDATE) or a misbehaving
@@ -17,13 +17,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from catamaran.kube import spdy
-from catamaran.kube.spdy import (
+from catamaran.vk.kubelet.spdy import SpdyError, SpdySession, SpdyStream, frames
+from catamaran.vk.kubelet.spdy.frames import (
     HeaderCompressor,
     HeaderDecompressor,
-    SpdyError,
-    SpdySession,
-    SpdyStream,
     decode_name_value_block,
     encode_name_value_block,
 )
@@ -86,7 +83,7 @@ class RawPeer:
         self.reader, self.writer = reader, writer
         self.ping_id = 1000 if server else 1001  # PING ids have the parity of stream ids
         # Its own compression context, built from zlib directly, so the module's compressor is not its judge.
-        self._zlib = zlib.compressobj(9, zlib.DEFLATED, 15, zdict=spdy.SPDY3_DICTIONARY)
+        self._zlib = zlib.compressobj(9, zlib.DEFLATED, 15, zdict=frames.SPDY3_DICTIONARY)
         self.decompressor = HeaderDecompressor()
 
     async def send(self, *frames: bytes) -> None:
@@ -100,10 +97,10 @@ class RawPeer:
         self, stream_id: int, headers: dict[str, str], flags: int = 0, *, block: bytes | None = None
     ) -> bytes:
         block = encode_name_value_block(headers) if block is None else block
-        return control(spdy.SYN_STREAM, struct.pack(">IIBB", stream_id, 0, 0, 0) + self.compress(block), flags)
+        return control(frames.SYN_STREAM, struct.pack(">IIBB", stream_id, 0, 0, 0) + self.compress(block), flags)
 
     def syn_reply(self, stream_id: int) -> bytes:
-        return control(spdy.SYN_REPLY, struct.pack(">I", stream_id) + self.compress(encode_name_value_block({})))
+        return control(frames.SYN_REPLY, struct.pack(">I", stream_id) + self.compress(encode_name_value_block({})))
 
     async def frame(self) -> Frame:
         first, second = struct.unpack(">II", await self.reader.readexactly(8))
@@ -116,7 +113,7 @@ class RawPeer:
     async def next_frame(self, *, skip_window_updates: bool = True) -> Frame:
         while True:
             frame = await self.frame()
-            if not (skip_window_updates and frame.control and frame.kind == spdy.WINDOW_UPDATE):
+            if not (skip_window_updates and frame.control and frame.kind == frames.WINDOW_UPDATE):
                 return frame
 
     async def expect_control(self, frame_type: int) -> Frame:
@@ -125,26 +122,26 @@ class RawPeer:
         return frame
 
     async def expect_reply_headers(self, stream_id: int) -> dict[str, str]:
-        frame = await self.expect_control(spdy.SYN_REPLY)
+        frame = await self.expect_control(frames.SYN_REPLY)
         assert frame.words()[0] == stream_id
         return decode_name_value_block(self.decompressor.decompress(frame.payload[4:]))
 
     async def expect_rst(self, stream_id: int, status: int) -> None:
-        frame = await self.expect_control(spdy.RST_STREAM)
+        frame = await self.expect_control(frames.RST_STREAM)
         assert frame.words() == (stream_id, status)
 
     async def expect_goaway_and_eof(self, status: int) -> None:
         frame = await self.next_frame()
-        while frame.control and frame.kind == spdy.SYN_REPLY:  # for streams opened before the error
+        while frame.control and frame.kind == frames.SYN_REPLY:  # for streams opened before the error
             frame = await self.next_frame()
-        assert (frame.control, frame.kind) == (True, spdy.GOAWAY), frame
+        assert (frame.control, frame.kind) == (True, frames.GOAWAY), frame
         assert frame.words()[1] == status
         assert await self.reader.read() == b""
 
     async def expect_alive(self) -> None:
         self.ping_id += 2
-        await self.send(control(spdy.PING, struct.pack(">I", self.ping_id)))
-        assert (await self.expect_control(spdy.PING)).words() == (self.ping_id,)
+        await self.send(control(frames.PING, struct.pack(">I", self.ping_id)))
+        assert (await self.expect_control(frames.PING)).words() == (self.ping_id,)
 
     async def expect_silence(self, *, skip_window_updates: bool = True) -> None:
         with pytest.raises(TimeoutError):
@@ -202,11 +199,11 @@ def pattern(size: int, seed: int = 0) -> bytes:
 
 
 def test_dictionary_is_the_spdy3_one():
-    assert len(spdy.SPDY3_DICTIONARY) == 1423
-    assert zlib.adler32(spdy.SPDY3_DICTIONARY) == 0xE3C6A7C2
-    assert spdy.SPDY3_DICTIONARY.startswith(b"\x00\x00\x00\x07options\x00\x00\x00\x04head")
-    assert b"\x00\x00\x00\x06200 OK\x00\x00\x00\x07version" in spdy.SPDY3_DICTIONARY
-    assert spdy.SPDY3_DICTIONARY.endswith(b",*,enq=0.")
+    assert len(frames.SPDY3_DICTIONARY) == 1423
+    assert zlib.adler32(frames.SPDY3_DICTIONARY) == 0xE3C6A7C2
+    assert frames.SPDY3_DICTIONARY.startswith(b"\x00\x00\x00\x07options\x00\x00\x00\x04head")
+    assert b"\x00\x00\x00\x06200 OK\x00\x00\x00\x07version" in frames.SPDY3_DICTIONARY
+    assert frames.SPDY3_DICTIONARY.endswith(b",*,enq=0.")
 
 
 def test_name_value_block_layout():
@@ -405,7 +402,7 @@ def test_reset_ends_both_directions_and_drops_unread_data():
             await asyncio.sleep(0.05)
             outgoing.reset()
             assert await reading == b""  # the reader wakes
-            assert incoming.reset_status == spdy.CANCEL
+            assert incoming.reset_status == frames.CANCEL
             assert incoming.closed
             assert not incoming.remote_finished
             with pytest.raises(SpdyError, match="reset"):
@@ -420,10 +417,10 @@ def test_reset_ends_both_directions_and_drops_unread_data():
             await incoming.write(b"unread")
             await client.ping()  # answered after the data, so the data is here
             assert outgoing.buffered == len(b"unread")
-            outgoing.reset(spdy.INTERNAL_ERROR)
+            outgoing.reset(frames.INTERNAL_ERROR)
             assert await outgoing.read() == b""
             await incoming.wait_closed()
-            assert incoming.reset_status == spdy.INTERNAL_ERROR
+            assert incoming.reset_status == frames.INTERNAL_ERROR
             assert (await client.open_stream({})).id == 5  # the session goes on
 
     run(scenario())
@@ -433,9 +430,9 @@ def test_open_stream_fails_when_the_peer_refuses_it():
     async def scenario():
         async with session_and_raw_peer(server=False) as (session, peer):
             opening = asyncio.create_task(session.open_stream({"port": "1"}))
-            frame = await peer.expect_control(spdy.SYN_STREAM)
+            frame = await peer.expect_control(frames.SYN_STREAM)
             assert frame.words()[0] == 1
-            await peer.send(control(spdy.RST_STREAM, struct.pack(">II", 1, spdy.REFUSED_STREAM)))
+            await peer.send(control(frames.RST_STREAM, struct.pack(">II", 1, frames.REFUSED_STREAM)))
             with pytest.raises(SpdyError, match=r"reset \(status 3\) before its reply"):
                 await opening
             await peer.expect_silence()  # never a RST_STREAM in answer to one
@@ -448,8 +445,8 @@ def test_open_stream_gives_up_without_a_reply():
         async with session_and_raw_peer(server=False, reply_timeout=0.2) as (session, peer):
             with pytest.raises(SpdyError, match="no SYN_REPLY"):
                 await session.open_stream({})
-            await peer.expect_control(spdy.SYN_STREAM)
-            await peer.expect_rst(1, spdy.CANCEL)
+            await peer.expect_control(frames.SYN_STREAM)
+            await peer.expect_rst(1, frames.CANCEL)
             await peer.send(peer.syn_reply(1))  # too late: ignored
             await peer.expect_alive()
 
@@ -479,12 +476,12 @@ def test_many_concurrent_streams():
 def test_ping_is_answered_with_its_own_id():
     async def scenario():
         async with session_and_raw_peer() as (session, peer):
-            await peer.send(control(spdy.PING, struct.pack(">I", 7)))
-            assert (await peer.expect_control(spdy.PING)).words() == (7,)
+            await peer.send(control(frames.PING, struct.pack(">I", 7)))
+            assert (await peer.expect_control(frames.PING)).words() == (7,)
             pinging = asyncio.create_task(session.ping())  # the server's own pings have even ids
-            ping = await peer.expect_control(spdy.PING)
+            ping = await peer.expect_control(frames.PING)
             assert ping.words() == (2,)
-            await peer.send(control(spdy.PING, ping.payload))
+            await peer.send(control(frames.PING, ping.payload))
             assert await pinging >= 0
         async with sessions() as (client, server):
             assert await client.ping() >= 0
@@ -526,8 +523,8 @@ def test_goaway_from_the_peer_lets_open_streams_finish():
         async with session_and_raw_peer(server=False) as (session, peer):
             openings = [asyncio.create_task(session.open_stream({"n": str(n)})) for n in range(2)]
             for stream_id in (1, 3):
-                assert (await peer.expect_control(spdy.SYN_STREAM)).words()[0] == stream_id
-            await peer.send(peer.syn_reply(1), control(spdy.GOAWAY, struct.pack(">II", 1, spdy.GOAWAY_OK)))
+                assert (await peer.expect_control(frames.SYN_STREAM)).words()[0] == stream_id
+            await peer.send(peer.syn_reply(1), control(frames.GOAWAY, struct.pack(">II", 1, frames.GOAWAY_OK)))
             kept = await openings[0]
             with pytest.raises(SpdyError, match="before its reply"):
                 await openings[1]  # beyond the last good stream: never processed
@@ -535,12 +532,12 @@ def test_goaway_from_the_peer_lets_open_streams_finish():
             with pytest.raises(SpdyError, match="GOAWAY"):
                 await session.open_stream({})
             assert not session.closed  # stream 1 still runs
-            await peer.send(data(1, b"last words", spdy.FLAG_FIN))
+            await peer.send(data(1, b"last words", frames.FLAG_FIN))
             assert await read_all(kept) == b"last words"
             await kept.write(b"bye")
             await kept.close()
             assert await peer.data_until(1, 3) == b"bye"
-            assert (await peer.next_frame()).flags == spdy.FLAG_FIN
+            assert (await peer.next_frame()).flags == frames.FLAG_FIN
             assert await peer.reader.read() == b""  # no stream left: the session closed the connection
             assert session.closed
             assert session.error is None
@@ -604,7 +601,7 @@ def test_writes_never_wait_for_window_updates_from_a_peer_that_sends_none():
                 frame = await peer.frame()
                 assert not frame.control
                 assert frame.kind == 1
-                assert len(frame.payload) <= spdy.MAX_DATA_FRAME
+                assert len(frame.payload) <= frames.MAX_DATA_FRAME
                 received += frame.payload
             await writing
             assert received == payload
@@ -616,33 +613,33 @@ def test_writes_never_wait_for_window_updates_from_a_peer_that_sends_none():
 def test_writes_honour_the_peer_windows_once_it_shows_it_counts_them():
     async def scenario():
         async with session_and_raw_peer() as (session, peer):
-            settings = struct.pack(">III", 1, spdy.SETTINGS_INITIAL_WINDOW_SIZE, 1000)
-            await peer.send(control(spdy.SETTINGS, settings), peer.syn_stream(1, {}))
+            settings = struct.pack(">III", 1, frames.SETTINGS_INITIAL_WINDOW_SIZE, 1000)
+            await peer.send(control(frames.SETTINGS, settings), peer.syn_stream(1, {}))
             stream = await session.accept()
             assert session.peer_flow_control
             writing = asyncio.create_task(stream.write(pattern(5000)))
             await peer.expect_reply_headers(1)
             assert await peer.data_until(1, 1000) == pattern(5000)[:1000]
             await peer.expect_silence()
-            await peer.send(control(spdy.WINDOW_UPDATE, struct.pack(">II", 1, 1500)))
+            await peer.send(control(frames.WINDOW_UPDATE, struct.pack(">II", 1, 1500)))
             assert await peer.data_until(1, 1500) == pattern(5000)[1000:2500]
             await peer.expect_silence()
             assert not writing.done()
-            await peer.send(control(spdy.WINDOW_UPDATE, struct.pack(">II", 1, 10_000)))
+            await peer.send(control(frames.WINDOW_UPDATE, struct.pack(">II", 1, 10_000)))
             assert await peer.data_until(1, 2500) == pattern(5000)[2500:]
             await writing
 
             # SPDY/3.1's session window (64 KiB to start) binds every stream together.
             await peer.send(
-                control(spdy.SETTINGS, struct.pack(">III", 1, spdy.SETTINGS_INITIAL_WINDOW_SIZE, 1 * MIB)),
+                control(frames.SETTINGS, struct.pack(">III", 1, frames.SETTINGS_INITIAL_WINDOW_SIZE, 1 * MIB)),
                 peer.syn_stream(3, {}),
             )
             stream = await session.accept()
             writing = asyncio.create_task(stream.write(pattern(100_000)))
             await peer.expect_reply_headers(3)
-            assert len(await peer.data_until(3, spdy.DEFAULT_INITIAL_WINDOW - 5000)) == 65536 - 5000
+            assert len(await peer.data_until(3, frames.DEFAULT_INITIAL_WINDOW - 5000)) == 65536 - 5000
             await peer.expect_silence()
-            await peer.send(control(spdy.WINDOW_UPDATE, struct.pack(">II", 0, 100_000)))
+            await peer.send(control(frames.WINDOW_UPDATE, struct.pack(">II", 0, 100_000)))
             await peer.data_until(3, 100_000 - (65536 - 5000))
             await writing
 
@@ -652,7 +649,7 @@ def test_writes_honour_the_peer_windows_once_it_shows_it_counts_them():
 def test_window_updates_are_forced_on_or_off_when_asked():
     async def scenario():
         async with session_and_raw_peer(peer_flow_control=False) as (session, peer):
-            await peer.send(control(spdy.WINDOW_UPDATE, struct.pack(">II", 0, 1)), peer.syn_stream(1, {}))
+            await peer.send(control(frames.WINDOW_UPDATE, struct.pack(">II", 0, 1)), peer.syn_stream(1, {}))
             stream = await session.accept()
             await stream.write(pattern(200_000))  # beyond every window: not waited for
             assert not session.peer_flow_control
@@ -661,7 +658,7 @@ def test_window_updates_are_forced_on_or_off_when_asked():
             stream = await session.accept()
             writing = asyncio.create_task(stream.write(pattern(100_000)))
             await peer.expect_reply_headers(1)
-            await peer.data_until(1, spdy.DEFAULT_INITIAL_WINDOW)
+            await peer.data_until(1, frames.DEFAULT_INITIAL_WINDOW)
             await peer.expect_silence()
             writing.cancel()
 
@@ -680,7 +677,7 @@ def test_window_updates_return_data_to_the_session_on_arrival_and_to_streams_onc
                 deltas: dict[int, int] = {}
                 while sum(deltas.values()) < total:
                     frame = await peer.frame()
-                    assert frame.kind == spdy.WINDOW_UPDATE
+                    assert frame.kind == frames.WINDOW_UPDATE
                     stream_id, delta = frame.words()
                     deltas[stream_id] = deltas.get(stream_id, 0) + delta
                 return deltas
@@ -735,13 +732,13 @@ def test_a_slow_reader_bounds_its_buffer_by_not_reading_the_connection():
                 peer.send(*(data(1, payload[at : at + MIB]) for at in range(0, len(payload), MIB)), data(3, b"me too"))
             )
             await asyncio.sleep(QUIET)
-            assert limit < slow.buffered <= limit + spdy.READ_PIECE
+            assert limit < slow.buffered <= limit + frames.READ_PIECE
             assert other.buffered == 0  # nothing for stream 3 is read while stream 1's buffer is full
             assert not flooding.done()
             received = bytearray()
             while len(received) < len(payload):
                 received += await slow.read()
-                assert slow.buffered <= limit + spdy.READ_PIECE
+                assert slow.buffered <= limit + frames.READ_PIECE
             assert received == payload
             assert await other.read() == b"me too"
             await flooding
@@ -768,33 +765,33 @@ def test_resetting_a_slow_stream_releases_the_session():
 
 
 def _syn_stream_with_raw_block(stream_id: int, block: bytes) -> bytes:
-    return control(spdy.SYN_STREAM, struct.pack(">IIBB", stream_id, 0, 0, 0) + block)
+    return control(frames.SYN_STREAM, struct.pack(">IIBB", stream_id, 0, 0, 0) + block)
 
 
 @pytest.mark.parametrize(
     "build",
     [
-        pytest.param(lambda peer: control(spdy.PING, struct.pack(">I", 1), version=2), id="spdy-2-frame"),
-        pytest.param(lambda peer: control(spdy.PING, b"\x00\x00\x00\x01\x00"), id="ping-5-bytes"),
-        pytest.param(lambda peer: control(spdy.GOAWAY, b"\x00\x00\x00\x00"), id="goaway-4-bytes"),
-        pytest.param(lambda peer: control(spdy.RST_STREAM, b"\x00\x00\x00\x01"), id="rst-4-bytes"),
-        pytest.param(lambda peer: control(spdy.WINDOW_UPDATE, b"\x00" * 4), id="window-update-4-bytes"),
-        pytest.param(lambda peer: control(spdy.SETTINGS, struct.pack(">I", 2) + b"\x00" * 8), id="settings-count"),
-        pytest.param(lambda peer: control(spdy.SYN_STREAM, b"\x00\x00\x00\x01"), id="syn-stream-4-bytes"),
+        pytest.param(lambda peer: control(frames.PING, struct.pack(">I", 1), version=2), id="spdy-2-frame"),
+        pytest.param(lambda peer: control(frames.PING, b"\x00\x00\x00\x01\x00"), id="ping-5-bytes"),
+        pytest.param(lambda peer: control(frames.GOAWAY, b"\x00\x00\x00\x00"), id="goaway-4-bytes"),
+        pytest.param(lambda peer: control(frames.RST_STREAM, b"\x00\x00\x00\x01"), id="rst-4-bytes"),
+        pytest.param(lambda peer: control(frames.WINDOW_UPDATE, b"\x00" * 4), id="window-update-4-bytes"),
+        pytest.param(lambda peer: control(frames.SETTINGS, struct.pack(">I", 2) + b"\x00" * 8), id="settings-count"),
+        pytest.param(lambda peer: control(frames.SYN_STREAM, b"\x00\x00\x00\x01"), id="syn-stream-4-bytes"),
         pytest.param(lambda peer: peer.syn_stream(2, {}), id="syn-stream-server-id"),
         pytest.param(lambda peer: peer.syn_stream(0, {}), id="syn-stream-id-0"),
         pytest.param(lambda peer: peer.syn_stream(5, {}) + peer.syn_stream(3, {}), id="syn-stream-ids-decrease"),
         pytest.param(lambda peer: _syn_stream_with_raw_block(1, b"not zlib at all"), id="header-block-not-zlib"),
         pytest.param(lambda peer: data(0, b"x"), id="data-on-stream-0"),
         pytest.param(
-            lambda peer: struct.pack(">HHI", 0x8003, spdy.SYN_STREAM, 2 * MIB) + b"\x00" * 64, id="control-too-large"
+            lambda peer: struct.pack(">HHI", 0x8003, frames.SYN_STREAM, 2 * MIB) + b"\x00" * 64, id="control-too-large"
         ),
         pytest.param(
-            lambda peer: control(spdy.SETTINGS, struct.pack(">III", 1, spdy.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31)),
+            lambda peer: control(frames.SETTINGS, struct.pack(">III", 1, frames.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31)),
             id="initial-window-too-large",
         ),
         pytest.param(
-            lambda peer: control(spdy.WINDOW_UPDATE, struct.pack(">II", 0, 0x7FFFFFFF)), id="session-window-overflow"
+            lambda peer: control(frames.WINDOW_UPDATE, struct.pack(">II", 0, 0x7FFFFFFF)), id="session-window-overflow"
         ),
     ],
 )
@@ -802,7 +799,7 @@ def test_session_errors_are_answered_with_goaway(build):
     async def scenario():
         async with session_and_raw_peer() as (session, peer):
             await peer.send(build(peer))
-            await peer.expect_goaway_and_eof(spdy.GOAWAY_PROTOCOL_ERROR)
+            await peer.expect_goaway_and_eof(frames.GOAWAY_PROTOCOL_ERROR)
             assert session.closed
             assert isinstance(session.error, SpdyError)
             assert await session.accept() is None  # not even a stream opened before the error
@@ -814,35 +811,35 @@ def test_stream_errors_are_answered_with_rst_stream_and_the_session_goes_on():
     async def scenario():
         async with session_and_raw_peer(max_concurrent_streams=3) as (session, peer):
             await peer.send(data(5, b"never opened"))
-            await peer.expect_rst(5, spdy.INVALID_STREAM)
+            await peer.expect_rst(5, frames.INVALID_STREAM)
 
             upper_case = b"\x00\x00\x00\x01\x00\x00\x00\x04Port\x00\x00\x00\x0280"
             await peer.send(peer.syn_stream(7, {}, block=upper_case))
-            await peer.expect_rst(7, spdy.PROTOCOL_ERROR)
+            await peer.expect_rst(7, frames.PROTOCOL_ERROR)
 
-            await peer.send(peer.syn_stream(9, {}, spdy.FLAG_FIN), data(9, b"after FIN"))
+            await peer.send(peer.syn_stream(9, {}, frames.FLAG_FIN), data(9, b"after FIN"))
             await peer.expect_reply_headers(9)
-            await peer.expect_rst(9, spdy.STREAM_ALREADY_CLOSED)
+            await peer.expect_rst(9, frames.STREAM_ALREADY_CLOSED)
 
             await peer.send(peer.syn_stream(11, {}), peer.syn_stream(11, {}))
             await peer.expect_reply_headers(11)
-            await peer.expect_rst(11, spdy.PROTOCOL_ERROR)  # a second SYN_STREAM for a live stream
+            await peer.expect_rst(11, frames.PROTOCOL_ERROR)  # a second SYN_STREAM for a live stream
 
             await peer.send(peer.syn_reply(2))
-            await peer.expect_rst(2, spdy.INVALID_STREAM)  # a reply for a stream nobody opened
+            await peer.expect_rst(2, frames.INVALID_STREAM)  # a reply for a stream nobody opened
 
             await peer.send(peer.syn_stream(13, {}))
             live = await session.accept()
             assert live.id == 13  # 7, 9 and 11 ended before the application could accept them
             await peer.expect_reply_headers(13)
-            await peer.send(control(spdy.WINDOW_UPDATE, struct.pack(">II", 13, 0x7FFFFFFF)))
-            await peer.expect_rst(13, spdy.FLOW_CONTROL_ERROR)
-            assert live.reset_status == spdy.FLOW_CONTROL_ERROR
+            await peer.send(control(frames.WINDOW_UPDATE, struct.pack(">II", 13, 0x7FFFFFFF)))
+            await peer.expect_rst(13, frames.FLOW_CONTROL_ERROR)
+            assert live.reset_status == frames.FLOW_CONTROL_ERROR
 
             await peer.send(*(peer.syn_stream(stream_id, {}) for stream_id in (15, 17, 19, 21)))
             for stream_id in (15, 17, 19):
                 await peer.expect_reply_headers(stream_id)
-            await peer.expect_rst(21, spdy.REFUSED_STREAM)  # a fourth stream at once, beyond the limit
+            await peer.expect_rst(21, frames.REFUSED_STREAM)  # a fourth stream at once, beyond the limit
             await peer.expect_alive()
             assert not session.closed
 
@@ -855,19 +852,19 @@ def test_unknown_and_late_frames_are_ignored():
             await peer.send(
                 control(0x00FF, b"whatever the future holds" * 1000),
                 control(10, b"\x00" * 12),  # CREDENTIAL, which spdystream does not know either
-                control(spdy.SETTINGS, struct.pack(">III", 1, 4, 100)),  # MAX_CONCURRENT_STREAMS: no use to us
+                control(frames.SETTINGS, struct.pack(">III", 1, 4, 100)),  # MAX_CONCURRENT_STREAMS: no use to us
             )
             await peer.expect_alive()
             await peer.send(peer.syn_stream(1, {}))
             stream = await session.accept()
             await peer.expect_reply_headers(1)
             stream.reset()
-            await peer.expect_rst(1, spdy.CANCEL)
+            await peer.expect_rst(1, frames.CANCEL)
             await peer.send(  # what a peer may have sent before it saw the reset
                 data(1, b"in flight"),
-                control(spdy.HEADERS, struct.pack(">I", 1) + peer.compress(encode_name_value_block({"a": "b"}))),
-                control(spdy.RST_STREAM, struct.pack(">II", 1, spdy.CANCEL)),
-                control(spdy.WINDOW_UPDATE, struct.pack(">II", 1, 10)),
+                control(frames.HEADERS, struct.pack(">I", 1) + peer.compress(encode_name_value_block({"a": "b"}))),
+                control(frames.RST_STREAM, struct.pack(">II", 1, frames.CANCEL)),
+                control(frames.WINDOW_UPDATE, struct.pack(">II", 1, 10)),
             )
             await peer.expect_alive()
             assert not session.closed

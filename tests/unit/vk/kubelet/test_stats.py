@@ -1,22 +1,11 @@
-"""Pure logic of the virtual kubelet's API: request mapping, approval checks, metrics arithmetic."""
+"""The virtual kubelet's stats (vk/kubelet/stats.py): the summary and resource metrics, counters and their rates,
+forged counters.
+"""
 
 from __future__ import annotations
 
-import base64
-import ipaddress
-
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from catamaran.consumer.csr import requested_node, review
-from catamaran.provider.counters import container_counters, tenant_of
-from catamaran.vk.kubelet.auth import subresources_for, user_from_certificate
-from catamaran.vk.kubelet.certificate import csr_manifest, serving_request
-from catamaran.vk.kubelet.container_logs import log_params
-from catamaran.vk.kubelet.http import HttpError, Request
 from catamaran.vk.kubelet.stats import (
     ContainerUsage,
     CounterRates,
@@ -28,175 +17,8 @@ from catamaran.vk.kubelet.stats import (
     resource_metrics,
     summary,
 )
-from catamaran.vk.kubelet.streams import command_streams, negotiate
-from catamaran.vk.trust import usage_ceilings
-
-NODE = "catamaran-cluster-3"
-
-
-def request(path: str = "/", query: dict | None = None, headers: dict | None = None) -> Request:
-    return Request("GET", path, query or {}, headers or {}, reader=None, writer=None)
-
-
-@pytest.mark.parametrize(
-    ("path", "subresources"),
-    [
-        ("/stats/summary", ["stats"]),
-        ("/metrics/resource", ["metrics"]),
-        ("/logs/", ["log"]),
-        ("/healthz", ["healthz", "proxy"]),
-        ("/pods", ["pods", "proxy"]),
-        ("/containerLogs/ns/pod/c", ["proxy"]),
-        ("/exec/ns/pod/c", ["proxy"]),
-        ("/portForward/ns/pod", ["proxy"]),
-    ],
-)
-def test_paths_map_to_the_kubelets_node_subresources(path, subresources):
-    assert subresources_for(path) == subresources
-
-
-def test_a_client_certificate_names_user_and_groups():
-    certificate = {
-        "subject": (
-            (("organizationName", "system:masters"),),
-            (("organizationName", "kubeadm:cluster-admins"),),
-            (("commonName", "kube-apiserver-kubelet-client"),),
-        )
-    }
-    user = user_from_certificate(certificate)
-    assert user.name == "kube-apiserver-kubelet-client"
-    assert user.groups == ("system:masters", "kubeadm:cluster-admins")
-    assert user_from_certificate({"subject": ((("organizationName", "x"),),)}) is None
-
-
-def test_log_options_pass_through_by_their_pod_log_names():
-    params = log_params(
-        request(query={"follow": ["true"], "tailLines": ["5"], "sinceTime": [""], "limitBytes": ["100"], "x": ["1"]}),
-        "app",
-    )
-    assert params == [("container", "app"), ("follow", "true"), ("tailLines", "5"), ("limitBytes", "100")]
-
-
-def test_stream_protocols_follow_the_callers_preference():
-    assert negotiate(["v5.channel.k8s.io", "v4.channel.k8s.io"], ["v4.channel.k8s.io", "v5.channel.k8s.io"]) == (
-        "v5.channel.k8s.io"
-    )
-    assert negotiate(["v3.channel.k8s.io", "v4.channel.k8s.io"], ["v4.channel.k8s.io"]) == "v4.channel.k8s.io"
-    with pytest.raises(HttpError) as refused:
-        negotiate(["channel.k8s.io"], ["v4.channel.k8s.io"])
-    assert refused.value.status == 403
-
-
-def test_streams_expected_from_the_command_flags():
-    tty = command_streams(request(query={"input": ["1"], "output": ["1"], "error": ["1"], "tty": ["1"]}))
-    assert tty == {"stdin": True, "stdout": True, "stderr": False, "resize": True}
-    plain = command_streams(request(query={"output": ["1"], "error": ["1"]}))
-    assert plain == {"stdin": False, "stdout": True, "stderr": True, "resize": False}
-    with pytest.raises(HttpError):
-        command_streams(request(query={"tty": ["1"]}))
-
-
-def test_the_serving_request_is_what_the_kubelet_serving_signer_accepts():
-    key_pem, request_pem = serving_request(NODE, ["127.0.0.1"])
-    parsed = x509.load_pem_x509_csr(request_pem)
-    assert parsed.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{NODE}"
-    assert parsed.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
-    sans = parsed.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
-    manifest = csr_manifest(NODE, request_pem, 600)
-    assert manifest["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
-    assert manifest["spec"]["usages"] == ["digital signature", "server auth"]
-    assert manifest["spec"]["expirationSeconds"] == 600
-    assert b"PRIVATE KEY" in key_pem
-
-
-def _csr(common_name: str, organizations: list[str], sans: list, usages=None, username="admin") -> dict:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(subject))
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    pem = builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-    return {
-        "metadata": {"name": "csr-1"},
-        "spec": {
-            "request": base64.b64encode(pem).decode(),
-            "signerName": "kubernetes.io/kubelet-serving",
-            "usages": usages or ["digital signature", "server auth"],
-            "username": username,
-        },
-    }
-
-
-def _node(kind: str = "virtual-node") -> dict:
-    return {
-        "metadata": {
-            "name": NODE,
-            "labels": {"catamaran.io/type": kind, "catamaran.io/remote-cluster-id": "cluster-3"},
-        },
-        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.7"}, {"type": "Hostname", "address": NODE}]},
-    }
-
-
-LOOPBACK = [x509.IPAddress(ipaddress.ip_address("10.0.0.7"))]
-
-
-def test_the_virtual_kubelets_own_request_is_approved():
-    csr = _csr(f"system:node:{NODE}", ["system:nodes"], [*LOOPBACK, x509.DNSName(NODE)])
-    assert requested_node(csr) == NODE
-    assert review(csr, _node(), {"admin"}, "catamaran-system").verdict == "approve"
-    account = _csr(
-        f"system:node:{NODE}",
-        ["system:nodes"],
-        LOOPBACK,
-        username="system:serviceaccount:catamaran-system:catamaran-vk-cluster-3",
-    )
-    assert review(account, _node(), set(), "catamaran-system").verdict == "approve"
-
-
-@pytest.mark.parametrize(
-    ("csr", "why"),
-    [
-        (
-            _csr(
-                f"system:node:{NODE}",
-                ["system:nodes"],
-                LOOPBACK,
-                username="system:serviceaccount:x:catamaran-vk-cluster-3",
-            ),
-            "requested by",
-        ),
-        (
-            _csr(
-                f"system:node:{NODE}",
-                ["system:nodes"],
-                LOOPBACK,
-                username="system:serviceaccount:catamaran-system:catamaran-vk-cluster-2",
-            ),
-            "requested by",
-        ),
-        (_csr(f"system:node:{NODE}", ["system:masters"], LOOPBACK), "subject"),
-        (_csr(f"system:node:{NODE}", ["system:nodes"], [x509.IPAddress(ipaddress.ip_address("10.9.9.9"))]), "10.9.9.9"),
-        (_csr(f"system:node:{NODE}", ["system:nodes"], [x509.DNSName("evil.example")]), "evil.example"),
-        (_csr(f"system:node:{NODE}", ["system:nodes"], [x509.RFC822Name("a@b.c")]), "not allowed"),
-        (_csr(f"system:node:{NODE}", ["system:nodes"], LOOPBACK, usages=["client auth"]), "usages"),
-        (_csr(f"system:node:{NODE}", ["system:nodes"], []), "no subject alternative names"),
-    ],
-)
-def test_a_request_for_a_virtual_node_failing_a_check_is_denied_with_the_reason(csr, why):
-    decision = review(csr, _node(), {"admin"}, "catamaran-system")
-    assert decision.verdict == "deny"
-    assert why in decision.message
-
-
-def test_requests_for_other_nodes_are_left_alone():
-    physical = _csr("system:node:worker-1", ["system:nodes"], LOOPBACK)
-    assert review(physical, _node(kind="physical"), {"admin"}, "catamaran-system").verdict == "ignore"
-    assert review(physical, None, {"admin"}, "catamaran-system").verdict == "ignore"
-    assert review(_csr("someone", ["system:nodes"], LOOPBACK), _node(), {"admin"}, "catamaran-system").verdict == (
-        "ignore"
-    )
+from catamaran.vk.reported_usage import usage_ceilings
+from tests.unit.vk.kubelet.kubelet_requests import NODE
 
 
 def test_cpu_seconds_are_integrated_and_never_decrease():
@@ -237,98 +59,6 @@ def test_the_summary_holds_this_nodes_pods_and_its_own_totals():
     assert pod["containers"][0]["cpu"]["usageCoreNanoSeconds"] == 1_500_000_000
 
 
-def test_renewal_counts_from_when_the_certificate_arrived():
-    import datetime
-
-    from catamaran.certs import make_ca
-    from catamaran.vk.kubelet.certificate import renewal_time
-
-    _, cert = make_ca("x", days=1)  # notBefore backdated by five minutes, as signers do
-    start, end = datetime.datetime.now(datetime.UTC), x509.load_pem_x509_certificate(cert).not_valid_after_utc
-    due = renewal_time(cert, 0.5, start)
-    assert abs((due - (start + (end - start) / 2)).total_seconds()) < 1
-
-
-def test_a_request_racing_its_nodes_first_status_waits():
-    csr = _csr(f"system:node:{NODE}", ["system:nodes"], LOOPBACK)
-    unpublished = _node()
-    unpublished["status"] = {}
-    assert review(csr, unpublished, {"admin"}, "catamaran-system").verdict == "wait"
-
-
-def test_the_self_signed_fallback_serves_the_published_address(tmp_path):
-    import asyncio
-    import ssl as ssl_module
-
-    from catamaran.vk.kubelet.certificate import ServingCertificate
-
-    certificate = ServingCertificate(None, NODE, ["10.0.0.7"], self_signed=True, cert_dir=tmp_path)
-    asyncio.run(certificate._issue())
-    served = x509.load_pem_x509_certificate(certificate.cert_pem)
-    sans = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.7")]
-    assert (tmp_path / "kubelet-serving.key").stat().st_mode & 0o777 == 0o600
-    assert certificate.context.verify_mode == ssl_module.CERT_OPTIONAL
-    assert certificate.ready.is_set()
-
-
-def test_one_route_table_decides_paths_methods_and_metrics_labels():
-    from catamaran.vk.kubelet.server import ROUTES, KubeletServer
-
-    assert ROUTES["exec"].matches(["ns", "pod", "app"])
-    assert ROUTES["exec"].matches(["ns", "pod", "uid", "app"])
-    assert not ROUTES["containerLogs"].matches(["ns", "pod"])
-    assert ROUTES["stats"].matches(["summary"])
-    assert not ROUTES["stats"].matches(["container"])
-    assert "DELETE" not in ROUTES["pods"].methods
-    assert ROUTES["portForward"].methods >= {"GET", "POST"}  # SPDY upgrades POST, WebSocket upgrades GET
-    for route in ROUTES.values():
-        assert callable(getattr(KubeletServer, route.serve)), route
-
-
-KUBELET_RESOURCE_METRICS = """# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time
-# TYPE container_cpu_usage_seconds_total counter
-container_cpu_usage_seconds_total{container="main",namespace="shop-c1",pod="idle"} 0.020260384 1795592061692
-container_cpu_usage_seconds_total{container="main",namespace="other",pod="x"} 7.5 1795592061692
-# HELP container_memory_working_set_bytes [STABLE] Current working set of the container in bytes
-# TYPE container_memory_working_set_bytes gauge
-container_memory_working_set_bytes{container="main",namespace="shop-c1",pod="idle"} 1.949696e+06 1795592061692
-# HELP container_start_time_seconds [STABLE] Start time of the container since unix epoch in seconds
-# TYPE container_start_time_seconds gauge
-container_start_time_seconds{container="main",namespace="shop-c1",pod="idle"} 1.7955920559007473e+09
-# HELP node_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the node in core-seconds
-# TYPE node_cpu_usage_seconds_total counter
-node_cpu_usage_seconds_total 25955.8511718 1795592023121
-"""
-
-
-def test_a_kubelets_counters_are_read_per_pod_with_their_sample_time():
-    pods = container_counters(KUBELET_RESOURCE_METRICS)
-    assert pods[("shop-c1", "idle")] == [
-        {
-            "name": "main",
-            "cpuSeconds": 0.020260384,
-            "sampledAt": 1795592061.692,
-            "memoryWorkingSetBytes": 1949696.0,
-            "startTime": 1795592055.9007473,
-        }
-    ]
-    assert pods[("other", "x")][0]["cpuSeconds"] == 7.5
-
-
-@pytest.mark.parametrize(
-    ("user", "tenant"),
-    [
-        ("system:serviceaccount:catamaran-tenant-cluster-1:catamaran-consumer", "cluster-1"),
-        ("system:serviceaccount:kube-system:default", None),
-        ("system:serviceaccount:catamaran-tenant-cluster-1", None),
-        ("admin", None),
-    ],
-)
-def test_only_a_tenant_credential_names_a_tenant(user, tenant):
-    assert tenant_of(user) == tenant
-
-
 def test_counter_rates_come_from_two_samples_and_survive_a_repeated_one():
     rates = CounterRates()
     key = ("ns", "pod", "c")
@@ -367,156 +97,6 @@ def test_pods_without_counters_fall_back_to_their_usage_rates():
     assert merged_items(counters, None) == [(counters["items"][0], True)]
 
 
-def test_websocket_frames_round_trip_masked_and_fragmented():
-    import asyncio
-    import os
-    import struct
-
-    from catamaran.vk.kubelet import websocket
-
-    def masked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
-        mask = os.urandom(4)
-        body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        length = len(payload)
-        head = struct.pack("!B", (0x80 if fin else 0) | opcode)
-        if length < 126:
-            head += struct.pack("!B", 0x80 | length)
-        else:
-            head += struct.pack("!BH", 0x80 | 126, length)
-        return head + mask + body
-
-    pings = []
-
-    async def ping(payload: bytes) -> None:
-        pings.append(payload)
-
-    async def read(data: bytes) -> list:
-        reader = asyncio.StreamReader()
-        reader.feed_data(data)
-        reader.feed_eof()
-        return [await websocket.read_message(reader, ping) for _ in range(3)]
-
-    big = bytes(range(256)) * 2
-    # A ping between a message's fragments is answered and the message still comes whole.
-    data = masked(websocket.BINARY, b"\x00ls", fin=False) + masked(websocket.PING, b"hi") + masked(0, b" -l")
-    data += masked(websocket.TEXT, big) + masked(websocket.CLOSE, b"\x03\xe8")
-    expected = [(websocket.BINARY, b"\x00ls -l"), (websocket.TEXT, big), (websocket.CLOSE, b"\x03\xe8")]
-    assert asyncio.run(read(data)) == expected
-    assert pings == [b"hi"]
-    assert websocket.frame(websocket.BINARY, b"\x01out") == b"\x82\x04\x01out"
-    assert websocket.frame(websocket.BINARY, big)[:4] == b"\x82\x7e\x02\x00"
-    # RFC 6455's own example of the accept key.
-    assert websocket.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-
-
-# -- what the kubelet API asks of its callers -------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("endpoint", "verb"),
-    [
-        ("exec", "create"),
-        ("attach", "create"),
-        ("portForward", "create"),
-        ("containerLogs", "get"),
-        ("stats", "get"),
-        ("metrics", "get"),
-        ("pods", "get"),
-        ("healthz", "get"),
-    ],
-)
-def test_each_route_needs_its_own_verb_whatever_the_method(endpoint, verb):
-    from catamaran.vk.kubelet.server import ROUTES
-
-    assert ROUTES[endpoint].verb == verb
-
-
-def test_paths_of_no_route_such_as_run_need_create():
-    from catamaran.vk.kubelet.server import ROUTES, UNROUTED_VERB
-
-    assert "run" not in ROUTES
-    assert UNROUTED_VERB == "create"
-
-
-class ReviewingClient:
-    """The consumer's API server answering TokenReviews (every token is `viewer`'s) and SubjectAccessReviews
-    (`viewer` holds only `get` on every node subresource)."""
-
-    def __init__(self):
-        self.reviews: list[dict] = []
-
-    async def create(self, review):
-        if review.kind == "TokenReview":
-            return {"status": {"authenticated": True, "user": {"username": "viewer", "groups": ["viewers"]}}}
-        attributes = review.spec.resourceAttributes
-        self.reviews.append({"verb": attributes.verb, "subresource": attributes.subresource})
-        return {"status": {"allowed": attributes.verb == "get"}}
-
-
-class Written:
-    def __init__(self):
-        self.data = b""
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    async def drain(self) -> None:
-        pass
-
-
-def kubelet_server(client: ReviewingClient):
-    import socket
-    from types import SimpleNamespace
-
-    from catamaran.vk.kubelet.server import KubeletServer
-
-    peering = SimpleNamespace(local=client, node_name=NODE, provider_id="p", events=None)
-    return KubeletServer(
-        peering,
-        socket.socket(),
-        certificate=None,
-        channel=None,
-        local_pod=lambda namespace, name: None,
-        pods_on_node=list,
-        twin_of=lambda namespace: None,
-        node_published=None,
-    )
-
-
-def test_a_websocket_get_to_exec_needs_create_on_the_nodes_proxy():
-    import asyncio
-
-    client = ReviewingClient()
-    server = kubelet_server(client)
-    headers = {
-        "authorization": ["Bearer token-of-viewer"],
-        "connection": ["Upgrade"],
-        "upgrade": ["websocket"],
-        "sec-websocket-protocol": ["v5.channel.k8s.io"],
-    }
-    upgrade = Request("GET", "/exec/shop/web/app", {"command": ["sh"], "output": ["1"]}, headers, None, None)
-    with pytest.raises(HttpError) as refused:
-        asyncio.run(server.handle(upgrade))
-    assert refused.value.status == 403
-    assert client.reviews == [{"verb": "create", "subresource": "proxy"}]
-    assert "verb=create" in refused.value.message
-    server.sock.close()
-
-
-def test_a_stats_post_needs_only_get():
-    import asyncio
-    import json
-
-    client = ReviewingClient()
-    server = kubelet_server(client)
-    written = Written()
-    post = Request("POST", "/stats/summary", {}, {"authorization": ["Bearer token-of-viewer"]}, None, written)
-    asyncio.run(server.handle(post))
-    assert client.reviews == [{"verb": "get", "subresource": "stats"}]
-    assert json.loads(written.data.split(b"\r\n\r\n", 1)[1])["node"]["nodeName"] == NODE
-    server.sock.close()
-
-
 # -- counters a provider reports ---------------------------------------------------------------------------------
 
 
@@ -547,7 +127,7 @@ def test_forged_counters_leave_the_summary_and_the_metrics_whole():
 
     from catamaran.vk.kubelet.stats import NodeStats
     from catamaran.vk.refusals import RefusalEvents
-    from catamaran.vk.trust import MEMORY_BYTES_CEILING, USAGE_CLAMPED, USAGE_REFUSED
+    from catamaran.vk.reported_usage import MEMORY_BYTES_CEILING, USAGE_CLAMPED, USAGE_REFUSED
 
     web = {
         "metadata": {"name": "web", "namespace": "shop", "uid": "u-1"},
@@ -598,7 +178,7 @@ def test_the_summarys_nanoseconds_stay_within_int64():
 
 
 def test_a_counter_jumping_ahead_is_shown_rising_at_its_ceiling():
-    from catamaran.vk.trust import USAGE_CLAMPED
+    from catamaran.vk.reported_usage import USAGE_CLAMPED
 
     local = {"metadata": {"namespace": "shop", "name": "web"}, "spec": {"containers": [{"name": "app"}]}}
     ceilings = usage_ceilings(local["spec"], {"cpu": "2"})  # no limit: twice what the provider can allocate

@@ -1,0 +1,419 @@
+"""ShadowPodController.reconcile (provider/shadowpods.py), the provider manager's heart, against an in-memory cluster.
+
+Each case starts a provider FakeCluster with the tenant c1, its twin shop-c1 (Pod Security restricted), one worker
+of 4 CPUs, and what the case lists (ShadowPods, pods the manager made); the manager's informers list them as in
+production; then reconcile runs once for shop-c1/web and the case checks what it returned, the ShadowPod and Pod it
+left, the Events it recorded and the requests it made. The last tests run both hearts together. See
+tests/unit/fakes/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pytest
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from catamaran.constants import (
+    ANNOTATION_LOCAL_POD_UID,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    TENANT_PRIORITY_CLASS,
+)
+from catamaran.kube.resources import ShadowPod
+from catamaran.provider.shadowpods import made_for_a_shadowpod
+from tests.unit.fakes.kube import ABSENT, PRESENT, assert_matches
+from tests.unit.fakes.offloading import (
+    CONSUMER,
+    IMAGE,
+    NAMESPACE,
+    PROVIDER_POD_RANGE,
+    RESTRICTED_CONTAINER,
+    TWIN,
+    Consumer,
+    Provider,
+    local_pod,
+    made_pod,
+    provider_shadow,
+    remote_running,
+    run,
+    shadow_status,
+)
+
+SHADOW = provider_shadow()
+POD = made_pod(SHADOW)  # running, owned by SHADOW
+CURRENT = shadow_status(remote_running(), pod_uid=POD["metadata"]["uid"])  # what SHADOW says once POD is reported
+PRIVILEGED = {"privileged": True}
+
+
+def pod_created(status: str, reason: str) -> list:
+    """A ShadowPod's conditions: PodCreated only, with this status and reason."""
+    return [{"type": "PodCreated", "status": status, "reason": reason, "message": PRESENT}]
+
+
+def ephemeral(name: str, context: dict) -> dict:
+    return {"name": name, "image": "busybox:1.36", "targetContainerName": "app", "securityContext": context}
+
+
+Step = Callable[[Provider], Awaitable[None]]
+
+
+def api_refuses_pod(code: int, message: str) -> Step:
+    async def step(world: Provider) -> None:
+        world.cluster.fail("create", Pod, code, message, name="web")
+
+    return step
+
+
+@dataclass
+class Case:
+    id: str
+    shadows: tuple = (SHADOW,)
+    pods: tuple = ()  # pods in the twin
+    before: Step | None = None
+    returns: Any = None
+    shadow: Any = PRESENT  # what ShadowPod web holds (assert_matches)
+    pod: Any = ABSENT  # what Pod web holds, ABSENT: there is none
+    events: frozenset = frozenset()  # (type, reason) of the Events on ShadowPods, all of them
+    writes: list = field(default_factory=list)  # the reconcile's writes, in order (Events aside)
+
+
+def refused(reason: str, returns: Any = 300) -> dict:
+    """What a refusal by the terms leaves: no pod, PodCreated=False with the reason, one Warning Event."""
+    return {
+        "returns": returns,
+        "shadow": {"status": {"phase": "Pending", "conditions": pod_created("False", reason)}},
+        "pod": ABSENT,
+        "events": frozenset({("Warning", reason)}),
+    }
+
+
+CASES = [
+    Case(
+        "create: a ShadowPod gets its Pod, owned by it, on the tenant's terms",
+        shadow={"status": ABSENT},
+        pod={
+            "metadata": {
+                "labels": {LABEL_MANAGED_BY: "catamaran", LABEL_ORIGIN_CLUSTER_ID: CONSUMER},
+                "annotations": {ANNOTATION_LOCAL_POD_UID: ABSENT},
+                "ownerReferences": [
+                    {"kind": "ShadowPod", "name": "web", "uid": "shadow-uid-web", "controller": True},
+                ],
+            },
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+                ],
+                "priorityClassName": TENANT_PRIORITY_CLASS,
+                "serviceAccountName": "default",
+                "automountServiceAccountToken": False,
+                "nodeName": ABSENT,
+            },
+            "status": {"phase": "Pending"},
+        },
+        writes=[{"verb": "create", "kind": "Pod", "namespace": TWIN, "name": "web"}],
+    ),
+    Case(
+        "create: none for a ShadowPod whose pod finished and is gone",
+        shadows=(provider_shadow(status=shadow_status({"phase": "Succeeded"})),),
+        shadow={"status": {"phase": "Succeeded"}},
+    ),
+    Case(
+        "create: a pod of that name the manager did not make (409) is never adopted, and the ShadowPod says so",
+        pods=({"metadata": {"name": "web", "namespace": TWIN}, "spec": {"containers": [{"name": "x", "image": "x"}]}},),
+        returns=300,
+        shadow={"status": {"phase": "Pending", "conditions": pod_created("False", "PodNameTaken")}},
+        pod={"metadata": {"ownerReferences": ABSENT}},
+        events=frozenset({("Warning", "PodNameTaken")}),
+        writes=[
+            {"verb": "create", "kind": "Pod"},
+            {"verb": "patch", "kind": "ShadowPod", "subresource": "status", "patch_type": PatchType.MERGE},
+        ],
+    ),
+    Case(
+        "refusal: a pod spec field the terms refuse",
+        shadows=(provider_shadow(runtimeClassName="kata"),),
+        **refused("FieldNotAllowed"),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status", "patch_type": PatchType.MERGE}],
+    ),
+    Case(
+        "refusal: a privileged container breaks the tenant's Pod Security level",
+        shadows=(provider_shadow(containers=[{"name": "app", "image": IMAGE, "securityContext": PRIVILEGED}]),),
+        **refused("PodSecurityViolation"),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "refusal: more than the tenant's quota (90 % of 4 CPUs)",
+        shadows=(
+            provider_shadow(
+                containers=[
+                    {
+                        "name": "app",
+                        "image": IMAGE,
+                        "securityContext": RESTRICTED_CONTAINER,
+                        "resources": {"requests": {"cpu": "8"}},
+                    }
+                ]
+            ),
+        ),
+        **refused("QuotaExceeded"),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "refusal: a ShadowPod whose pod is of another consumer namespace than its twin's",
+        shadows=(provider_shadow(local_namespace="elsewhere"),),
+        **refused("ForeignNamespace"),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "refusal: the API server's ResourceQuota refuses the pod (403)",
+        before=api_refuses_pod(403, 'pods "web" is forbidden: exceeded quota: compute, requested: cpu=100m'),
+        **refused("QuotaExceeded", returns=15),
+        writes=[{"verb": "create", "kind": "Pod"}, {"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "refusal: an admission webhook denies the pod (400)",
+        before=api_refuses_pod(400, 'admission webhook "policy.example.com" denied the request: no'),
+        **refused("AdmissionRejected", returns=15),
+        writes=[{"verb": "create", "kind": "Pod"}, {"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "UID mismatch: a pod of that name owned by an earlier ShadowPod is a conflict, looked at again later",
+        pods=(made_pod(provider_shadow(uid="earlier-shadow-uid")),),
+        returns=30,
+        shadow={"status": {"conditions": pod_created("False", "Conflict")}},
+        pod={"metadata": {"ownerReferences": [{"uid": "earlier-shadow-uid"}], "deletionTimestamp": ABSENT}},
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "status back: the pod's status is copied to its ShadowPod",
+        pods=(POD,),
+        shadow={
+            "status": {
+                "phase": "Running",
+                "podUID": POD["metadata"]["uid"],
+                "pod": {"podIP": "10.245.0.7", "containerStatuses": [{"name": "app", "ready": True}]},
+                "conditions": pod_created("True", "Created"),
+                "recreations": ABSENT,
+            }
+        },
+        pod=PRESENT,
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status", "patch_type": PatchType.MERGE}],
+    ),
+    Case(
+        "status back: nothing is written while nothing the consumer shows changed",
+        shadows=(provider_shadow(status=CURRENT),),
+        pods=(POD,),
+        pod=PRESENT,
+    ),
+    Case(
+        "status back: a pod no longer ready is reported",
+        shadows=(provider_shadow(status=CURRENT),),
+        pods=(made_pod(SHADOW, status=remote_running(ready=False)),),
+        shadow={"status": {"pod": {"conditions": lambda found: {"type": "Ready", "status": "False"} in found}}},
+        pod=PRESENT,
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "recreation: a pod in place of the one reported is counted and said",
+        shadows=(provider_shadow(status=shadow_status(remote_running(), pod_uid="first-remote-uid")),),
+        pods=(POD,),
+        shadow={"status": {"podUID": POD["metadata"]["uid"], "recreations": 1}},
+        pod=PRESENT,
+        events=frozenset({("Normal", "PodRecreated")}),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "recreation: an evicted pod is deleted at once, to be made again",
+        shadows=(provider_shadow(status=CURRENT),),
+        pods=(made_pod(SHADOW, status={"phase": "Failed", "reason": "Evicted"}),),
+        writes=[{"verb": "delete", "kind": "Pod", "grace_period": 0}],
+    ),
+    Case(
+        "recreation: a pod still terminating is waited for",
+        shadows=(provider_shadow(status=CURRENT),),
+        pods=(made_pod(SHADOW, deleting=True),),
+        pod={"metadata": {"deletionTimestamp": PRESENT}},
+    ),
+    Case(
+        "delete: a ShadowPod deleted with the local pod's grace period passes it to its pod",
+        shadows=(provider_shadow(deleting=True, grace=5, status=CURRENT),),
+        pods=(POD,),
+        shadow={"metadata": {"deletionTimestamp": PRESENT}},
+        pod={"metadata": {"deletionTimestamp": PRESENT, "deletionGracePeriodSeconds": 5}},
+        writes=[{"verb": "delete", "kind": "Pod", "grace_period": 5}],
+    ),
+    Case(
+        "delete: a ShadowPod deleted without one leaves its pod to the garbage collector, still reporting it",
+        shadows=(provider_shadow(deleting=True),),
+        pods=(POD,),
+        shadow={"status": {"phase": "Running"}},
+        pod={"metadata": {"deletionTimestamp": ABSENT}},
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "orphan: a pod whose ShadowPod is gone is left to the garbage collector",
+        shadows=(),
+        pods=(POD,),
+        shadow=ABSENT,
+        pod={"metadata": {"deletionTimestamp": ABSENT}},
+    ),
+    Case(
+        "update: a label the consumer added reaches the running pod",
+        shadows=(provider_shadow(labels={"app": "web", "tier": "front"}, status=CURRENT),),
+        pods=(made_pod(provider_shadow(labels={"app": "web"})),),
+        pod={"metadata": {"labels": {"app": "web", "tier": "front"}}},
+        writes=[{"verb": "patch", "kind": "Pod", "subresource": None, "patch_type": PatchType.MERGE}],
+    ),
+    Case(
+        "update: a deadline raised is refused by the API server (422) and said in an Event",
+        shadows=(provider_shadow(activeDeadlineSeconds=600, status=CURRENT),),
+        pods=(made_pod(provider_shadow(activeDeadlineSeconds=300)),),
+        pod={"spec": {"activeDeadlineSeconds": 300}},
+        events=frozenset({("Warning", "RemotePodUpdateRefused")}),
+        writes=[{"verb": "patch", "kind": "Pod"}],
+    ),
+    Case(
+        "ephemeral containers: kubectl debug's container joins the running pod",
+        shadows=(provider_shadow(ephemeral_containers=[ephemeral("debugger", RESTRICTED_CONTAINER)], status=CURRENT),),
+        pods=(POD,),
+        pod={"spec": {"ephemeralContainers": [{"name": "debugger", "image": "busybox:1.36"}]}},
+        events=frozenset({("Normal", "EphemeralContainersAdded")}),
+        writes=[{"verb": "patch", "kind": "Pod", "subresource": "ephemeralcontainers"}],
+    ),
+    Case(
+        "ephemeral containers: a privileged one is refused, the pod left as it is",
+        shadows=(provider_shadow(ephemeral_containers=[ephemeral("debugger", PRIVILEGED)], status=CURRENT),),
+        pods=(POD,),
+        pod={"spec": {"ephemeralContainers": ABSENT}},
+        events=frozenset({("Warning", "EphemeralContainersRefused")}),
+    ),
+]
+
+
+def writes(cluster, since: int) -> list[dict]:
+    return [asdict(a) for a in cluster.actions[since:] if a.verb != "get" and a.kind != "Event"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_reconcile(case: Case):
+    async def scenario():
+        world = Provider()
+        for shadow in case.shadows:
+            world.cluster.add(ShadowPod, shadow)
+        for pod in case.pods:
+            world.cluster.add(Pod, pod)
+        await world.start()
+        if case.before is not None:
+            await case.before(world)
+        since = len(world.cluster.actions)
+        result = await world.reconcile()
+        return world, result, writes(world.cluster, since)
+
+    world, result, made = run(scenario)
+    assert_matches(result, case.returns, "returned")
+    assert_matches(world.shadow(), case.shadow, "ShadowPod")
+    assert_matches(world.pod(), case.pod, "Pod")
+    assert world.events() == case.events
+    assert_matches(made, case.writes, "requests")
+
+
+def test_a_refusal_is_said_once_however_often_it_is_looked_at():
+    async def scenario():
+        world = Provider()
+        world.cluster.add(ShadowPod, provider_shadow(runtimeClassName="kata"))
+        await world.start()
+        return world, [await world.reconcile() for _ in range(3)]
+
+    world, results = run(scenario)
+    assert results == [300, 300, 300]
+    assert len(world.cluster.requests("patch", ShadowPod)) == 1
+    assert len(world.cluster.events(TWIN)) == 1
+
+
+def test_a_pod_gone_is_made_again_and_its_shadowpod_counts_it():
+    async def scenario():
+        world = Provider()
+        world.cluster.add(ShadowPod, SHADOW)
+        await world.start()
+        await world.reconcile()  # the pod
+        first = world.run_pod()
+        await world.settle()
+        await world.reconcile()  # its status
+        await world.cluster.client().delete(Pod, "web", namespace=TWIN, grace_period=0)  # a node lost, say
+        await world.settle()
+        await world.reconcile()  # a new pod
+        second = world.run_pod()
+        await world.settle()
+        await world.reconcile()  # its status
+        return world, first, second
+
+    world, first, second = run(scenario)
+    assert first["metadata"]["uid"] != second["metadata"]["uid"]
+    assert_matches(
+        world.shadow(), {"status": {"phase": "Running", "podUID": second["metadata"]["uid"], "recreations": 1}}
+    )
+    assert world.events() == {("Normal", "PodRecreated")}
+
+
+# -- both hearts ------------------------------------------------------------------------------------------------------
+
+
+def test_a_pod_goes_out_runs_there_comes_back_after_a_recreation_and_is_deleted_on_both_sides():
+    """The consumer's virtual kubelet and the provider's manager on one provider cluster, each reconciling in turn
+    as their work queues would; the provider's scheduler, kubelet and garbage collector played by the test."""
+
+    async def scenario():
+        provider = await Provider().start()
+        consumer = await Consumer(provider=provider.cluster, provider_cidrs=[PROVIDER_POD_RANGE]).start()
+        consumer.local.add(Pod, local_pod())
+        await consumer.settle()
+
+        async def both():
+            await consumer.reconcile()
+            await provider.reconcile()
+            await consumer.reconcile()
+
+        await both()  # out: a ShadowPod, then its Pod
+        provider.run_pod(status=remote_running("10.245.0.9"))
+        await consumer.settle()
+        await provider.reconcile()
+        await consumer.reconcile()
+        running = consumer.pod()
+
+        await provider.cluster.client().delete(Pod, "web", namespace=TWIN, grace_period=0)
+        await consumer.settle()
+        await provider.reconcile()  # made again
+        provider.run_pod(status=remote_running("10.245.0.10"))
+        await consumer.settle()
+        await provider.reconcile()
+        await consumer.reconcile()
+        recreated = consumer.pod()
+
+        await consumer.local.client().delete(Pod, "web", namespace=NAMESPACE)
+        await consumer.settle()
+        await both()
+        provider.cluster.collect_garbage()  # the ShadowPod's Pod goes first (foreground), terminating
+        provider.cluster.finish_pod("web", TWIN)  # its kubelet saw the containers end
+        provider.cluster.collect_garbage()  # then the ShadowPod
+        await consumer.settle()
+        await consumer.reconcile()
+        return consumer, provider, running, recreated
+
+    consumer, provider, running, recreated = run(scenario)
+    assert_matches(running, {"status": {"phase": "Running", "podIP": "10.245.0.9", "hostIP": PRESENT}})
+    assert_matches(
+        recreated, {"status": {"podIP": "10.245.0.10", "containerStatuses": [{"name": "app", "restartCount": 1}]}}
+    )
+    assert provider.events() == {("Normal", "PodRecreated")}
+    assert (consumer.pod(), provider.shadow(), provider.pod()) == (None, None, None)
+
+
+def test_a_pod_of_the_name_is_waited_out_only_when_the_manager_made_it_for_a_shadowpod():
+    """The 409 on create: an earlier incarnation (the manager's pod view may lag its deletion) is waited out."""
+    assert made_for_a_shadowpod(made_pod(provider_shadow(uid="shadow-uid-old"), deleting=True))
+    assert not made_for_a_shadowpod({"metadata": {"name": "web", "labels": {LABEL_MANAGED_BY: "catamaran"}}})
+    assert not made_for_a_shadowpod({"metadata": {"name": "web"}})
