@@ -265,7 +265,7 @@ class Peering:
             else:
                 self._consented = list(self._provider_pod_cidrs())
             announced = self._provider_pod_cidrs()
-            _, refused = networks.judge_announced(announced, self._consented)
+            refused = networks.judge_announced(announced, self._consented)[1]
             if refused:
                 self.module.ansible.warn(
                     "%s announces pod ranges %s is not consenting to: %s; they are neither shown nor routed (state "
@@ -273,7 +273,7 @@ class Peering:
                     % (
                         self.provider.label,
                         self.consumer.label,
-                        "; ".join("%s (%s)" % (cidr, why) for cidr, _, why in refused),
+                        "; ".join("%s (%s)" % (cidr, why) for cidr, _reason, why in refused),
                     )
                 )
         return self._consented
