@@ -44,6 +44,21 @@ def load_definitions(src):
     return definitions
 
 
+def serves_field(cluster, crd_name, path):
+    """Does `cluster` serve the CRD `crd_name` with the field `path` (a tuple of property names from the top of its
+    schema, e.g. ("spec", "networking", "podCIDRs")) in any version? False when the CRD is not there."""
+    crd = cluster.get(CRD_API, CRD_KIND, crd_name)
+    for version in ((crd or {}).get("spec") or {}).get("versions") or []:
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        for name in path:
+            schema = (schema.get("properties") or {}).get(name)
+            if schema is None:
+                break
+        else:
+            return True
+    return False
+
+
 def labelled(definition):
     result = dict(definition)
     metadata = dict(result["metadata"])

@@ -14,7 +14,7 @@ __metaclass__ = type
 import base64
 import time
 
-from ansible_collections.catamaran.federation.plugins.module_utils import fabric, networks, reflection, validation
+from ansible_collections.catamaran.federation.plugins.module_utils import crds, fabric, networks, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import (
     InvalidInput,
@@ -67,13 +67,15 @@ FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
 OFFLOADING_API = "%s/%s" % (OFFLOADING_GROUP, VERSION)
 CRD_API = "apiextensions.k8s.io/v1"
 PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
-CONSUMER_CRDS = ("foreignclusters.%s" % CORE_GROUP,)
+FOREIGN_CLUSTER_CRD = "foreignclusters.%s" % CORE_GROUP
+CONSUMER_CRDS = (FOREIGN_CLUSTER_CRD,)
 PROVIDER_CRDS = tuple("%s.%s" % (p, OFFLOADING_GROUP) for p in ("shadowpods", "twinnamespaces", "resourceoffers"))
 TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
 
 
 TOLERATION_OPERATORS = ("Equal", "Exists")
 MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs holds
+CONSENT_FIELD = ("spec", "networking", "podCIDRs")
 
 
 def check_toleration(toleration, where):
@@ -265,7 +267,7 @@ class Peering:
             else:
                 self._consented = list(self._provider_pod_cidrs())
             announced = self._provider_pod_cidrs()
-            _, refused = networks.judge_announced(announced, self._consented)
+            refused = networks.judge_announced(announced, self._consented)[1]
             if refused:
                 self.module.ansible.warn(
                     "%s announces pod ranges %s is not consenting to: %s; they are neither shown nor routed (state "
@@ -273,10 +275,15 @@ class Peering:
                     % (
                         self.provider.label,
                         self.consumer.label,
-                        "; ".join("%s (%s)" % (cidr, why) for cidr, _, why in refused),
+                        "; ".join("%s (%s)" % (cidr, why) for cidr, _reason, why in refused),
                     )
                 )
         return self._consented
+
+    def _consent_served(self, changes):
+        """Can the ForeignCluster hold the consent? In check mode the CRDs an upgrade brings are not applied yet, so
+        the dry run of a field the served CRD lacks would fail: the plan says the consent comes with the upgrade."""
+        return not changes.check_mode or crds.serves_field(self.consumer, FOREIGN_CLUSTER_CRD, CONSENT_FIELD)
 
     def consumer_pod_cidrs(self):
         """The consumer's pod ranges, announced to the provider in the ResourceOffer (read once per run)."""
@@ -318,8 +325,15 @@ class Peering:
         offer_network, foreign_networking, announced = self.fabric.converge(
             changes, params, self.consumer_pod_cidrs(), self.consented_pod_cidrs(params)
         )
-        if self.consented_pod_cidrs(params):
-            foreign_networking = dict(foreign_networking, podCIDRs=self.consented_pod_cidrs(params))
+        consent = self.consented_pod_cidrs(params)
+        if consent and self._consent_served(changes):
+            foreign_networking = dict(foreign_networking, podCIDRs=consent)
+        elif consent:
+            changes.note(
+                "%s: record the consent to %s's pod ranges %s once its ForeignCluster CRD serves"
+                " spec.networking.podCIDRs (the crds step of the same run upgrades it; a check-mode run cannot)"
+                % (self.consumer.label, self.provider.label, ", ".join(consent))
+            )
         changes.apply(self.provider, self.resource_offer(params, announced, offer_network))
         replaced = None
         if rotate:

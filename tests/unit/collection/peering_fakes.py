@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import sys
 
+import yaml
+
 from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
@@ -34,16 +36,23 @@ def _matches(obj, selector):
     return True
 
 
+INSTALLED_CRDS = [
+    yaml.safe_load(path.read_text()) for path in sorted((REPO_ROOT / "controller" / "crds").glob("*.yaml"))
+]
+
+
 class FakeCluster:
     """A cluster in memory: apply stores the object as sent (the server's dry run would add the same defaults to the
     live object and the planned one alike), paths come from kube.KINDS as a real Cluster builds them."""
 
-    def __init__(self, label, objects=()):
+    def __init__(self, label, objects=(), crds=True):
         self.label = label
         self.server = f"https://{label}.example:6443"
         self.ca_data = None
         self.objects = {}
         self.deleted = []
+        # The checkout's CRDs are served, as the crds role installs them before any peering (crds=False: none).
+        self.crds = {crd["metadata"]["name"]: crd for crd in INSTALLED_CRDS} if crds else {}
         for obj in objects:
             self._store(obj)
 
@@ -56,6 +65,8 @@ class FakeCluster:
 
     def get(self, api_version, kind, name, namespace=None):
         self.path(api_version, kind, name, namespace)
+        if kind == "CustomResourceDefinition":
+            return copy.deepcopy(self.crds.get(name))
         return copy.deepcopy(self.objects.get((api_version, kind, namespace, name)))
 
     def list(self, api_version, kind, namespace=None, labels=None, fields=None):

@@ -87,3 +87,11 @@ def test_a_shadowpod_in_a_twin_is_judged_against_the_twins_origin_not_what_it_sa
     shadow = {"metadata": {"name": "web", "namespace": TWIN, "annotations": {"catamaran.io/local-namespace": "evil"}}}
     pods.shadow_changed("ADDED", (TWIN, "web"), shadow, None)
     assert pods.queue._queued == {("victim", "web")}
+
+
+def test_a_shadowpod_the_tenant_wrote_itself_is_left_to_the_providers_terms():
+    """No local namespace named: no virtual kubelet made it, so it is no pod's and never deleted as an orphan."""
+    pods, _, _ = pod_controller()
+    shadow = {"metadata": {"name": "direct", "namespace": TWIN}}
+    pods.shadow_changed("ADDED", (TWIN, "direct"), shadow, None)
+    assert pods.queue._queued == set()

@@ -193,14 +193,14 @@ class PodController:
         self.requeue_namespace(origin)
 
     def shadow_changed(self, event, key, new, old) -> None:
-        # Its twin's origin, not what the ShadowPod says of itself: a ShadowPod in a twin is of the twin's namespace
-        # (one naming another namespace is an orphan there, and removed as one).
+        # Only ShadowPods a virtual kubelet made (they name their pod's namespace) are this controller's: one the tenant
+        # wrote itself is left to the provider's terms. Judged in its twin's origin, not in the namespace it names:
+        # one naming another namespace is an orphan there, and removed as one.
         shadow = new or old
-        origin = self.twins.twin_origin(key[0])
-        if origin is None:
-            origin = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
-        if origin:
-            self.queue.add((origin, shadow["metadata"]["name"]))
+        named = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
+        if not named:
+            return
+        self.queue.add((self.twins.twin_origin(key[0]) or named, shadow["metadata"]["name"]))
 
     # -- reconciliation -----------------------------------------------------------------
 

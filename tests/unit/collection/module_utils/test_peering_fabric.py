@@ -298,3 +298,19 @@ def test_a_new_consent_is_a_change_the_plan_shows():
 def test_a_stated_consent_must_be_ranges():
     with pytest.raises(InvalidInput, match=r"pod_cidrs\[0\]"):
         Peering.validate(params(**FABRIC, pod_cidrs=["eight.eight"]))
+
+
+def test_an_upgrade_plan_records_the_consent_once_the_crds_it_brings_serve_the_field():
+    """A check-mode run of an upgrade: the crds step's dry run changed nothing, so the served ForeignCluster CRD is
+    the previous release's, which a dry run of spec.networking.podCIDRs would fail against."""
+    consumer, provider = clusters(
+        consumer_nodes=[node("a", pod_cidr="10.101.0.0/24")],
+        provider_objects=[tenant_credential(), node("p", pod_cidr="10.102.0.0/24")],
+    )
+    served = consumer.crds["foreignclusters.core.catamaran.io"]
+    for version in served["spec"]["versions"]:
+        networking = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["networking"]
+        networking["properties"].pop("podCIDRs")
+    plan = present(consumer, provider, check_mode=True)
+    assert "podCIDRs" not in plan.after[FOREIGN]["spec"]["networking"]
+    assert any("record the consent to p1's pod ranges 10.102.0.0/24" in action for action in plan.actions)
