@@ -27,9 +27,9 @@ from catamaran_lab.config import REAL_NODE_TAINT, SECOND_NODE_TAINT
 
 from . import federation
 from .lab_access import get_json, kill_container_process, require_real_node, wait_for
-from .manifests import real_pod
+from .manifests import http_service, real_pod
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
-from .test_fabric import TO_VIRTUAL_NODE, answered, apply, backends_and_client, fetch, foreign, service, web_pod
+from .test_fabric import TO_VIRTUAL_NODE, answered, apply, backends_and_client, fetch, foreign, web_pod
 
 pytestmark = pytest.mark.integration
 
@@ -207,7 +207,7 @@ def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, d
         CONSUMER,
         NAMESPACE,
         web_pod("frontend", f"frontend on {CONSUMER}", {"app": "frontend"}, remote=False),
-        service("frontend", {"app": "frontend"}),
+        http_service("frontend"),
         real_pod("caller", ["sleep", "3600"], **TO_VIRTUAL_NODE),  # the provider's placement picks its real node
     )
     for pod in ("frontend", "caller"):
@@ -273,7 +273,7 @@ def test_pods_on_a_node_without_the_gateway_cross_through_its_route_agent_both_w
     frontend = web_pod("frontend-2", f"frontend on {node.spec.name}", {"app": "frontend-2"}, remote=False)
     frontend["spec"].update(on_second_node)
     caller = real_pod("caller", ["sleep", "3600"], **TO_VIRTUAL_NODE)  # as the test before made it
-    apply(lab, CONSUMER, NAMESPACE, frontend, service("frontend-2", {"app": "frontend-2"}), caller)
+    apply(lab, CONSUMER, NAMESPACE, frontend, http_service("frontend-2"), caller)
     for namespace, pod in ((LOCAL, "client-2"), (NAMESPACE, "frontend-2"), (NAMESPACE, "caller")):
         lab.kubectl(CONSUMER, "-n", namespace, "wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=120s")
     # Out of the second node: its route agent's route to the gateway's node, then the tunnel.
