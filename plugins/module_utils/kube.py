@@ -283,8 +283,18 @@ class Cluster:
             return None
         if response.status >= 300:
             raise ClusterError("%s: watch %s: HTTP %s" % (self.label, path, response.status), status=response.status)
+        try:
+            return self._read_watch(response.response, version, done, current)
+        finally:
+            # Never back to the pool: a watch left mid-stream would hand its unread events to the next request
+            # on that connection, which then waits out its read timeout (10 s each, seen after every CRD).
+            response.response.close()
+            response.response.release_conn()
+
+    @staticmethod
+    def _read_watch(stream, version, done, current):
         buffer = b""
-        for chunk in response.response.stream(4096):
+        for chunk in stream.stream(4096):
             buffer += chunk
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
@@ -302,7 +312,6 @@ class Cluster:
                 else:
                     current[_key(obj)] = obj
                 if done(list(current.values())):
-                    response.response.release_conn()
                     return True, version
         return False, version
 
