@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from harness import bench_lab_state, cpu_seconds, finish, memory_mib  # noqa: E402
+from harness import bench_lab_state, cpu_seconds, finish, memory_mib, percentile  # noqa: E402
 
 from catamaran.constants import virtual_node_name  # noqa: E402
 from catamaran_lab import config as lab_config  # noqa: E402
@@ -230,16 +230,11 @@ def measure(client_pid: int, target_ip: str, requests: int) -> dict:
     transfer = probe(client_pid, "throughput", target_ip)
     cpu = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_before
     return {
-        "p50": quantile(latency, 0.5),
-        "p99": quantile(latency, 0.99),
+        "p50": percentile(latency, 0.5),
+        "p99": percentile(latency, 0.99),
         "mibs": transfer["bytes"] / 1024**2 / transfer["seconds"],
         "cpu_per_gib": cpu / (transfer["bytes"] / 1024**3),
     }
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> None:
@@ -339,8 +334,8 @@ def main() -> None:
         valid = [r for r in reach if r is not None]
         if valid:
             print(
-                f"new endpoint reachable after Ready: p50 {quantile(valid, 0.5) * 1000:.0f} ms, "
-                f"p99 {quantile(valid, 0.99) * 1000:.0f} ms ({len(valid)}/{len(reach)} reached within 60 s)"
+                f"new endpoint reachable after Ready: p50 {percentile(valid, 0.5) * 1000:.0f} ms, "
+                f"p99 {percentile(valid, 0.99) * 1000:.0f} ms ({len(valid)}/{len(reach)} reached within 60 s)"
             )
         print("memory (MiB RSS): " + ", ".join(f"{name} {mib:.1f}" for name, mib in sorted(memory.items())))
         print("ratios: fabric / direct and fabric / wireguard (latency: higher is slower; throughput: lower is slower)")

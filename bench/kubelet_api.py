@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import aiohttp  # noqa: E402
-from harness import bench_lab_state, finish  # noqa: E402
+from harness import bench_lab_state, finish, percentile  # noqa: E402
 from lightkube.config.client_adapter import user_auth, verify_cluster  # noqa: E402
 from lightkube.config.kubeconfig import KubeConfig  # noqa: E402
 
@@ -170,8 +170,7 @@ def forward_throughput(lab: Lab, target: Endpoint, mib: int, rounds: int) -> tup
 
 
 def summary(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return statistics.median(values), percentile(values, 0.95)
 
 
 def main() -> None:
