@@ -6,23 +6,13 @@ import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
+# Decimal suffixes are powers of 1000 (n to E), binary ones powers of 1024 (Ki to Ei).
 _SUFFIXES = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
+    **{
+        suffix: Fraction(1000) ** power
+        for power, suffix in enumerate(("n", "u", "m", "", "k", "M", "G", "T", "P", "E"), -3)
+    },
+    **{suffix: Fraction(1024) ** power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
 
