@@ -77,6 +77,18 @@ def condition(kind: str, status: str, reason: str | None = None) -> Callable[[An
     return holds
 
 
+def held_back(reason: str) -> dict:
+    """A pod kept Pending on the consumer: the reason on the pod, its offloading condition and its container."""
+    return {
+        "status": {
+            "phase": "Pending",
+            "reason": reason,
+            "conditions": condition(REMOTE_CONDITION, "False", reason),
+            "containerStatuses": [{"name": "app", "state": {"waiting": {"reason": reason}}}],
+        }
+    }
+
+
 def no_condition(kind: str) -> Callable[[Any], bool]:
     def lacks(conditions) -> bool:
         return all(c["type"] != kind for c in conditions or [])
@@ -272,14 +284,7 @@ CASES = [
     Case(
         "refusal: a pod of a namespace that is not offloaded stays Pending and says why",
         consumer={"offloaded": False, "twin": False},
-        pod={
-            "status": {
-                "phase": "Pending",
-                "reason": "OffloadingBackOff",
-                "conditions": condition(REMOTE_CONDITION, "False", "OffloadingBackOff"),
-                "containerStatuses": [{"name": "app", "state": {"waiting": {"reason": "OffloadingBackOff"}}}],
-            }
-        },
+        pod=held_back("OffloadingBackOff"),
         events=frozenset({("Warning", "OffloadingBackOff")}),
     ),
     Case(
@@ -374,14 +379,7 @@ CASES = [
             ),
         ),
         shadow=PRESENT,
-        pod={
-            "status": {
-                "phase": "Pending",
-                "reason": "QuotaExceeded",
-                "conditions": condition(REMOTE_CONDITION, "False", "QuotaExceeded"),
-                "containerStatuses": [{"name": "app", "state": {"waiting": {"reason": "QuotaExceeded"}}}],
-            }
-        },
+        pod=held_back("QuotaExceeded"),
         events=frozenset({("Warning", "RemoteQuotaExceeded")}),
     ),
     Case(

@@ -9,6 +9,15 @@ from catamaran.vk.pod_status import comparable_status
 from tests.unit.vk.offloading_scope import NOW
 from tests.unit.vk.provider_reports import APP, local_status, running
 
+# A ShadowPod's status while its pod runs, ready, on the provider.
+RUNNING_AND_READY = {
+    "pod": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "app", "ready": True}],
+    }
+}
+
 
 def test_local_status_translates_ips_and_counts_recreations():
     shadow_status = {
@@ -35,13 +44,7 @@ def test_local_status_translates_ips_and_counts_recreations():
 
 
 def test_unreachable_provider_marks_pods_not_ready():
-    shadow_status = {
-        "pod": {
-            "phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "app", "ready": True}],
-        }
-    }
+    shadow_status = RUNNING_AND_READY
     status = status_back.local_pod_status(
         {}, shadow_status, node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=False, now="t", spec=APP
     )
@@ -51,13 +54,7 @@ def test_unreachable_provider_marks_pods_not_ready():
 
 
 def test_a_fabric_tunnel_down_marks_pods_not_ready_and_its_return_ready_again():
-    shadow_status = {
-        "pod": {
-            "phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "app", "ready": True}],
-        }
-    }
+    shadow_status = RUNNING_AND_READY
     common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t", spec=APP)
     down = status_back.local_pod_status(
         {}, shadow_status, network_down="the tunnel is down (TunnelSilent: quiet)", **common
