@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import copy
 
-RESTRICTED_CONTEXT = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "runAsNonRoot": True,
-    "runAsUser": 65534,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
+from tests.integration.manifests import RESTRICTED_SECURITY_CONTEXT
 
 
 def compliant_spec() -> dict:
     return {
-        "containers": [{"name": "app", "image": "x", "securityContext": copy.deepcopy(RESTRICTED_CONTEXT)}],
+        "containers": [{"name": "app", "image": "x", "securityContext": copy.deepcopy(RESTRICTED_SECURITY_CONTEXT)}],
         "volumes": [{"name": "config", "configMap": {"name": "c"}}, {"name": "scratch", "emptyDir": {}}],
     }
