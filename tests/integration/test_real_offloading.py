@@ -118,7 +118,16 @@ def test_pod_without_its_configmap_stays_creating_and_the_consumer_shows_why(lab
     assert event["source"]["component"] == f"{PROVIDER} (remote)"
     assert event["involvedObject"]["uid"] == pod_status(lab, CONSUMER, NAMESPACE, "needs-config")["metadata"]["uid"]
 
-    local = pod_status(lab, CONSUMER, NAMESPACE, "needs-config")
+    # The event and the pod's status travel separately: the status may arrive a moment later.
+    local = wait_for(
+        lambda: (
+            (status := pod_status(lab, CONSUMER, NAMESPACE, "needs-config"))
+            and main_container(status).get("state")
+            and status
+        ),
+        timeout=60,
+        what="the remote container's status on the local pod",
+    )
     assert local["status"]["phase"] == "Pending"
     assert main_container(local)["state"]["waiting"]["reason"] == "ContainerCreating"
     remote = pod_status(lab, PROVIDER, TWIN, "needs-config")
