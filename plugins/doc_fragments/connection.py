@@ -63,7 +63,11 @@ options:
     description:
       - Whether to verify the API server's TLS certificate.
       - When not given, the E(K8S_AUTH_VALIDATE_CERTS) or E(K8S_AUTH_VERIFY_SSL) environment variable is used
-        (V(0), V(false) and V(no) turn verification off); else V(true).
+        (V(0), V(false) and V(no) turn verification off); else the kubeconfig's C(insecure-skip-tls-verify) decides,
+        as with kubernetes.core, and certificates are verified unless it is V(true). The module warns whenever a
+        certificate is not verified.
+      - A certificate that fails verification stops the module naming the cluster; it is never taken for an
+        unreachable cluster.
     type: bool
     aliases: [verify_ssl]
   request_timeout:

@@ -65,6 +65,12 @@ class CatamaranModule:
         """Reach one cluster with resolved options (connection_options) and prove the credential works."""
         self.hide(*connection.secrets_in(options))
         cluster = Cluster(label, options)
+        if not cluster.verifies_tls:
+            self.ansible.warn(
+                "%s: the API server's certificate is not verified (%s: insecure-skip-tls-verify, or validate_certs "
+                "false); anyone on the path to %s can read and change what this module sends"
+                % (cluster.label, cluster.source, cluster.server)
+            )
         cluster.check()
         return cluster
 

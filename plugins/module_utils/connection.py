@@ -121,8 +121,7 @@ def resolve(given, defaults=None, environ=None):
             "kubeconfig must be a path or the kubeconfig's content as a dict, got %s"
             % type(resolved["kubeconfig"]).__name__
         )
-    if resolved["validate_certs"] is None:
-        resolved["validate_certs"] = True
+    # Unset, the kubeconfig decides (its insecure-skip-tls-verify), as kubernetes.core does; else verified.
     if resolved["request_timeout"] is None:
         resolved["request_timeout"] = DEFAULT_REQUEST_TIMEOUT
     if resolved["request_timeout"] < 1:
@@ -186,6 +185,7 @@ class Endpoint:
         self.context = context
         self.source = source  # e.g. "kubeconfig /path, context c" (never a secret)
         self.server = configuration.host
+        self.verifies_tls = bool(configuration.verify_ssl)
         self.ca_data = None
         if configuration.ssl_ca_cert and os.path.isfile(configuration.ssl_ca_cert):
             with open(configuration.ssl_ca_cert, "rb") as handle:
@@ -198,7 +198,8 @@ def configure(resolved, environ=None, token_file=SERVICE_ACCOUNT_TOKEN, ca_file=
     1. host with api_key, or with client_cert and client_key: nothing else is loaded;
     2. else a kubeconfig or a context: that kubeconfig (the default one for a context alone);
     3. else the pod's service account when in a pod; else the default kubeconfig.
-    The options given then override what was loaded (host, api_key, certificates, validate_certs).
+    The options given then override what was loaded (host, api_key, certificates, validate_certs); without
+    validate_certs, a kubeconfig's insecure-skip-tls-verify is honoured.
     """
     environ = os.environ if environ is None else environ
     configuration = k8s_client.Configuration()
@@ -249,7 +250,8 @@ def override(configuration, resolved, host):
         configuration.api_key = {"BearerToken": bearer, "authorization": bearer}
         configuration.api_key_prefix = {}
         configuration.refresh_api_key_hook = None
-    configuration.verify_ssl = bool(resolved.get("validate_certs", True))
+    if resolved.get("validate_certs") is not None:
+        configuration.verify_ssl = bool(resolved["validate_certs"])
 
 
 def load_kubeconfig(configuration, kubeconfig, context):

@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import ssl
 import time
 
 from ansible_collections.catamaran.federation.plugins.module_utils import connection
@@ -74,6 +75,20 @@ class ClusterUnreachable(ClusterError):
     """The API server could not be reached at all (refused, timed out, no route), as opposed to saying no."""
 
 
+def _connection_error(label, server, source, error):
+    """What a failed connection means: a certificate that is not trusted stops the run (the cluster answered and
+    may not be the one meant); anything else is a cluster that cannot be reached."""
+    cause = _root_cause_error(error)
+    if isinstance(cause, (ssl.SSLError, urllib3.exceptions.SSLError)):
+        return ClusterError(
+            "%s: the TLS handshake with %s (%s) failed: %s. Trust the server's CA (certificate-authority in the "
+            "kubeconfig, or ca_cert), or skip the check knowingly (insecure-skip-tls-verify, validate_certs: false)"
+            % (label, server, source, _root_cause(error)),
+            reason="TLSError",
+        )
+    return ClusterUnreachable("%s: cannot reach %s (%s): %s" % (label, server, source, _root_cause(error)))
+
+
 def describe(api_version, kind, name=None, namespace=None):
     where = "%s/%s" % (namespace, name) if namespace and name else (name or namespace or "")
     return ("%s %s" % (kind, where)).strip()
@@ -95,6 +110,7 @@ class Cluster:
         self.context = endpoint.context
         self.source = endpoint.source
         self.server = endpoint.server
+        self.verifies_tls = endpoint.verifies_tls
         self.ca_data = endpoint.ca_data
         configuration = endpoint.configuration
         configuration.retries = 1
@@ -137,9 +153,7 @@ class Cluster:
             response = self._api.call_api(*prepared, _request_timeout=timeout or self.request_timeout)
             data = response.read()
         except UNREACHABLE as error:
-            raise ClusterUnreachable(
-                "%s: cannot reach %s (%s): %s" % (self.label, self.server, self.source, _root_cause(error))
-            ) from None
+            raise _connection_error(self.label, self.server, self.source, error) from None
         payload = _json(data)
         if 200 <= response.status < 300:
             return payload
@@ -276,9 +290,7 @@ class Cluster:
         try:
             response = self._api.call_api(*prepared, _request_timeout=(self.request_timeout, seconds + 10))
         except UNREACHABLE as error:
-            raise ClusterUnreachable(
-                "%s: cannot reach %s: %s" % (self.label, self.server, _root_cause(error))
-            ) from None
+            raise _connection_error(self.label, self.server, self.source, error) from None
         if response.status == 410:
             return None
         if response.status >= 300:
@@ -328,6 +340,18 @@ def _json(data):
         return json.loads(data)
     except ValueError:
         return {"message": data.decode("utf-8", "replace")[:300]}
+
+
+def _root_cause_error(error):
+    """The innermost error urllib3 wraps (MaxRetryError -> SSLError -> ssl.SSLCertVerificationError)."""
+    cause = error
+    while True:
+        inner = getattr(cause, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = cause.args[0] if cause.args and isinstance(cause.args[0], BaseException) else None
+        if inner is None or inner is cause:
+            return cause
+        cause = inner
 
 
 def _root_cause(error):

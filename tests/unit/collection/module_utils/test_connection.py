@@ -108,9 +108,9 @@ def test_validate_certs_from_the_environment_is_false_only_for_0_false_no(value,
     assert resolve({}, environ={"K8S_AUTH_VERIFY_SSL": value})["validate_certs"] is expected
 
 
-def test_without_anything_certificates_are_verified_and_requests_wait_10_seconds():
+def test_without_anything_the_kubeconfig_decides_verification_and_requests_wait_10_seconds():
     resolved = resolve({}, environ={})
-    assert resolved["validate_certs"] is True
+    assert resolved["validate_certs"] is None
     assert resolved["request_timeout"] == 10
     assert resolve({"validate_certs": False}, environ={"K8S_AUTH_VERIFY_SSL": "yes"})["validate_certs"] is False
 
@@ -213,6 +213,27 @@ def test_options_given_override_what_the_kubeconfig_says(tmp_path):
     assert endpoint.configuration.ssl_ca_cert == str(ca)
     assert endpoint.configuration.verify_ssl is False
     assert bearer(endpoint) == "Bearer t0ken-value-1234"
+
+
+@pytest.mark.parametrize(
+    ("insecure", "validate_certs", "verified"),
+    [
+        (None, None, True),  # nothing said: verified
+        (True, None, False),  # the kubeconfig's insecure-skip-tls-verify is honoured, as by kubectl
+        (True, True, True),  # validate_certs given wins over the kubeconfig, as in kubernetes.core
+        (False, False, False),
+    ],
+)
+def test_the_kubeconfigs_insecure_skip_tls_verify_holds_unless_validate_certs_is_given(
+    tmp_path, insecure, validate_certs, verified
+):
+    cluster = {"server": "https://127.0.0.1:6443"}
+    if insecure is not None:
+        cluster["insecure-skip-tls-verify"] = insecure
+    path = write(tmp_path / "kubeconfig", kubeconfig(cluster=cluster))
+    endpoint = configure(resolve({"kubeconfig": path, "validate_certs": validate_certs}, environ={}), environ={})
+    assert endpoint.configuration.verify_ssl is verified
+    assert endpoint.verifies_tls is verified
 
 
 def test_in_a_pod_with_nothing_given_the_service_account_is_used(tmp_path):

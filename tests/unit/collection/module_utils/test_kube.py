@@ -1,9 +1,16 @@
-"""plugins/module_utils/kube.py: watches never hand a half-read stream to the next request."""
+"""plugins/module_utils/kube.py: watches never hand a half-read stream to the next request; a certificate that
+is not trusted is told from a cluster that cannot be reached."""
 
 from __future__ import annotations
 
+import http.server
+import ipaddress
 import json
+import socket
+import ssl
 import sys
+import threading
+import warnings
 
 import pytest
 
@@ -11,7 +18,12 @@ from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
-from ansible_collections.catamaran.federation.plugins.module_utils.kube import Cluster
+from ansible_collections.catamaran.federation.plugins.module_utils.connection import resolve
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
+    Cluster,
+    ClusterError,
+    ClusterUnreachable,
+)
 
 
 class WatchStream:
@@ -69,3 +81,113 @@ def test_a_watch_closes_its_connection_however_it_ends(established_at):
     # Left open, a watch stopped mid-stream goes back to the pool with unread events: the next request on that
     # connection reads them first and waits out its read timeout (10 s after every CRD of a fresh install).
     assert (stream.closed, stream.released) == (True, True)
+
+
+def self_signed(directory, name: str):
+    """A certificate for 127.0.0.1 signed by itself, and its key, as PEM files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """A real HTTPS server on 127.0.0.1 that answers GET /api as an API server would."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    cert, key = self_signed(tmp_path, "server")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    server.shutdown()
+    server.server_close()
+
+
+def kubeconfig_for(path, server: str, **cluster) -> str:
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
+        "users": [{"name": "u", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "lab",
+    }
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def test_an_untrusted_certificate_stops_with_its_reason_and_is_never_taken_for_an_unreachable_cluster(
+    tls_server, tmp_path
+):
+    server, _ = tls_server
+    other_ca, _ = self_signed(tmp_path, "other-ca")
+    options = resolve(
+        {"kubeconfig": kubeconfig_for(tmp_path / "kc", server, **{"certificate-authority": str(other_ca)})}
+    )
+    cluster = Cluster("east", options)
+    assert cluster.verifies_tls
+    with pytest.raises(ClusterError) as raised:
+        cluster.check()
+    assert not isinstance(raised.value, ClusterUnreachable)
+    assert raised.value.reason == "TLSError"
+    message = str(raised.value)
+    assert message.startswith(f"east: the TLS handshake with {server} (kubeconfig ")
+    assert "certificate verify failed" in message
+
+
+def test_the_right_ca_or_insecure_skip_tls_verify_connects_and_a_closed_port_is_unreachable(tls_server, tmp_path):
+    server, cert = tls_server
+    trusted = resolve({"kubeconfig": kubeconfig_for(tmp_path / "ok", server, **{"certificate-authority": str(cert)})})
+    Cluster("east", trusted).check()
+    insecure = Cluster(
+        "east", resolve({"kubeconfig": kubeconfig_for(tmp_path / "in", server, **{"insecure-skip-tls-verify": True})})
+    )
+    assert not insecure.verifies_tls
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # urllib3's InsecureRequestWarning; the module warns in its own words
+        insecure.check()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"https://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(ClusterUnreachable, match="east: cannot reach"):
+        Cluster("east", resolve({"kubeconfig": kubeconfig_for(tmp_path / "cl", closed)}, environ={})).check()
