@@ -654,4 +654,12 @@ def connect_both(module, params, consumer_id, provider_id):
             down.append(str(error))
     if len(down) == 2:
         raise ClusterError("neither cluster can be reached, so nothing can be un-peered: %s" % "; ".join(down))
-    return Peering(module, connected["consumer"], connected["provider"], consumer_id, provider_id)
+    provider = connected["provider"]
+    if params.get("state") != "absent" and provider is not None and not provider.verifies_tls and not provider.ca_data:
+        # The consumer's virtual kubelet always verifies the provider: what this run skipped, it cannot.
+        raise ClusterError(
+            "%s: %s skips certificate verification and names no CA, so the consumer's virtual kubelet would have "
+            "nothing to verify the provider with; set certificate-authority in the kubeconfig or the provider's ca_cert"
+            % (provider.label, provider.source)
+        )
+    return Peering(module, connected["consumer"], provider, consumer_id, provider_id)

@@ -4,7 +4,6 @@ is not trusted is told from a cluster that cannot be reached."""
 from __future__ import annotations
 
 import http.server
-import ipaddress
 import json
 import socket
 import ssl
@@ -15,6 +14,7 @@ import warnings
 import pytest
 
 from catamaran_lab.paths import REPO_ROOT
+from tests.certificates import self_signed
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
@@ -83,35 +83,12 @@ def test_a_watch_closes_its_connection_however_it_ends(established_at):
     assert (stream.closed, stream.released) == (True, True)
 
 
-def self_signed(directory, name: str):
-    """A certificate for 127.0.0.1 signed by itself, and its key, as PEM files."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
+def certificate_files(directory, name: str):
+    """A certificate for 127.0.0.1, its own CA, and its key, as PEM files."""
+    certificate, key = self_signed(name, ip="127.0.0.1")
     cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    cert_path.write_bytes(certificate)
+    key_path.write_bytes(key)
     return cert_path, key_path
 
 
@@ -131,7 +108,7 @@ def tls_server(tmp_path):
         def log_message(self, *args):
             pass
 
-    cert, key = self_signed(tmp_path, "server")
+    cert, key = certificate_files(tmp_path, "server")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
@@ -160,7 +137,7 @@ def test_an_untrusted_certificate_stops_with_its_reason_and_is_never_taken_for_a
     tls_server, tmp_path
 ):
     server, _ = tls_server
-    other_ca, _ = self_signed(tmp_path, "other-ca")
+    other_ca, _ = certificate_files(tmp_path, "other-ca")
     options = resolve(
         {"kubeconfig": kubeconfig_for(tmp_path / "kc", server, **{"certificate-authority": str(other_ca)})}
     )

@@ -289,3 +289,39 @@ def test_with_force_the_reachable_side_is_enough(down, kept):
 def test_with_force_both_sides_down_is_still_an_error():
     with pytest.raises(ClusterError, match="neither cluster can be reached"):
         connect_both(FakeModule({"c1", "p1"}), unpeer_params(True), "c1", "p1")
+
+
+class Reached:
+    """A connected cluster as connect_both sees it: how its certificate was checked and the CA known for it."""
+
+    def __init__(self, label, verifies_tls=True, ca_data="Q0E="):
+        self.label, self.verifies_tls, self.ca_data = label, verifies_tls, ca_data
+        self.source = f"kubeconfig /k/{label}, context {label}"
+
+
+class ReachingModule:
+    def __init__(self, **clusters):
+        self.clusters = clusters
+
+    def connect(self, label, options):
+        return self.clusters[label]
+
+
+@pytest.mark.parametrize(
+    ("provider", "refused"),
+    [
+        (Reached("p1", verifies_tls=False, ca_data=None), True),  # nothing the virtual kubelet could verify with
+        (Reached("p1", verifies_tls=False), False),  # this run skips the check; the virtual kubelet has the CA
+        (Reached("p1", ca_data=None), False),  # verified by the system's trust, as the virtual kubelet will be
+    ],
+)
+def test_a_provider_reached_without_verification_needs_a_ca_for_the_virtual_kubelet(provider, refused):
+    module = ReachingModule(c1=Reached("c1"), p1=provider)
+    params = peering_params(consumer={}, provider={}, state="present")
+    if not refused:
+        assert connect_both(module, params, "c1", "p1").provider is provider
+        return
+    with pytest.raises(ClusterError, match=r"^p1: kubeconfig /k/p1, context p1 skips certificate verification and"):
+        connect_both(module, params, "c1", "p1")
+    # Un-peering needs no CA for anyone.
+    assert connect_both(module, unpeer_params(False), "c1", "p1").provider is provider
