@@ -35,6 +35,12 @@ description:
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
+  - Every C(catamaran_*) variable of the hosts must be one of those above, C(catamaran_allow_prune_all) (see
+    C(playbooks/site.yml)), a playbook switch (C(catamaran_rotate_credentials), C(catamaran_force_unpeer),
+    C(catamaran_teardown_crds)) or a fact the playbooks set; any other is refused naming the hosts that have it and
+    the closest known name, so that a misspelt C(catamaran_peerings) is never read as no peerings.
+  - Every error is reported in one failure (each wrong cluster variable, and the first problem of each list entry);
+    a peering with a provider whose own entry is wrong is left out rather than reported twice.
   - Fails with a message naming the host and the field on an invalid cluster id, a duplicate id, a peering that names
     an unknown cluster or the consumer itself, a sharing percentage outside 1-100, a Pod Security level that is
     unknown or that the provider does not allow, a credential lifetime under 600 seconds, an invalid label key or
@@ -88,6 +94,7 @@ _value:
   type: dict
 """
 
+import difflib
 import functools
 import re
 
@@ -108,6 +115,29 @@ from ansible_collections.catamaran.federation.plugins.module_utils.offloading im
 )
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Every catamaran_* variable there is: the prefix is the collection's, so any other is a typo, refused before it can
+# make a run plan removals (a misspelt catamaran_peerings reads as "no peerings").
+CLUSTER_VARIABLES = (
+    "catamaran_cluster_id",
+    "catamaran_kubeconfig",
+    "catamaran_context",
+    "catamaran_cluster_labels",
+    "catamaran_api_server",
+    "catamaran_provider_reflection",
+    "catamaran_allowed_pod_security",
+    "catamaran_tenant_allowances",
+    "catamaran_network",
+    "catamaran_home_api_server",
+    "catamaran_peerings",
+    "catamaran_offloaded_namespaces",
+    "catamaran_offloading_policies",
+    "catamaran_allow_prune_all",
+)
+# The playbooks' switches (extra variables), and the facts they set while they run.
+PLAYBOOK_VARIABLES = ("catamaran_rotate_credentials", "catamaran_force_unpeer", "catamaran_teardown_crds")
+RUN_FACTS = ("catamaran_model", "catamaran_probe", "catamaran_unreachable", "catamaran_skipped_peerings")
+KNOWN_VARIABLES = CLUSTER_VARIABLES + PLAYBOOK_VARIABLES + RUN_FACTS
+PREFIX = "catamaran_"
 PEERING_KEYS = {
     "provider",
     "sharing_percentage",
@@ -274,40 +304,60 @@ def _peering_network(consumer, provider, where):
     return dict(mode="fabric", gateway_address=gateway["gateway_address"], gateway_port=gateway["gateway_port"])
 
 
-def _cluster(host, variables):
-    cluster_id = _label(variables.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)
-    kubeconfig = variables.get("catamaran_kubeconfig")
-    if not kubeconfig:
-        raise AnsibleFilterError("host %s: catamaran_kubeconfig is not set" % host)
+def _cluster_labels(host, variables):
     labels = variables.get("catamaran_cluster_labels") or {}
     if not isinstance(labels, dict):
         raise AnsibleFilterError("host %s: catamaran_cluster_labels must be a mapping" % host)
     labels = dict((k, str(v)) for k, v in labels.items())  # YAML numbers and booleans are label strings
-    _checked(validation.labels, labels, "host %s: catamaran_cluster_labels" % host)
-    return dict(
-        id=cluster_id,
-        host=host,
-        kubeconfig=str(kubeconfig),
-        context=variables.get("catamaran_context") or None,
-        api_server=variables.get("catamaran_api_server") or None,
-        labels=labels,
-        allowed_pod_security=_allowed_pod_security(host, variables),
-        allowances=_tenant_allowances(host, variables),
-        network=_network(host, variables),
-        home_api_server=_checked(
-            validation.home_api_server,
-            variables.get("catamaran_home_api_server") or None,
-            "host %s: catamaran_home_api_server" % host,
-        )
-        if variables.get("catamaran_home_api_server")
-        else None,
-        reflection=_reflection(
-            variables.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
+    return _checked(validation.labels, labels, "host %s: catamaran_cluster_labels" % host)
+
+
+def _kubeconfig(host, variables):
+    kubeconfig = variables.get("catamaran_kubeconfig")
+    if not kubeconfig:
+        raise AnsibleFilterError("host %s: catamaran_kubeconfig is not set" % host)
+    return str(kubeconfig)
+
+
+def _home_api_server(host, variables):
+    given = variables.get("catamaran_home_api_server") or None
+    if not given:
+        return None
+    return _checked(validation.home_api_server, given, "host %s: catamaran_home_api_server" % host)
+
+
+# A cluster's fields, each read from its variables on its own so that every wrong one is reported.
+CLUSTER_FIELDS = (
+    ("id", lambda host, v: _label(v.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)),
+    ("kubeconfig", _kubeconfig),
+    ("context", lambda host, v: v.get("catamaran_context") or None),
+    ("api_server", lambda host, v: v.get("catamaran_api_server") or None),
+    ("labels", _cluster_labels),
+    ("allowed_pod_security", _allowed_pod_security),
+    ("allowances", _tenant_allowances),
+    ("network", _network),
+    ("home_api_server", _home_api_server),
+    (
+        "reflection",
+        lambda host, v: _reflection(
+            v.get("catamaran_provider_reflection"), "host %s: catamaran_provider_reflection" % host
         ),
-    )
+    ),
+)
 
 
-def _peering(consumer, entry, clusters, where):
+def _cluster(host, variables, errors):
+    """The host's cluster, or None when any of its fields is wrong (each error added to `errors`)."""
+    cluster = dict(host=host)
+    for name, read in CLUSTER_FIELDS:
+        try:
+            cluster[name] = read(host, variables)
+        except AnsibleFilterError as error:
+            errors.append(str(error))
+    return cluster if len(cluster) == len(CLUSTER_FIELDS) + 1 else None
+
+
+def _peering(consumer, entry, clusters, where, broken=()):
     if not isinstance(entry, dict) or "provider" not in entry:
         raise AnsibleFilterError("%s: each peering needs a provider (a cluster id), got %r" % (where, entry))
     unknown = set(entry) - PEERING_KEYS
@@ -316,6 +366,8 @@ def _peering(consumer, entry, clusters, where):
     provider_id = entry["provider"]
     if provider_id == consumer["id"]:
         raise AnsibleFilterError("%s: a cluster cannot peer with itself" % where)
+    if provider_id in broken and provider_id not in clusters:
+        raise _ReportedElsewhere()
     if provider_id not in clusters:
         raise AnsibleFilterError(
             "%s: no cluster with id %r in the inventory (known: %s)" % (where, provider_id, ", ".join(sorted(clusters)))
@@ -437,52 +489,125 @@ def _strategies(entry, where, mapping_strategies, why=""):
     return resolved
 
 
-def _entries(host, variables, name, resolve, key, twice):
-    """The host's list variable `name`, each entry resolved; the `key` of each once (else `twice` names it)."""
+class _ReportedElsewhere(Exception):
+    """An entry that depends on a cluster whose own error is already reported."""
+
+
+def _entries(host, variables, name, resolve, key, twice, errors):
+    """The host's list variable `name`, each valid entry resolved and each error added to `errors`; the `key` of each
+    entry once (else `twice` names it)."""
+    given = variables.get(name) or []
+    if not isinstance(given, list):
+        errors.append("host %s: %s must be a list, got %r" % (host, name, given))
+        return []
     resolved = []
-    for index, entry in enumerate(variables.get(name) or []):
+    for index, entry in enumerate(given):
         where = "host %s: %s[%d]" % (host, name, index)
-        item = resolve(entry, where=where)
+        try:
+            item = resolve(entry, where=where)
+        except _ReportedElsewhere:
+            continue
+        except AnsibleFilterError as error:
+            errors.append(str(error))
+            continue
         if item[key] in [earlier[key] for earlier in resolved]:
-            raise AnsibleFilterError("%s: %s" % (where, twice % item[key]))
+            errors.append("%s: %s" % (where, twice % item[key]))
+            continue
         resolved.append(item)
     return resolved
 
 
-def federation_model(hostvars, hosts):
-    clusters = {}
+def _unknown_variables(hostvars, hosts):
+    """One error per unknown catamaran_* variable, naming the hosts that have it and the closest known name."""
+    having = {}
     for host in hosts:
-        cluster = _cluster(host, hostvars[host])
+        for name in hostvars[host]:
+            if str(name).startswith(PREFIX) and name not in KNOWN_VARIABLES:
+                having.setdefault(str(name), []).append(host)
+    errors = []
+    for name, where in sorted(having.items()):
+        # Compared without the shared prefix, which would make every name look close.
+        suffixes = dict((known[len(PREFIX) :], known) for known in KNOWN_VARIABLES)
+        closest = [suffixes[close] for close in difflib.get_close_matches(name[len(PREFIX) :], suffixes, n=1)]
+        errors.append(
+            "host%s %s: unknown variable %s%s"
+            % (
+                "s" if len(where) > 1 else "",
+                ", ".join(where),
+                name,
+                " (did you mean %s?)" % closest[0] if closest else " (known: %s)" % ", ".join(CLUSTER_VARIABLES),
+            )
+        )
+    return errors
+
+
+def _failure(errors):
+    if len(errors) == 1:
+        return AnsibleFilterError(errors[0])
+    return AnsibleFilterError(
+        "the inventory has %d errors:\n%s" % (len(errors), "\n".join("- " + error for error in errors))
+    )
+
+
+def federation_model(hostvars, hosts):
+    errors = _unknown_variables(hostvars, hosts)
+    clusters, broken = {}, set()
+    for host in hosts:
+        cluster = _cluster(host, hostvars[host], errors)
+        if cluster is None:
+            broken.add(hostvars[host].get("catamaran_cluster_id", host))
+            continue
         if cluster["id"] in clusters:
-            raise AnsibleFilterError(
+            errors.append(
                 "hosts %s and %s both have cluster id %s" % (clusters[cluster["id"]]["host"], host, cluster["id"])
             )
+            continue
         clusters[cluster["id"]] = cluster
     peerings, offloadings, policies = {}, {}, {}
     for cluster_id, cluster in sorted(clusters.items()):
         host = cluster["host"]
         variables = hostvars[host]
+        before = len(errors)
         resolved = _entries(
             host,
             variables,
             "catamaran_peerings",
-            functools.partial(_peering, cluster, clusters=clusters),
+            functools.partial(_peering, cluster, clusters=clusters, broken=broken),
             "provider_id",
             "%s is peered twice",
+            errors,
         )
+        peering_errors = len(errors) > before
         peerings[cluster_id] = resolved
         namespaces = _entries(
-            host, variables, "catamaran_offloaded_namespaces", _offloading, "namespace", "namespace %s is listed twice"
+            host,
+            variables,
+            "catamaran_offloaded_namespaces",
+            _offloading,
+            "namespace",
+            "namespace %s is listed twice",
+            errors,
         )
         selecting = _entries(
-            host, variables, "catamaran_offloading_policies", _offloading_policy, "name", "policy %s is listed twice"
+            host,
+            variables,
+            "catamaran_offloading_policies",
+            _offloading_policy,
+            "name",
+            "policy %s is listed twice",
+            errors,
         )
-        if (namespaces or selecting) and not resolved:
-            raise AnsibleFilterError(
+        declares_offloading = variables.get("catamaran_offloaded_namespaces") or variables.get(
+            "catamaran_offloading_policies"
+        )
+        if declares_offloading and not resolved and not peering_errors:
+            errors.append(
                 "host %s offloads namespaces but peers with no provider (catamaran_peerings is empty)" % cluster["host"]
             )
         offloadings[cluster_id] = namespaces
         policies[cluster_id] = selecting
+    if errors:
+        raise _failure(errors)
     hosts_to_ids = dict((cluster["host"], cluster_id) for cluster_id, cluster in clusters.items())
     return dict(
         clusters=clusters,

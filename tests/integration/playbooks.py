@@ -61,7 +61,7 @@ def hosts(inventory: dict) -> dict:
 def write_inventory(directory: Path, inventory: dict, lab: Lab) -> Path:
     """The inventory sits beside the lab inventory's expectations: kubeconfigs come from the lab in use."""
     inventory = copy.deepcopy(inventory)
-    inventory["catamaran_clusters"]["vars"]["catamaran_lab_dir"] = str(lab.root)
+    inventory["catamaran_clusters"]["vars"]["lab_dir"] = str(lab.root)
     path = directory / "inventory.yml"
     path.write_text(yaml.safe_dump(inventory, sort_keys=False))
     return path

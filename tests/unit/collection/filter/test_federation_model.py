@@ -294,3 +294,57 @@ def test_bad_peering_settings_in_the_inventory_name_the_host_and_field(entry, me
 def test_bad_cluster_settings_name_the_host_and_field(variables, message):
     with pytest.raises(AnsibleFilterError, match=message):
         federation_model(inventory(**variables), ["h1", "h2"])
+
+
+def test_a_misspelt_variable_is_refused_with_the_closest_name_not_read_as_nothing():
+    hostvars = inventory(catamaran_peering=[{"provider": "cluster-2"}], catamaran_offloaded_namespace=[])
+    with pytest.raises(AnsibleFilterError) as raised:
+        federation_model(hostvars, ["h1", "h2"])
+    message = str(raised.value)
+    assert "host h1: unknown variable catamaran_offloaded_namespace (did you mean catamaran_offloaded_namespaces?)" in (
+        message
+    )
+    assert "host h1: unknown variable catamaran_peering (did you mean catamaran_peerings?)" in message
+
+
+def test_a_misspelt_group_variable_is_named_once_with_every_host_that_has_it():
+    hostvars = inventory(catamaran_tenant_allowance={})
+    hostvars["h2"]["catamaran_tenant_allowance"] = {}
+    with pytest.raises(AnsibleFilterError, match=r"^hosts h1, h2: unknown variable catamaran_tenant_allowance \(did"):
+        federation_model(hostvars, ["h1", "h2"])
+
+
+def test_the_playbooks_switches_and_facts_are_known_and_nothing_else_passes_with_the_prefix():
+    hostvars = inventory(catamaran_force_unpeer=True, catamaran_model={}, catamaran_allow_prune_all=True)
+    federation_model(hostvars, ["h1", "h2"])
+    hostvars["h1"]["catamaran_zzz"] = 1
+    with pytest.raises(AnsibleFilterError, match=r"unknown variable catamaran_zzz \(known: catamaran_cluster_id, "):
+        federation_model(hostvars, ["h1", "h2"])
+
+
+def test_every_error_of_the_inventory_is_reported_in_one_run():
+    hostvars = inventory(
+        catamaran_peerings=[
+            {"provider": "cluster-2", "sharing_percentage": 150},
+            {"provider": "cluster-9"},
+            {"provider": "cluster-3"},
+        ],
+        catamaran_offloaded_namespaces=[{"namespace": "Demo"}],
+        catamaran_peeringz=[],
+    )
+    hostvars["h3"] = {"catamaran_cluster_id": "cluster-3", "catamaran_cluster_labels": {"bad key!": "x"}}
+    with pytest.raises(AnsibleFilterError) as raised:
+        federation_model(hostvars, ["h1", "h2", "h3"])
+    lines = str(raised.value).splitlines()
+    assert lines == [
+        "the inventory has 6 errors:",
+        "- host h1: unknown variable catamaran_peeringz (did you mean catamaran_peerings?)",
+        "- host h3: catamaran_kubeconfig is not set",
+        "- host h3: catamaran_cluster_labels: label key 'bad key!': the name 'bad key!' must be at most 63 letters, "
+        "digits, '-', '_' or '.', starting and ending with a letter or digit",
+        "- host h1: catamaran_peerings[0]: sharing_percentage must be an integer from 1 to 100, got 150",
+        "- host h1: catamaran_peerings[1]: no cluster with id 'cluster-9' in the inventory "
+        "(known: cluster-1, cluster-2)",
+        "- host h1: catamaran_offloaded_namespaces[0]: namespace: 'Demo' is not a DNS-1123 label",
+    ]
+    # The peering with cluster-3, whose own entry is wrong, is not also reported as naming an unknown cluster.
