@@ -37,12 +37,41 @@ def cluster_report(cluster):
         ).get("items")
         or []
     )
+    catamaran_crds = sorted(
+        c["metadata"]["name"] for c in crds if c["metadata"]["name"].endswith(CATAMARAN_CRD_SUFFIXES)
+    )
     return dict(
         server=cluster.server,
         context=cluster.context,
         version=version.get("gitVersion"),
-        catamaran_crds=sorted(
-            c["metadata"]["name"] for c in crds if c["metadata"]["name"].endswith(CATAMARAN_CRD_SUFFIXES)
+        catamaran_crds=catamaran_crds,
+        managed=managed_report(cluster, catamaran_crds),
+    )
+
+
+def managed_report(cluster, catamaran_crds):
+    """What this collection made on the cluster, which is what a playbook's prune may remove: one labelled list per
+    kind, and none for a kind whose CRD is not installed."""
+    selector = "%s=%s" % (MANAGED_BY_LABEL, MANAGED_BY)
+
+    def managed(crd, api_version, kind, key, namespace=None):
+        if crd not in catamaran_crds:
+            return []
+        return sorted(key(item) for item in cluster.list(api_version, kind, namespace=namespace, labels=selector))
+
+    return dict(
+        peerings=managed(
+            "foreignclusters.%s" % CORE_GROUP,
+            FOREIGN_CLUSTER_API,
+            "ForeignCluster",
+            lambda foreign: (foreign.get("spec") or {}).get("clusterID") or foreign["metadata"]["name"],
+            namespace=SYSTEM_NAMESPACE,
+        ),
+        offloaded_namespaces=managed(
+            offloading.CRD, offloading.API, offloading.KIND, lambda item: item["metadata"]["namespace"]
+        ),
+        offloading_policies=managed(
+            offloading.POLICY_CRD, offloading.API, offloading.POLICY_KIND, lambda item: item["metadata"]["name"]
         ),
     )
 

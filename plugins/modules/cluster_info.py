@@ -13,7 +13,8 @@ short_description: Check that a cluster is reachable and report what Catamaran h
 version_added: 0.1.0
 description:
   - Connects to the cluster (kubeconfig and context, a host and token, or the pod's service account), calls the API
-    server, and reports its version and Catamaran's CRDs.
+    server, and reports its version, Catamaran's CRDs and the peerings, offloaded namespaces and offloading
+    policies this collection made there.
   - Fails with a message naming the cluster when the kubeconfig is missing, the context is unknown, the
     server is unreachable or the credential is refused. Playbooks run it on every cluster before changing any.
 author:
@@ -73,6 +74,15 @@ cluster:
       type: list
       elements: str
       sample: [foreignclusters.core.catamaran.io]
+    managed:
+      description:
+        - What this collection made on the cluster (labelled C(app.kubernetes.io/managed-by=catamaran.federation)),
+          which is all a playbook's prune may remove. Empty lists where the CRDs are not installed.
+        - C(peerings), the provider ids of its ForeignClusters; C(offloaded_namespaces), the namespaces of its
+          NamespaceOffloadings; C(offloading_policies), the names of its NamespaceOffloadingPolicies.
+      type: dict
+      version_added: 0.3.0
+      sample: {"peerings": ["cluster-2"], "offloaded_namespaces": ["demo"], "offloading_policies": []}
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils.common import run_info_module

@@ -436,6 +436,22 @@ def test_a_revert_is_planned_as_a_removal_and_its_merge_prunes_it(lab, pipeline)
     assert NO_OFFLOADING in (developer / "inventory" / "hosts.yml").read_text()
     git(developer, "push", "--quiet", "origin", "revert-offload-web")
 
+    # It stops offloading the consumer's only namespace, which the inventory does not say it means: refused.
+    _, runs = pipeline["runner"].run_job("plan", "revert-offload-web")
+    assert runs[-1].returncode != 0, "the plan of a revert removing every offloaded namespace was not refused"
+    refusal = f"This run would remove every offloaded namespace ({NAMESPACE}) of {CONSUMER}"
+    assert refusal in runs[-1].output, runs[-1].output[-3000:]
+    assert offloading(lab) is not None
+
+    hosts = developer / "inventory" / "hosts.yml"
+    hosts.write_text(
+        hosts.read_text().replace(
+            f"      catamaran_cluster_id: {CONSUMER}\n",
+            f"      catamaran_cluster_id: {CONSUMER}\n      catamaran_allow_prune_all: true\n",
+        )
+    )
+    git(developer, "commit", "--quiet", "-am", f"{CONSUMER} may offload nothing")
+    git(developer, "push", "--quiet", "origin", "revert-offload-web")
     _, runs = pipeline["runner"].run_job("plan", "revert-offload-web")
     log = succeeded(runs)
     # The diff shows the NamespaceOffloading going (after: null); the namespace itself is not Catamaran's to remove.

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.certificates import self_signed
 from tests.integration.lab_access import get_json, require_real_node, wait_for
 from tests.integration.manifests import http_service, real_pod
 
@@ -357,6 +358,28 @@ def test_check_diff_shows_changes_and_changes_nothing(lab, federation):
             lambda h: h[CONSUMER]["catamaran_peerings"].append({"provider": "cluster-9"}),
             "no cluster with id 'cluster-9' in the inventory",
         ),
+        (
+            # One letter off each, read as nothing declared: this would un-peer both providers and stop offloading.
+            "misspelt-variables",
+            lambda h: h[CONSUMER].update(
+                catamaran_peering=h[CONSUMER].pop("catamaran_peerings"),
+                catamaran_offloaded_namespace=h[CONSUMER].pop("catamaran_offloaded_namespaces"),
+            ),
+            "the inventory has 2 errors:\n"
+            "- host cluster-1: unknown variable catamaran_offloaded_namespace (did you mean "
+            "catamaran_offloaded_namespaces?)\n"
+            "- host cluster-1: unknown variable catamaran_peering (did you mean catamaran_peerings?)",
+        ),
+        (
+            "emptied-offloading",
+            lambda h: h[CONSUMER].update(catamaran_offloaded_namespaces=[]),
+            "This run would remove every offloaded namespace (demo) of cluster-1: host cluster-1 declares none of them",
+        ),
+        (
+            "untrusted-certificate",
+            lambda h: h["cluster-3"].update(catamaran_kubeconfig="{{ inventory_dir }}/untrusted.kubeconfig"),
+            "cluster-3: the TLS handshake with https://",
+        ),
     ],
 )
 def test_bad_input_fails_before_any_change(lab, federation, case, change, expected):
@@ -370,11 +393,38 @@ def test_bad_input_fails_before_any_change(lab, federation, case, change, expect
     refused = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
     refused["users"][0]["user"] = {"token": "not-a-valid-token"}
     (inventory.parent / "refused.kubeconfig").write_text(yaml.safe_dump(refused))
+    # One that trusts another CA than the API server's: it answers, but may not be the cluster meant.
+    untrusted = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
+    untrusted["clusters"][0]["cluster"].pop("certificate-authority", None)
+    untrusted["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(
+        self_signed("not the lab's CA")[0]
+    ).decode()
+    (inventory.parent / "untrusted.kubeconfig").write_text(yaml.safe_dump(untrusted))
     before = snapshot(lab)
     run = run_playbook(inventory)
     assert run.returncode != 0
     assert any(expected in message for message in run.failures()), run.failures()
     assert snapshot(lab) == before
+
+
+def test_an_insecure_kubeconfig_is_honoured_with_a_warning(lab, federation):
+    def insecure(clusters):
+        clusters["cluster-3"]["catamaran_kubeconfig"] = "{{ inventory_dir }}/insecure.kubeconfig"
+
+    inventory = variant(lab, federation, "insecure", insecure)
+    document = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
+    cluster = document["clusters"][0]["cluster"]
+    for key in ("certificate-authority", "certificate-authority-data"):
+        cluster.pop(key, None)
+    cluster["insecure-skip-tls-verify"] = True
+    (inventory.parent / "insecure.kubeconfig").write_text(yaml.safe_dump(document))
+    run = run_playbook(inventory, playbook="validate.yml")
+    assert run.returncode == 0, run.failures()
+    document = json.loads(run.stdout[run.stdout.index("{") :])
+    probe = next(t for p in document["plays"] for t in p["tasks"] if t["task"]["name"].startswith("Reach the cluster"))
+    warnings = {host: result.get("warnings") or [] for host, result in probe["hosts"].items()}
+    assert [w for w in warnings["cluster-3"] if "cluster-3: the API server's certificate is not verified" in w]
+    assert warnings["cluster-1"] == warnings["cluster-2"] == []
 
 
 def test_credentials_never_appear_even_with_vvv(lab, federation):
@@ -457,6 +507,8 @@ def test_removing_a_provider_and_the_namespace_unpeers_cleanly(lab, federation):
     def change(clusters):
         clusters[CONSUMER]["catamaran_peerings"] = [{"provider": "cluster-2", "sharing_percentage": 50}]
         clusters[CONSUMER]["catamaran_offloaded_namespaces"] = []
+        # Its only offloaded namespace goes: refused without this (test_bad_input_fails_before_any_change).
+        clusters[CONSUMER]["catamaran_allow_prune_all"] = True
 
     inventory = variant(lab, federation, "removed", change)
     try:
