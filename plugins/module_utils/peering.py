@@ -23,8 +23,10 @@ from ansible_collections.catamaran.federation.plugins.module_utils.common import
 )
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     CORE_GROUP,
+    DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
     DEFAULT_TWIN_NAME_POLICY,
@@ -135,6 +137,12 @@ def terms(params):
         "allowedPriorityClasses": listed("allowed_priority_classes"),
         "containerDefaults": validation.container_defaults(params.get("container_defaults"), "container_defaults"),
         "objectQuota": validation.object_quota(params.get("object_quota"), "object_quota"),
+        "pods": {
+            "maxTerminationGracePeriodSeconds": given(
+                "max_termination_grace_period", DEFAULT_MAX_TERMINATION_GRACE_SECONDS
+            ),
+            "allowedAnnotations": listed("allowed_pod_annotations", DEFAULT_ALLOWED_POD_ANNOTATIONS),
+        },
     }
 
 

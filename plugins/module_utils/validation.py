@@ -234,6 +234,23 @@ def priority_classes(values, where):
     return values
 
 
+def grace_seconds(value, where):
+    """The longest a tenant's pod may take to stop: whole seconds, 0 to a day."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TERMINATION_GRACE_SECONDS:
+        raise InvalidSetting(
+            "%s must be a whole number of seconds from 0 to %d, got %r" % (where, MAX_TERMINATION_GRACE_SECONDS, value)
+        )
+    return value
+
+
+def pod_annotations(values, where):
+    """Annotation keys a tenant's pod keeps on the provider: exact keys, or a prefix followed by /*."""
+    for index, value in enumerate(_strings(values, where)):
+        key = value[:-2] + "/x" if isinstance(value, str) and value.endswith("/*") else value
+        qualified_name(key, "%s[%d]" % (where, index), "annotation key (or prefix/*)")
+    return values
+
+
 def twin_name_policy(policy, where):
     return one_of(policy, TWIN_NAME_POLICIES, where)
 
@@ -292,6 +309,10 @@ def object_quota(settings, where):
     return over_defaults(DEFAULT_OBJECT_QUOTA, settings, where)
 
 
+# The CRD's bound of maxTerminationGracePeriodSeconds: a day, as for a deletion's own grace.
+MAX_TERMINATION_GRACE_SECONDS = 86400
+
+
 # The provider's terms of a peering beyond Pod Security, share and credential lifetime, by the name the peering
 # module and an inventory's catamaran_peerings entry give them, each with its check.
 TERMS_CHECKS = (
@@ -302,6 +323,8 @@ TERMS_CHECKS = (
     ("allowed_priority_classes", priority_classes),
     ("container_defaults", container_defaults),
     ("object_quota", object_quota),
+    ("max_termination_grace_period", grace_seconds),
+    ("allowed_pod_annotations", pod_annotations),
 )
 TERMS_OPTIONS = tuple(option for option, _check in TERMS_CHECKS)
 

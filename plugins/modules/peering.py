@@ -189,6 +189,28 @@ options:
     type: list
     elements: str
     default: []
+  max_termination_grace_period:
+    description:
+      - The longest, in seconds, that this consumer's pods may take to stop on the provider
+        (C(spec.pods.maxTerminationGracePeriodSeconds)); their C(terminationGracePeriodSeconds) and the grace of
+        their deletion are cut to it, so deleting, evicting and draining them, and un-peering, always end.
+      - At most V(86400).
+    type: int
+    default: 300
+    version_added: 0.3.0
+  allowed_pod_annotations:
+    description:
+      - The annotations of this consumer's pods that the pods made on the provider keep
+        (C(spec.pods.allowedAnnotations)); exact keys, or a prefix followed by C(/*). Any other is dropped, as the
+        provider's autoscalers, CNI plugins, service meshes and scrapers act on annotations.
+      - The default keeps C(kubectl.kubernetes.io/default-container) and the AppArmor annotations, which the Pod
+        Security level checks.
+    type: list
+    elements: str
+    default:
+      - kubectl.kubernetes.io/default-container
+      - container.apparmor.security.beta.kubernetes.io/*
+    version_added: 0.3.0
   container_defaults:
     description:
       - Requests and limits given to the containers of this consumer's pods that set none
@@ -701,10 +723,12 @@ actions:
 from ansible_collections.catamaran.federation.plugins.module_utils import fabric
 from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CONTAINER_LIMITS,
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
     DEFAULT_OBJECT_QUOTA,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
@@ -771,6 +795,8 @@ def argument_spec():
             ),
         ),
         object_quota=dict(type="dict", default=dict(DEFAULT_OBJECT_QUOTA)),
+        max_termination_grace_period=dict(type="int", default=DEFAULT_MAX_TERMINATION_GRACE_SECONDS),
+        allowed_pod_annotations=dict(type="list", elements="str", default=list(DEFAULT_ALLOWED_POD_ANNOTATIONS)),
         rotate_credential=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),

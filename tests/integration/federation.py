@@ -23,6 +23,7 @@ import yaml
 
 from catamaran import networks, tenancy
 from catamaran.constants import (
+    ANNOTATION_ALLOWED_SERVICE_TYPES,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
     FABRIC_KEY_FROM_CONSUMER_PREFIX,
     FABRIC_KEY_LABEL,
@@ -41,7 +42,7 @@ from catamaran_lab.errors import LabError
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT
 
-from .lab_access import wait_for
+from .lab_access import get_json, wait_for
 from .manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION
 
 CRD_DIR = REPO_ROOT / "controller" / "crds"
@@ -115,6 +116,18 @@ def grant_terms(lab: Lab, consumer: str, provider: str, field_manager: str = "te
     }
     manager = f"--field-manager={field_manager}"
     lab.kubectl(provider, "apply", "--server-side", "--force-conflicts", manager, "-f", "-", input=json.dumps(offer))
+
+
+def grant_terms_in_force(lab: Lab, consumer: str, provider: str, twin: str, **terms) -> None:
+    """grant_terms, returning once the provider's manager acts on them: with NodePort Services lent too, which the
+    manager writes onto the twin namespace from the same ResourceOffer (the terms of pods leave no other trace)."""
+    grant_terms(lab, consumer, provider, services={"allowedTypes": ["NodePort"]}, **terms)
+
+    def in_force() -> bool:
+        annotations = get_json(lab, provider, "namespace", twin)["metadata"].get("annotations") or {}
+        return "NodePort" in annotations.get(ANNOTATION_ALLOWED_SERVICE_TYPES, "")
+
+    wait_for(in_force, what=f"the manager of {provider} acting on the granted terms")
 
 
 def credentials_secret(provider: str) -> str:

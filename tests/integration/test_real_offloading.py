@@ -181,3 +181,58 @@ def test_provider_kubelet_death_reaches_the_consumer_as_the_provider_reports_it(
         timeout=90,
         what="steady Ready again on the consumer",
     )
+
+
+def test_a_pod_ignoring_sigterm_for_ten_years_stops_within_the_providers_bound(lab, fed):
+    """The provider bounds how long a tenant's pod may take to stop (5 s granted here; 300 by default), so its
+    eviction (what a drain sends) and its deletion end, and only the annotations its terms allow reach it."""
+    federation.grant_terms_in_force(lab, CONSUMER, PROVIDER, TWIN, pods={"maxTerminationGracePeriodSeconds": 5})
+    try:
+        pod = offloaded_pod(
+            "stubborn",
+            ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+            terminationGracePeriodSeconds=315360000,
+        )
+        pod["metadata"]["annotations"] = {
+            "kubectl.kubernetes.io/default-container": "main",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+            "k8s.v1.cni.cncf.io/networks": "provider-internal",
+        }
+        create(lab, pod)
+        remote = wait_for(
+            lambda: (
+                (status := pod_status(lab, PROVIDER, TWIN, "stubborn"))["status"].get("phase") == "Running" and status
+            ),
+            timeout=90,
+            what="stubborn running on the provider's real node",
+        )
+        assert remote["spec"]["terminationGracePeriodSeconds"] == 5
+        assert {k: v for k, v in remote["metadata"].get("annotations", {}).items() if "/" in k} == {
+            "kubectl.kubernetes.io/default-container": "main"
+        }
+
+        # The provider drains its node: the eviction ends in the bound, and the ShadowPod's pod is made again.
+        uid = remote["metadata"]["uid"]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "stubborn", "namespace": TWIN}}
+        lab.kubectl(
+            PROVIDER, "create", "--raw", f"/api/v1/namespaces/{TWIN}/pods/stubborn/eviction", "-f", "-",
+            input=json.dumps(eviction),
+        )  # fmt: skip
+
+        def remote_uid():
+            result = lab.kubectl(PROVIDER, "-n", TWIN, "get", "pod", "stubborn", "-o", "json", check=False)
+            return json.loads(result.stdout)["metadata"]["uid"] if result.returncode == 0 else None
+
+        wait_for(lambda: remote_uid() != uid, timeout=60, what="the evicted pod gone from the provider")
+
+        # The consumer deletes it with its own ten years of grace: the provider's bound ends that too.
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "stubborn", "--wait=false")
+        wait_for(
+            lambda: lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "pod", "stubborn", check=False).returncode != 0,
+            timeout=90,
+            what="the local pod deleted",
+        )
+        assert remote_uid() is None
+    finally:
+        federation.grant_terms(lab, CONSUMER, PROVIDER)
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "stubborn", "--grace-period=0", "--force", check=False)

@@ -132,6 +132,15 @@ DEFAULT_OBJECT_QUOTA = {
     "count/endpointslices.discovery.k8s.io": "1000",
     "count/ingresses.networking.k8s.io": "100",
 }
+# How long a tenant's pod may take to stop (its terminationGracePeriodSeconds, and the grace of its deletion), so
+# that deleting, evicting or draining it, and so un-peering, always ends.
+DEFAULT_MAX_TERMINATION_GRACE_SECONDS = 300
+# The annotations of a tenant's pod the provider's pod keeps: an exact key, or a prefix ending in "/*". Others are
+# dropped, as the provider's infrastructure acts on them (autoscalers, CNI plugins, service meshes, scrapers).
+DEFAULT_ALLOWED_POD_ANNOTATIONS = (
+    "kubectl.kubernetes.io/default-container",
+    "container.apparmor.security.beta.kubernetes.io/*",  # checked against the Pod Security level
+)
 # The LimitRange, ResourceQuota and ValidatingAdmissionPolicy (and its binding) made for tenants carry this name.
 TENANT_TERMS_NAME = "catamaran-tenant-terms"
 # On each twin namespace, written by the manager from the terms, read by the admission policy (CEL reads a

@@ -135,7 +135,8 @@ def _listed(annotation: str) -> str:
 
 
 def _tenant_validations() -> list[dict]:
-    """The policy's rules: what a tenant credential may write of Services, Secrets and EndpointSlices in a twin."""
+    """The policy's rules: what a tenant credential may write of Services, Secrets, PersistentVolumeClaims and
+    EndpointSlices in a twin."""
     other_than = "request.resource.resource != '{}'".format
     service_type = "(has(object.spec.type) ? object.spec.type : 'ClusterIP')"
     return [
@@ -169,6 +170,47 @@ def _tenant_validations() -> list[dict]:
                 f"{other_than('secrets')} || !has(object.type) || object.type != 'kubernetes.io/service-account-token'"
             ),
             "message": "service-account-token Secrets are refused by the provider's terms: their tokens never expire",
+            "reason": "Forbidden",
+        },
+        # Claims: provisioned by a class, never bound to a volume the tenant picks (the provider's static volumes,
+        # hostPath ones included, hold the provider's data). What the provider's controllers set stays.
+        {
+            "expression": (
+                f"{other_than('persistentvolumeclaims')} || !has(object.spec.volumeName) || "
+                "object.spec.volumeName == '' || (oldObject != null && has(oldObject.spec.volumeName) && "
+                "oldObject.spec.volumeName == object.spec.volumeName)"
+            ),
+            "message": (
+                "a claim may not name a volume (spec.volumeName) by the provider's terms: the provider's volumes "
+                "hold its own data"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than('persistentvolumeclaims')} || !has(object.spec.selector) || "
+                "(oldObject != null && has(oldObject.spec.selector))"
+            ),
+            "message": "a claim may not select volumes (spec.selector) by the provider's terms",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than('persistentvolumeclaims')} || !has(object.spec.storageClassName) || "
+                "object.spec.storageClassName != ''"
+            ),
+            "message": (
+                "the empty storage class (static volumes only) is refused by the provider's terms: a claim is "
+                "provisioned by a class"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than('persistentvolumeclaims')} || !has(object.spec.dataSourceRef) || "
+                "!has(object.spec.dataSourceRef.namespace) || object.spec.dataSourceRef.namespace == request.namespace"
+            ),
+            "message": "a claim's data source must be in its own twin namespace by the provider's terms",
             "reason": "Forbidden",
         },
         {
@@ -206,7 +248,7 @@ def tenant_admission_policy() -> list[dict]:
                         "apiGroups": [""],
                         "apiVersions": ["v1"],
                         "operations": ["CREATE", "UPDATE"],
-                        "resources": ["services", "secrets"],
+                        "resources": ["services", "secrets", "persistentvolumeclaims"],
                     },
                     {
                         "apiGroups": ["discovery.k8s.io"],

@@ -192,6 +192,77 @@ def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
     refused(apply(tenant_kubectl, claim), "exceeded quota", "requests.storage")
 
 
+def claim(name: str, **spec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": TWIN},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, **spec},
+    }
+
+
+def test_a_tenant_claim_never_takes_a_volume_of_the_providers(lab, tenant_kubectl):
+    # A provider admin's static volume (no class, Available), as for an NFS share: here a directory of its node.
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "provider-data", "labels": {"tier": "gold"}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": "/var/lib/provider-data"},
+        },
+    }
+    lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(volume))
+    try:
+        refused(apply(tenant_kubectl, claim("by-name", volumeName="provider-data")), "may not name a volume")
+        selector = {"matchLabels": {"tier": "gold"}}
+        refused(apply(tenant_kubectl, claim("by-label", selector=selector)), "may not select volumes")
+        refused(apply(tenant_kubectl, claim("static", storageClassName="")), "the empty storage class")
+        # The control: a claim left to a class is accepted (the lab's providers have no default class: it waits).
+        assert apply(tenant_kubectl, claim("by-class")).returncode == 0
+        assert get_json(lab, PROVIDER, "pv", "provider-data")["status"]["phase"] == "Available"
+        tenant_kubectl("-n", TWIN, "delete", "pvc", "by-class")
+    finally:
+        lab.kubectl(PROVIDER, "delete", "pv", "provider-data", check=False)
+
+
+def test_a_tenant_pods_grace_and_annotations_are_the_providers_to_bound(lab, tenant_kubectl):
+    spec = {"containers": [container("app")], "terminationGracePeriodSeconds": 315360000}
+    annotated = shadowpod("endless", spec)
+    annotated["spec"]["pod"]["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/default-container": "app",
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "karpenter.sh/do-not-disrupt": "true",
+        "k8s.v1.cni.cncf.io/networks": "provider-internal",
+        "cni.projectcalico.org/ipAddrs": '["10.0.0.1"]',
+        "prometheus.io/scrape": "true",
+        "sidecar.istio.io/inject": "true",
+    }
+    assert apply(tenant_kubectl, annotated).returncode == 0
+    pod = wait_for(lambda: remote_pod(lab, "endless"), what="the pod of ShadowPod endless")
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 300
+    assert pod["metadata"]["annotations"] == {"kubectl.kubernetes.io/default-container": "app"}
+    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "endless", "--wait=true")
+
+    federation.grant_terms_in_force(
+        lab,
+        CONSUMER,
+        PROVIDER,
+        TWIN,
+        pods={"maxTerminationGracePeriodSeconds": 30, "allowedAnnotations": ["prometheus.io/*"]},
+    )
+    try:
+        assert apply(tenant_kubectl, annotated).returncode == 0
+        pod = wait_for(lambda: remote_pod(lab, "endless"), what="the pod of ShadowPod endless, granted more")
+        assert pod["spec"]["terminationGracePeriodSeconds"] == 30
+        assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+    finally:
+        tenant_kubectl("-n", TWIN, "delete", "shadowpod", "endless", "--wait=true")
+        federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
 def test_pod_level_requests_and_pods_without_requests_are_counted(lab, tenant_kubectl):
     quota_cpu = quantities.parse(wait_for(lambda: offer(lab).get("status", {}).get("quota", {}).get("cpu")))
     beyond = quantities.format_quantity("cpu", quota_cpu + 1)

@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from catamaran.constants import (
+    DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
     KUBELET_PORT,
@@ -30,6 +32,8 @@ OPTION_DEFAULTS = {
     "sharing_percentage": DEFAULT_SHARING_PERCENTAGE,
     "pod_security": DEFAULT_POD_SECURITY_LEVEL,
     "credential_lifetime": DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    "max_termination_grace_period": DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
+    "allowed_pod_annotations": list(DEFAULT_ALLOWED_POD_ANNOTATIONS),
 }
 
 
@@ -103,6 +107,14 @@ def test_the_crds_defaults_are_the_constants():
     }
     for field, (pattern, constant) in documented.items():
         assert number_after(pattern, offer[field]["description"], field) == constant, field
+    pods = offer["pods"]["properties"]
+    grace = pods["maxTerminationGracePeriodSeconds"]["description"]
+    assert number_after(r"default (\d+)", grace, "maxTerminationGracePeriodSeconds") == (
+        DEFAULT_MAX_TERMINATION_GRACE_SECONDS
+    )
+    described = " ".join(pods["allowedAnnotations"]["description"].split())
+    for annotation in DEFAULT_ALLOWED_POD_ANNOTATIONS:
+        assert annotation.removesuffix("/*").split(".")[0] in described, annotation
     assert f"default {DEFAULT_POD_SECURITY_LEVEL}" in offer["podSecurity"]["description"]
 
 

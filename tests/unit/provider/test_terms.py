@@ -83,3 +83,36 @@ def test_terms_from_the_offer_spec_keep_cluster_ip_and_refuse_unknown_values():
     assert parsed.twin_names == "Suffixed"
     guards = terms.twin_guards("web-c1", parsed)
     assert [g["kind"] for g in guards] == ["LimitRange", "ResourceQuota"]
+
+
+def test_a_tenant_pods_grace_period_is_cut_to_the_terms_maximum():
+    bounded = TenantTerms.from_offer_spec({"pods": {"maxTerminationGracePeriodSeconds": 60}})
+    endless = {"containers": [{"name": "a"}], "terminationGracePeriodSeconds": 315_360_000}
+    assert terms.tenant_pod_spec(endless, bounded)["terminationGracePeriodSeconds"] == 60
+    assert terms.tenant_pod_spec(endless, TenantTerms())["terminationGracePeriodSeconds"] == 300
+    short = {"containers": [{"name": "a"}], "terminationGracePeriodSeconds": 5}
+    assert terms.tenant_pod_spec(short, bounded)["terminationGracePeriodSeconds"] == 5
+    assert "terminationGracePeriodSeconds" not in terms.tenant_pod_spec({"containers": []}, bounded)  # 30, the API's
+    none = TenantTerms.from_offer_spec({"pods": {"maxTerminationGracePeriodSeconds": 0}})
+    assert terms.tenant_pod_spec(endless, none)["terminationGracePeriodSeconds"] == 0
+
+
+def test_only_the_annotations_the_terms_allow_reach_the_providers_pod():
+    asked = {
+        "kubectl.kubernetes.io/default-container": "app",
+        "container.apparmor.security.beta.kubernetes.io/app": "runtime/default",
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "karpenter.sh/do-not-disrupt": "true",
+        "k8s.v1.cni.cncf.io/networks": "provider-net",
+        "prometheus.io/scrape": "true",
+        "sidecar.istio.io/inject": "true",
+    }
+    assert terms.tenant_pod_annotations(asked, TenantTerms()) == {
+        "kubectl.kubernetes.io/default-container": "app",
+        "container.apparmor.security.beta.kubernetes.io/app": "runtime/default",
+    }
+    lent = TenantTerms.from_offer_spec({"pods": {"allowedAnnotations": ["prometheus.io/*"]}})
+    assert terms.tenant_pod_annotations(asked, lent) == {"prometheus.io/scrape": "true"}
+    assert terms.tenant_pod_annotations(asked, TenantTerms.from_offer_spec({"pods": {"allowedAnnotations": []}})) == {}
+    # A prefix covers its own keys only, not a longer domain that starts the same.
+    assert terms.tenant_pod_annotations({"prometheus.io.evil/x": "1"}, lent) == {}

@@ -24,10 +24,12 @@ from lightkube.types import PatchType
 
 from .. import quantities
 from ..constants import (
+    DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CONTAINER_LIMITS,
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
     DEFAULT_OBJECT_QUOTA,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
@@ -126,6 +128,8 @@ class TenantTerms:
     container_limits: tuple = tuple(sorted(DEFAULT_CONTAINER_LIMITS.items()))
     object_quota: tuple = tuple(sorted(DEFAULT_OBJECT_QUOTA.items()))
     consumer_pod_cidrs: tuple = ()
+    max_termination_grace_seconds: int = DEFAULT_MAX_TERMINATION_GRACE_SECONDS
+    allowed_pod_annotations: tuple = DEFAULT_ALLOWED_POD_ANNOTATIONS
 
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
@@ -134,6 +138,7 @@ class TenantTerms:
         lifetime = spec.get("credentialLifetimeSeconds") or DEFAULT_CREDENTIAL_LIFETIME_SECONDS
         services = spec.get("services") or {}
         defaults = spec.get("containerDefaults") or {}
+        pods = spec.get("pods") or {}
         # The CRD's schema rejects anything else; should it ever get through, the strictest choice applies.
         names = spec.get("twinNamespaceNames") or DEFAULT_TWIN_NAME_POLICY
         return cls(
@@ -150,6 +155,16 @@ class TenantTerms:
             container_limits=_pairs(defaults.get("limits"), DEFAULT_CONTAINER_LIMITS),
             object_quota=_pairs(spec.get("objectQuota"), DEFAULT_OBJECT_QUOTA),
             consumer_pod_cidrs=tuple(spec.get("consumerPodCIDRs") or ()),
+            max_termination_grace_seconds=int(
+                pods.get("maxTerminationGracePeriodSeconds")
+                if pods.get("maxTerminationGracePeriodSeconds") is not None
+                else DEFAULT_MAX_TERMINATION_GRACE_SECONDS
+            ),
+            allowed_pod_annotations=tuple(
+                pods["allowedAnnotations"]
+                if pods.get("allowedAnnotations") is not None
+                else DEFAULT_ALLOWED_POD_ANNOTATIONS
+            ),
         )
 
 

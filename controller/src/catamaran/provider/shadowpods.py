@@ -82,6 +82,9 @@ def pod_from_shadow(
     # A pod is created without ephemeral containers (the API refuses them on create); reconcile adds them after.
     spec = {key: value for key, value in spec.items() if key != "ephemeralContainers"}
     labels = dict((template.get("metadata") or {}).get("labels") or {})
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    if terms is not None:
+        annotations = tenant_terms.tenant_pod_annotations(annotations, terms)
     if consumer:
         labels.update({LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer})
     return {
@@ -91,7 +94,7 @@ def pod_from_shadow(
             "name": meta["name"],
             "namespace": meta["namespace"],
             "labels": labels,
-            "annotations": (template.get("metadata") or {}).get("annotations") or {},
+            "annotations": annotations,
             "ownerReferences": [
                 {
                     "apiVersion": shadow["apiVersion"],
@@ -312,8 +315,7 @@ class ShadowPodController:
         if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
             await self._add_ephemeral_containers(shadow, missing)
         await self._copy_status(shadow, pod)
-        consumer, _ = self._twin(namespace)
-        if changes := changes_for(pod, pod_from_shadow(shadow, consumer=consumer)):
+        if changes := changes_for(pod, self._tenant_pod(shadow)[3]):
             try:
                 await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
             except ApiError as error:  # e.g. a deadline raised: the API server allows only shortening it
@@ -325,7 +327,9 @@ class ShadowPodController:
         """A ShadowPod deleted with the local pod's own grace period (ANNOTATION_DELETION_GRACE) deletes its Pod with
         it: garbage collection alone would give the Pod its spec's whole terminationGracePeriodSeconds."""
         asked = deletion_grace(shadow["metadata"].get("annotations"))
-        grace = min(asked, MAX_DELETION_GRACE_S) if asked is not None else None
+        consumer, _, terms, _ = self._tenant_pod(shadow)
+        bound = min(MAX_DELETION_GRACE_S, terms.max_termination_grace_seconds) if consumer else MAX_DELETION_GRACE_S
+        grace = min(asked, bound) if asked is not None else None
         going = pod["metadata"].get("deletionGracePeriodSeconds")
         if grace is None or (pod["metadata"].get("deletionTimestamp") and going is not None and going <= grace):
             return

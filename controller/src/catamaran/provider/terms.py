@@ -70,7 +70,7 @@ POD_SPEC_FIELDS = {
     "setHostnameAsFQDN": ALLOWED,
     "shareProcessNamespace": ALLOWED,
     "subdomain": ALLOWED,
-    "terminationGracePeriodSeconds": ALLOWED,
+    "terminationGracePeriodSeconds": REWRITTEN,  # at most the terms' maximum, so deletion and un-peering end
     "tolerations": ALLOWED,  # the provider's placement tolerations are added; its selector still decides
     "topologySpreadConstraints": ALLOWED,
     "volumes": ALLOWED,  # Pod Security level (hostPath refused below privileged)
@@ -111,11 +111,28 @@ def tenant_pod_spec(pod_spec: dict, terms) -> dict:
     spec["serviceAccountName"] = "default"
     named = spec.get("priorityClassName")
     spec["priorityClassName"] = named if named in terms.allowed_priority_classes else terms.priority_class
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = min(grace, terms.max_termination_grace_seconds)
     requests, limits = dict(terms.container_requests), dict(terms.container_limits)
     for kind in ("initContainers", "containers"):
         if spec.get(kind):
             spec[kind] = [with_defaults(container, requests, limits) for container in spec[kind]]
     return spec
+
+
+def annotation_allowed(key: str, allowed: Iterable[str]) -> bool:
+    """An exact key of the list, or under one of its prefixes (`prefix/*`)."""
+    return any(key == entry or (entry.endswith("/*") and key.startswith(entry[:-1])) for entry in allowed)
+
+
+def tenant_pod_annotations(annotations: dict | None, terms) -> dict:
+    """The annotations of a tenant's pod the provider's pod keeps: only those the terms allow."""
+    return {
+        key: value
+        for key, value in (annotations or {}).items()
+        if annotation_allowed(key, terms.allowed_pod_annotations)
+    }
 
 
 def with_defaults(container: dict, requests: dict, limits: dict) -> dict:

@@ -16,9 +16,11 @@ from ansible_collections.catamaran.federation.plugins.module_utils import kube, 
 from ansible_collections.catamaran.federation.plugins.module_utils.changes import ChangeSet
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CONTAINER_LIMITS,
     DEFAULT_CONTAINER_REQUESTS,
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
     DEFAULT_OBJECT_QUOTA,
     DEFAULT_TWIN_NAME_POLICY,
     TENANT_PRIORITY_CLASS,
@@ -45,6 +47,10 @@ def test_unset_terms_are_the_controllers_defaults():
     assert agreed["allowedPriorityClasses"] == []
     assert agreed["containerDefaults"] == {"requests": DEFAULT_CONTAINER_REQUESTS, "limits": DEFAULT_CONTAINER_LIMITS}
     assert agreed["objectQuota"] == DEFAULT_OBJECT_QUOTA
+    assert agreed["pods"] == {
+        "maxTerminationGracePeriodSeconds": DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
+        "allowedAnnotations": list(DEFAULT_ALLOWED_POD_ANNOTATIONS),
+    }
 
 
 @pytest.mark.parametrize(
@@ -71,6 +77,14 @@ def test_unset_terms_are_the_controllers_defaults():
             },
         ),
         ("object_quota", {"services": 500}, ("objectQuota",), dict(DEFAULT_OBJECT_QUOTA, services="500")),
+        ("max_termination_grace_period", 0, ("pods", "maxTerminationGracePeriodSeconds"), 0),
+        ("allowed_pod_annotations", [], ("pods", "allowedAnnotations"), []),  # none kept
+        (
+            "allowed_pod_annotations",
+            ["prometheus.io/*", "prometheus.io/*", "example.com/team"],
+            ("pods", "allowedAnnotations"),
+            ["prometheus.io/*", "example.com/team"],
+        ),
         (
             "object_quota",
             {"count/jobs.batch": "20", "requests.storage": "1Ti"},
@@ -129,6 +143,10 @@ def test_a_consumers_announced_pod_ranges_are_written_only_when_there_are_some()
         ({"container_defaults": {"request": {}}}, "container_defaults: unknown request"),
         ({"object_quota": {"services": "many"}}, "object_quota.services: 'many' is not a non-negative"),
         ({"object_quota": ["services"]}, "object_quota must be a mapping of resource names to quantities"),
+        ({"max_termination_grace_period": 86401}, "max_termination_grace_period must be a whole number of seconds"),
+        ({"max_termination_grace_period": -1}, "from 0 to 86400, got -1"),
+        ({"allowed_pod_annotations": ["a/*/*"]}, r"allowed_pod_annotations\[0\]: annotation key \(or prefix/\*\)"),
+        ({"allowed_pod_annotations": "prometheus.io/*"}, "allowed_pod_annotations must be a list"),
     ],
 )
 def test_bad_terms_are_refused_naming_the_option(extra, message):

@@ -25,8 +25,12 @@ def test_the_role_validates_and_passes_every_option_the_model_resolves():
         assert set(peering) - set(accepted) == set(), entry_point
     (task,) = yaml.safe_load((REPO_ROOT / "roles/peering/tasks/main.yml").read_text())
     arguments = task["catamaran.federation.peering"]
+    # Unset terms are omitted (the module's defaults); where an empty value is a term of its own (no annotation
+    # kept, no grace), only an unset one.
+    meaningful_when_empty = {"max_termination_grace_period", "allowed_pod_annotations"}
     for option in validation.TERMS_OPTIONS:
-        assert arguments[option] == "{{ item." + option + " | default(omit, true) }}"
+        omitted = "default(omit)" if option in meaningful_when_empty else "default(omit, true)"
+        assert arguments[option] == "{{ item." + option + " | " + omitted + " }}"
     module_options = peering_module.argument_spec()
     role_options = specs["main"]["options"]["peering_providers"]["options"]
     for option in validation.TERMS_OPTIONS:
