@@ -28,10 +28,12 @@ description:
   - A peering's C(pod_security) (V(restricted) by default, V(baseline) or V(privileged)) must be one of its
     provider's C(catamaran_allowed_pod_security) (by default V([restricted, baseline])), so only the provider's
     own inventory entry can lend V(privileged).
-  - Likewise a peering's C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names) and
-    C(allowed_priority_classes) must be lent by its provider's C(catamaran_tenant_allowances) (keys
-    C(service_types), by default V([ClusterIP]); C(load_balancer_classes), by default V([]);
-    C(twin_namespace_names), by default V([Suffixed]); C(priority_classes), by default V([])).
+  - Likewise a peering's C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
+    C(allowed_priority_classes) and C(allowed_pod_annotations) must be lent by its provider's
+    C(catamaran_tenant_allowances) (keys C(service_types), by default V([ClusterIP]); C(load_balancer_classes), by
+    default V([]); C(twin_namespace_names), by default V([Suffixed]); C(priority_classes), by default V([]);
+    C(pod_annotations), by default the peering module's default), and its C(max_termination_grace_period) may not
+    exceed the key C(max_termination_grace_period) (by default V(300)).
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
@@ -101,8 +103,10 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible_collections.catamaran.federation.plugins.module_utils import fabric, reflection, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
+    DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_ALLOWED_SERVICE_TYPES,
     DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
     DEFAULT_TWIN_NAME_POLICY,
@@ -210,6 +214,13 @@ ALLOWANCES = (
     ("load_balancer_classes", "allowed_load_balancer_classes", []),
     ("twin_namespace_names", "twin_namespace_names", [DEFAULT_TWIN_NAME_POLICY]),
     ("priority_classes", "allowed_priority_classes", []),
+    ("pod_annotations", "allowed_pod_annotations", list(DEFAULT_ALLOWED_POD_ANNOTATIONS)),
+)
+# An allowance that is a bound, not a list: a peering may ask at most what the provider lends.
+GRACE_ALLOWANCE = (
+    "max_termination_grace_period",
+    "max_termination_grace_period",
+    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
 )
 
 
@@ -218,7 +229,7 @@ def _tenant_allowances(host, variables):
     given = variables.get("catamaran_tenant_allowances") or {}
     if not isinstance(given, dict):
         raise AnsibleFilterError("%s must be a mapping, got %r" % (where, given))
-    names = [name for name, _option, _default in ALLOWANCES]
+    names = [name for name, _option, _default in ALLOWANCES] + [GRACE_ALLOWANCE[0]]
     unknown = sorted(str(key) for key in given if key not in names)
     if unknown:
         raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, unknown, ", ".join(names)))
@@ -234,19 +245,32 @@ def _tenant_allowances(host, variables):
         else:
             _checked(check, values, "%s.%s" % (where, name))
         allowances[name] = list(values)
+    name, option, default = GRACE_ALLOWANCE
+    allowances[name] = _checked(
+        dict(validation.TERMS_CHECKS)[option], given.get(name, default), "%s.%s" % (where, name)
+    )
     return allowances
 
 
 def _within_allowances(entry, provider, where):
     """A peering asks only what its provider's inventory lends, so a consumer's entry cannot open the provider up."""
+    name, option, _default = GRACE_ALLOWANCE
+    asked, lent = entry.get(option), provider["allowances"][name]
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > lent:
+        raise AnsibleFilterError(
+            "%s: %s %d is above what provider %s lends (host %s: catamaran_tenant_allowances.%s is %d)"
+            % (where, option, asked, provider["id"], provider["host"], name, lent)
+        )
     for name, option, _default in ALLOWANCES:
         asked = entry.get(option)
         if asked is None:
             continue
+        lent = provider["allowances"][name]
         beyond = [
             value
             for value in (asked if isinstance(asked, list) else [asked])
-            if value not in provider["allowances"][name]
+            # an annotation prefix lent (prefix/*) covers its keys and narrower prefixes
+            if not any(value == entry or (entry.endswith("/*") and str(value).startswith(entry[:-1])) for entry in lent)
         ]
         if option == "allowed_service_types":
             beyond = [value for value in beyond if value != "ClusterIP"]

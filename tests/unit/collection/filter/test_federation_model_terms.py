@@ -16,7 +16,13 @@ from ansible_collections.catamaran.federation.plugins.module_utils import valida
 
 from tests.unit.collection.peering_fakes import inventory
 
-LENT = {"service_types": ["NodePort"], "twin_namespace_names": ["Suffixed", "Any"], "priority_classes": ["gold"]}
+LENT = {
+    "service_types": ["NodePort"],
+    "twin_namespace_names": ["Suffixed", "Any"],
+    "priority_classes": ["gold"],
+    "pod_annotations": ["prometheus.io/*"],
+    "max_termination_grace_period": 3600,
+}
 
 
 def test_the_model_passes_each_term_as_set_and_leaves_the_rest_to_the_module():
@@ -26,6 +32,8 @@ def test_the_model_passes_each_term_as_set_and_leaves_the_rest_to_the_module():
         "allowed_priority_classes": ["gold"],
         "container_defaults": {"limits": {"memory": "4Gi"}},
         "object_quota": {"services": 500},
+        "allowed_pod_annotations": ["prometheus.io/scrape"],  # within the prefix lent
+        "max_termination_grace_period": 600,
     }
     (peering,) = federation_model(inventory(LENT, **entry), ["h1", "h2"])["peerings"]["cluster-1"]
     for option in validation.TERMS_OPTIONS:
@@ -41,6 +49,7 @@ def test_the_model_passes_each_term_as_set_and_leaves_the_rest_to_the_module():
         ({"twin_namespace_names": "Any"}, "catamaran_tenant_allowances.twin_namespace_names"),
         ({"allowed_priority_classes": ["platinum"]}, "catamaran_tenant_allowances.priority_classes"),
         ({"allowed_load_balancer_classes": ["example.com/vip"]}, "catamaran_tenant_allowances.load_balancer_classes"),
+        ({"allowed_pod_annotations": ["karpenter.sh/do-not-disrupt"]}, "catamaran_tenant_allowances.pod_annotations"),
     ],
 )
 def test_a_consumer_entry_cannot_ask_what_the_provider_does_not_lend(entry, lent):
@@ -65,3 +74,16 @@ def test_a_consumer_entry_cannot_ask_what_the_provider_does_not_lend(entry, lent
 def test_bad_terms_in_the_inventory_name_the_host_and_field(entry, message):
     with pytest.raises(AnsibleFilterError, match=r"host h1: .*" + message):
         federation_model(inventory(**entry), ["h1", "h2"])
+
+
+def test_a_consumer_entry_cannot_ask_a_longer_grace_than_the_provider_lends():
+    federation_model(inventory(None, max_termination_grace_period=300), ["h1", "h2"])  # the default lent
+    with pytest.raises(
+        AnsibleFilterError,
+        match=r"max_termination_grace_period 301 is above what provider cluster-2 lends \(host h2: "
+        r"catamaran_tenant_allowances.max_termination_grace_period is 300\)",
+    ):
+        federation_model(inventory(None, max_termination_grace_period=301), ["h1", "h2"])
+    federation_model(inventory({"max_termination_grace_period": 3600}, max_termination_grace_period=3600), ["h1", "h2"])
+    with pytest.raises(AnsibleFilterError, match=r"catamaran_tenant_allowances.max_termination_grace_period must be"):
+        federation_model(inventory({"max_termination_grace_period": "long"}), ["h1", "h2"])
