@@ -99,12 +99,15 @@ kubelet_api() {
   rm -f "$pf"
   echo
   echo "== kubectl top pod -n demo (metrics-server on cluster-1 scrapes the virtual nodes)"
+  # metrics-server needs two scrapes of a node before it serves its pods' and its own figures: wait for both.
   for _ in $(seq 30); do
-    $kubectl --context cluster-1 -n demo top pod 2>/dev/null | grep -q hello && break
+    $kubectl --context cluster-1 -n demo top pod 2>/dev/null | grep -q hello \
+      && $kubectl --context cluster-1 top node -l catamaran.io/type=virtual-node >/dev/null 2>&1 && break
     sleep 5
   done
-  $kubectl --context cluster-1 -n demo top pod || echo "(no metrics yet: metrics-server needs two scrapes)"
-  $kubectl --context cluster-1 top node -l catamaran.io/type=virtual-node || true
+  $kubectl --context cluster-1 -n demo top pod 2>/dev/null || echo "(no pod metrics after 150 s)"
+  $kubectl --context cluster-1 top node -l catamaran.io/type=virtual-node 2>/dev/null \
+    || echo "(no virtual node metrics after 150 s)"
 }
 
 case "${1:-}" in

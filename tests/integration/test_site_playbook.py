@@ -121,6 +121,11 @@ def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
         [str(DEMO), "show"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), capture_output=True, text=True
     )
     assert show.returncode == 0, show.stdout + show.stderr
+    # What `make demo` prints ends with the pods' and the virtual nodes' metrics, and no error.
+    printed = show.stdout + show.stderr
+    assert "error:" not in printed.lower(), printed
+    assert "no pod metrics" not in show.stdout, printed
+    assert "no virtual node metrics" not in show.stdout, printed
     for pod in remote:
         cluster = pod["spec"]["nodeName"].removesuffix("-real")
         assert f"pod {pod['metadata']['name']} runs in {cluster}, on node {cluster}-real" in show.stdout
