@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.certificates import self_signed
+from catamaran import certs
 from tests.integration.lab_access import get_json, require_real_node, wait_for
 from tests.integration.manifests import http_service, real_pod
 
@@ -402,7 +402,7 @@ def test_bad_input_fails_before_any_change(lab, federation, case, change, expect
     untrusted = yaml.safe_load(lab.kubeconfig("cluster-3").read_text())
     untrusted["clusters"][0]["cluster"].pop("certificate-authority", None)
     untrusted["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(
-        self_signed("not the lab's CA")[0]
+        certs.make_ca("not the lab's CA")[1]
     ).decode()
     (inventory.parent / "untrusted.kubeconfig").write_text(yaml.safe_dump(untrusted))
     before = snapshot(lab)

@@ -13,8 +13,8 @@ import warnings
 
 import pytest
 
+from catamaran import certs
 from catamaran_lab.paths import REPO_ROOT
-from tests.certificates import self_signed
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
@@ -83,15 +83,6 @@ def test_a_watch_closes_its_connection_however_it_ends(established_at):
     assert (stream.closed, stream.released) == (True, True)
 
 
-def certificate_files(directory, name: str):
-    """A certificate for 127.0.0.1, its own CA, and its key, as PEM files."""
-    certificate, key = self_signed(name, ip="127.0.0.1")
-    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
-    cert_path.write_bytes(certificate)
-    key_path.write_bytes(key)
-    return cert_path, key_path
-
-
 @pytest.fixture
 def tls_server(tmp_path):
     """A real HTTPS server on 127.0.0.1 that answers GET /api as an API server would."""
@@ -108,14 +99,18 @@ def tls_server(tmp_path):
         def log_message(self, *args):
             pass
 
-    cert, key = certificate_files(tmp_path, "server")
+    ca_key, ca_cert = certs.make_ca("server-ca")
+    key, cert = certs.make_serving_cert(ca_key, ca_cert, ["127.0.0.1"])
+    (tmp_path / "ca.crt").write_bytes(ca_cert)
+    (tmp_path / "server.crt").write_bytes(cert)
+    (tmp_path / "server.key").write_bytes(key)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    yield f"https://127.0.0.1:{server.server_address[1]}", tmp_path / "ca.crt"
     server.shutdown()
     server.server_close()
 
@@ -137,7 +132,8 @@ def test_an_untrusted_certificate_stops_with_its_reason_and_is_never_taken_for_a
     tls_server, tmp_path
 ):
     server, _ = tls_server
-    other_ca, _ = certificate_files(tmp_path, "other-ca")
+    other_ca = tmp_path / "other-ca.crt"
+    other_ca.write_bytes(certs.make_ca("other-ca")[1])
     options = resolve(
         {"kubeconfig": kubeconfig_for(tmp_path / "kc", server, **{"certificate-authority": str(other_ca)})}
     )
@@ -153,8 +149,8 @@ def test_an_untrusted_certificate_stops_with_its_reason_and_is_never_taken_for_a
 
 
 def test_the_right_ca_or_insecure_skip_tls_verify_connects_and_a_closed_port_is_unreachable(tls_server, tmp_path):
-    server, cert = tls_server
-    trusted = resolve({"kubeconfig": kubeconfig_for(tmp_path / "ok", server, **{"certificate-authority": str(cert)})})
+    server, ca = tls_server
+    trusted = resolve({"kubeconfig": kubeconfig_for(tmp_path / "ok", server, **{"certificate-authority": str(ca)})})
     Cluster("east", trusted).check()
     insecure = Cluster(
         "east", resolve({"kubeconfig": kubeconfig_for(tmp_path / "in", server, **{"insecure-skip-tls-verify": True})})
