@@ -78,6 +78,8 @@ TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
 TOLERATION_OPERATORS = ("Equal", "Exists")
 MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs holds
 CONSENT_FIELD = ("spec", "networking", "podCIDRs")
+RESOURCE_OFFER_CRD = "resourceoffers.%s" % OFFLOADING_GROUP
+POD_TERMS_FIELD = ("spec", "pods")
 
 
 def check_toleration(toleration, where):
@@ -342,7 +344,14 @@ class Peering:
                 " spec.networking.podCIDRs (the crds step of the same run upgrades it; a check-mode run cannot)"
                 % (self.consumer.label, self.provider.label, ", ".join(consent))
             )
-        changes.apply(self.provider, self.resource_offer(params, announced, offer_network))
+        offer = self.resource_offer(params, announced, offer_network)
+        if changes.check_mode and not crds.serves_field(self.provider, RESOURCE_OFFER_CRD, POD_TERMS_FIELD):
+            del offer["spec"]["pods"]
+            changes.note(
+                "%s: write the terms of the tenant's pods (spec.pods) once its ResourceOffer CRD serves them (the crds "
+                "step of the same run upgrades it; a check-mode run cannot)" % self.provider.label
+            )
+        changes.apply(self.provider, offer)
         replaced = None
         if rotate:
             current = self.provider.get("v1", "Secret", TENANT_CREDENTIAL_SECRET, self.tenant_namespace)

@@ -194,14 +194,16 @@ def _tenant_validations() -> list[dict]:
             "message": "a claim may not select volumes (spec.selector) by the provider's terms",
             "reason": "Forbidden",
         },
+        # Unset after the API server's defaulting means the cluster has no default class: such a claim binds any
+        # static volume without a class, as the empty class does.
         {
             "expression": (
-                f"{other_than('persistentvolumeclaims')} || !has(object.spec.storageClassName) || "
-                "object.spec.storageClassName != ''"
+                f"{other_than('persistentvolumeclaims')} || request.operation != 'CREATE' || "
+                "(has(object.spec.storageClassName) && object.spec.storageClassName != '')"
             ),
             "message": (
-                "the empty storage class (static volumes only) is refused by the provider's terms: a claim is "
-                "provisioned by a class"
+                "a claim must have a storage class by the provider's terms (name one, or the provider needs a default "
+                "class): without one, or with the empty class, it binds the provider's static volumes"
             ),
             "reason": "Forbidden",
         },

@@ -187,7 +187,11 @@ def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": "huge", "namespace": TWIN},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1000Ti"}}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1000Ti"}},
+            "storageClassName": "standard",
+        },
     }
     refused(apply(tenant_kubectl, claim), "exceeded quota", "requests.storage")
 
@@ -216,16 +220,20 @@ def test_a_tenant_claim_never_takes_a_volume_of_the_providers(lab, tenant_kubect
     }
     lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(volume))
     try:
-        refused(apply(tenant_kubectl, claim("by-name", volumeName="provider-data")), "may not name a volume")
+        by_name = claim("by-name", volumeName="provider-data", storageClassName="standard")
+        refused(apply(tenant_kubectl, by_name), "may not name a volume")
         selector = {"matchLabels": {"tier": "gold"}}
-        refused(apply(tenant_kubectl, claim("by-label", selector=selector)), "may not select volumes")
-        refused(apply(tenant_kubectl, claim("static", storageClassName="")), "the empty storage class")
-        # The control: a claim left to a class is accepted (the lab's providers have no default class: it waits).
-        assert apply(tenant_kubectl, claim("by-class")).returncode == 0
+        by_label = claim("by-label", selector=selector, storageClassName="standard")
+        refused(apply(tenant_kubectl, by_label), "may not select volumes")
+        refused(apply(tenant_kubectl, claim("static", storageClassName="")), "a claim must have a storage class")
+        # No class and no default class on the provider (the lab's have none) would bind the volume just as well.
+        refused(apply(tenant_kubectl, claim("no-class")), "a claim must have a storage class")
+        # The control: a claim of a class is accepted, and waits for that class's provisioner.
+        assert apply(tenant_kubectl, claim("by-class", storageClassName="standard")).returncode == 0
         assert get_json(lab, PROVIDER, "pv", "provider-data")["status"]["phase"] == "Available"
         tenant_kubectl("-n", TWIN, "delete", "pvc", "by-class")
     finally:
-        lab.kubectl(PROVIDER, "delete", "pv", "provider-data", check=False)
+        lab.kubectl(PROVIDER, "delete", "pv", "provider-data", "--wait=false", check=False)
 
 
 def test_a_tenant_pods_grace_and_annotations_are_the_providers_to_bound(lab, tenant_kubectl):

@@ -236,3 +236,16 @@ def test_unpeering_removes_the_shared_objects_only_with_the_last_tenant(other_te
     shared = [(obj["kind"], obj["metadata"]["name"]) for obj in provider_cluster_objects()]
     gone = [entry for entry in provider.deleted if entry in shared]
     assert gone == (list(reversed(shared)) if removed else [])
+
+
+def test_an_upgrade_plan_writes_the_pod_terms_once_the_crd_it_brings_serves_them():
+    """A check-mode run of an upgrade: the served ResourceOffer CRD is still the previous release's, which a dry run
+    of spec.pods would fail against (field not declared in schema)."""
+    consumer, provider = clusters(consumer_nodes=[node("a", pod_cidr="10.244.0.0/24")])
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(params())
+    assert plan.after[OFFER]["spec"]["pods"]["maxTerminationGracePeriodSeconds"] == 300
+    for version in provider.crds["resourceoffers.offloading.catamaran.io"]["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("pods")
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(params())
+    assert "pods" not in plan.after[OFFER]["spec"]
+    assert any("write the terms of the tenant's pods (spec.pods) once" in action for action in plan.actions)
