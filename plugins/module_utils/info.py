@@ -16,7 +16,11 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     VERSION,
     virtual_node_name,
 )
-from ansible_collections.catamaran.federation.plugins.module_utils.kube import MANAGED_BY, MANAGED_BY_LABEL
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    ClusterError,
+)
 
 FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
 CATAMARAN_CRD_SUFFIXES = (".catamaran.io",)
@@ -51,13 +55,20 @@ def cluster_report(cluster):
 
 def managed_report(cluster, catamaran_crds):
     """What this collection made on the cluster, which is what a playbook's prune may remove: one labelled list per
-    kind, and none for a kind whose CRD is not installed."""
+    kind, empty for a kind whose CRD is not installed, None for one the credential may not list (this module only
+    needs to read the CRDs)."""
     selector = "%s=%s" % (MANAGED_BY_LABEL, MANAGED_BY)
 
     def managed(crd, api_version, kind, key, namespace=None):
         if crd not in catamaran_crds:
             return []
-        return sorted(key(item) for item in cluster.list(api_version, kind, namespace=namespace, labels=selector))
+        try:
+            items = cluster.list(api_version, kind, namespace=namespace, labels=selector)
+        except ClusterError as error:
+            if error.status == 403:
+                return None
+            raise
+        return sorted(key(item) for item in items)
 
     return dict(
         peerings=managed(

@@ -80,6 +80,7 @@ cluster:
           which is all a playbook's prune may remove. Empty lists where the CRDs are not installed.
         - C(peerings), the provider ids of its ForeignClusters; C(offloaded_namespaces), the namespaces of its
           NamespaceOffloadings; C(offloading_policies), the names of its NamespaceOffloadingPolicies.
+        - A kind the credential may not list is V(null) (the module itself needs only to read the CRDs).
       type: dict
       version_added: 0.3.0
       sample: {"peerings": ["cluster-2"], "offloaded_namespaces": ["demo"], "offloading_policies": []}
