@@ -101,7 +101,7 @@ import functools
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.catamaran.federation.plugins.module_utils import fabric, reflection, validation
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric, reflection, tenancy, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     DEFAULT_ALLOWED_POD_ANNOTATIONS,
     DEFAULT_ALLOWED_SERVICE_TYPES,
@@ -266,12 +266,9 @@ def _within_allowances(entry, provider, where):
         if asked is None:
             continue
         lent = provider["allowances"][name]
-        beyond = [
-            value
-            for value in (asked if isinstance(asked, list) else [asked])
-            # an annotation prefix lent (prefix/*) covers its keys and narrower prefixes
-            if not any(value == entry or (entry.endswith("/*") and str(value).startswith(entry[:-1])) for entry in lent)
-        ]
+        # An annotation prefix lent (prefix/*) covers its keys and narrower prefixes; the other allowances are names.
+        covered = tenancy.annotation_allowed if name == "pod_annotations" else (lambda value, lent: value in lent)
+        beyond = [value for value in (asked if isinstance(asked, list) else [asked]) if not covered(value, lent)]
         if option == "allowed_service_types":
             beyond = [value for value in beyond if value != "ClusterIP"]
         if beyond:
@@ -549,9 +546,9 @@ def _unknown_variables(hostvars, hosts):
             if str(name).startswith(PREFIX) and name not in KNOWN_VARIABLES:
                 having.setdefault(str(name), []).append(host)
     errors = []
+    # Compared without the shared prefix, which would make every name look close.
+    suffixes = dict((known[len(PREFIX) :], known) for known in KNOWN_VARIABLES)
     for name, where in sorted(having.items()):
-        # Compared without the shared prefix, which would make every name look close.
-        suffixes = dict((known[len(PREFIX) :], known) for known in KNOWN_VARIABLES)
         closest = [suffixes[close] for close in difflib.get_close_matches(name[len(PREFIX) :], suffixes, n=1)]
         errors.append(
             "host%s %s: unknown variable %s%s"

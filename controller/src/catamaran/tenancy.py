@@ -114,6 +114,12 @@ def lent_service_types(allowed) -> tuple:
     return tuple(sorted({"ClusterIP", *(kind for kind in listed if kind in SERVICE_TYPES)}))
 
 
+def annotation_allowed(key: str, allowed) -> bool:
+    """An exact key of the list, or under one of its prefixes (`prefix/*`): the terms' pod annotations, as the
+    provider's manager applies them and an inventory's provider lends them."""
+    return any(key == entry or (entry.endswith("/*") and key.startswith(entry[:-1])) for entry in allowed)
+
+
 def tenant_priority_class() -> dict:
     return {
         "apiVersion": "scheduling.k8s.io/v1",

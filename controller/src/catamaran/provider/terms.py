@@ -21,6 +21,7 @@ from ..constants import (
     MANAGED_BY_CATAMARAN,
     TENANT_TERMS_NAME,
 )
+from ..tenancy import annotation_allowed
 
 ALLOWED = "allowed"
 REWRITTEN = "rewritten"
@@ -119,11 +120,6 @@ def tenant_pod_spec(pod_spec: dict, terms) -> dict:
         if spec.get(kind):
             spec[kind] = [with_defaults(container, requests, limits) for container in spec[kind]]
     return spec
-
-
-def annotation_allowed(key: str, allowed: Iterable[str]) -> bool:
-    """An exact key of the list, or under one of its prefixes (`prefix/*`)."""
-    return any(key == entry or (entry.endswith("/*") and key.startswith(entry[:-1])) for entry in allowed)
 
 
 def tenant_pod_annotations(annotations: dict | None, terms) -> dict:
