@@ -20,6 +20,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     DEFAULT_CONTAINER_LIMITS,
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_OBJECT_QUOTA,
+    MAX_TERMINATION_GRACE_SECONDS,
     MIN_CREDENTIAL_LIFETIME_SECONDS,
     POD_SECURITY_LEVELS,
     SERVICE_TYPES,
@@ -307,10 +308,6 @@ def container_defaults(settings, where):
 def object_quota(settings, where):
     """Hard limits of each twin's ResourceQuota, over the defaults."""
     return over_defaults(DEFAULT_OBJECT_QUOTA, settings, where)
-
-
-# The CRD's bound of maxTerminationGracePeriodSeconds: a day, as for a deletion's own grace.
-MAX_TERMINATION_GRACE_SECONDS = 86400
 
 
 # The provider's terms of a peering beyond Pod Security, share and credential lifetime, by the name the peering

@@ -135,6 +135,8 @@ DEFAULT_OBJECT_QUOTA = {
 # How long a tenant's pod may take to stop (its terminationGracePeriodSeconds, and the grace of its deletion), so
 # that deleting, evicting or draining it, and so un-peering, always ends.
 DEFAULT_MAX_TERMINATION_GRACE_SECONDS = 300
+# No pod, a tenant's or the provider admin's own ShadowPod's, is given more than a day to stop: no workload needs more.
+MAX_TERMINATION_GRACE_SECONDS = 86400
 # The annotations of a tenant's pod the provider's pod keeps: an exact key, or a prefix ending in "/*". Others are
 # dropped, as the provider's infrastructure acts on them (autoscalers, CNI plugins, service meshes, scrapers).
 DEFAULT_ALLOWED_POD_ANNOTATIONS = (

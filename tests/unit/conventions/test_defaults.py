@@ -19,6 +19,7 @@ from catamaran.constants import (
     DEFAULT_POD_SECURITY_LEVEL,
     DEFAULT_SHARING_PERCENTAGE,
     KUBELET_PORT,
+    MAX_TERMINATION_GRACE_SECONDS,
 )
 from catamaran.networks import DEFAULT_REMAP_POOL
 from catamaran.vk.reflection.policy import DEFAULT_WORKERS
@@ -108,6 +109,7 @@ def test_the_crds_defaults_are_the_constants():
     for field, (pattern, constant) in documented.items():
         assert number_after(pattern, offer[field]["description"], field) == constant, field
     pods = offer["pods"]["properties"]
+    assert pods["maxTerminationGracePeriodSeconds"]["maximum"] == MAX_TERMINATION_GRACE_SECONDS
     grace = pods["maxTerminationGracePeriodSeconds"]["description"]
     assert number_after(r"default (\d+)", grace, "maxTerminationGracePeriodSeconds") == (
         DEFAULT_MAX_TERMINATION_GRACE_SECONDS

@@ -24,6 +24,7 @@ from ..constants import (
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
+    MAX_TERMINATION_GRACE_SECONDS,
     TERMINAL_PHASES,
     tenant_namespace,
 )
@@ -171,10 +172,6 @@ def compact_pod(pod) -> dict:
     }
 
 
-# A grace period asked through ANNOTATION_DELETION_GRACE is bounded: a day, as no workload needs more.
-MAX_DELETION_GRACE_S = 86400
-
-
 def changes_for(pod: dict, wanted: dict) -> dict | None:
     """The merge patch that brings a running pod to its ShadowPod's labels and annotations (added or changed, never
     removed: the provider's own admission and controllers add some, a mesh's for one) and activeDeadlineSeconds;
@@ -315,7 +312,9 @@ class ShadowPodController:
         if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
             await self._add_ephemeral_containers(shadow, missing)
         await self._copy_status(shadow, pod)
-        if changes := changes_for(pod, self._tenant_pod(shadow)[3]):
+        # Only the pod's labels, annotations and deadline change in place: the placement need not be applied.
+        consumer, _, terms = self._tenant_terms(shadow)
+        if changes := changes_for(pod, pod_from_shadow(shadow, consumer=consumer, terms=terms if consumer else None)):
             try:
                 await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
             except ApiError as error:  # e.g. a deadline raised: the API server allows only shortening it
@@ -327,8 +326,12 @@ class ShadowPodController:
         """A ShadowPod deleted with the local pod's own grace period (ANNOTATION_DELETION_GRACE) deletes its Pod with
         it: garbage collection alone would give the Pod its spec's whole terminationGracePeriodSeconds."""
         asked = deletion_grace(shadow["metadata"].get("annotations"))
-        consumer, _, terms, _ = self._tenant_pod(shadow)
-        bound = min(MAX_DELETION_GRACE_S, terms.max_termination_grace_seconds) if consumer else MAX_DELETION_GRACE_S
+        consumer, _, terms = self._tenant_terms(shadow)
+        bound = (
+            min(MAX_TERMINATION_GRACE_SECONDS, terms.max_termination_grace_seconds)
+            if consumer
+            else (MAX_TERMINATION_GRACE_SECONDS)
+        )
         grace = min(asked, bound) if asked is not None else None
         going = pod["metadata"].get("deletionGracePeriodSeconds")
         if grace is None or (pod["metadata"].get("deletionTimestamp") and going is not None and going <= grace):
@@ -407,10 +410,15 @@ class ShadowPodController:
             return "QuotaExceeded", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
         return None
 
-    def _tenant_pod(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms, dict]:
-        """(tenant, the twin's enforced level, the tenant's terms, the Pod its terms make of the ShadowPod)."""
+    def _tenant_terms(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms]:
+        """(tenant, the twin's enforced level, the tenant's terms) of a ShadowPod."""
         consumer, enforced = self._twin(shadow["metadata"]["namespace"])
         terms = self.offers.terms(tenant_namespace(consumer)) if consumer else TenantTerms()
+        return consumer, enforced, terms
+
+    def _tenant_pod(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms, dict]:
+        """(tenant, the twin's enforced level, the tenant's terms, the Pod its terms make of the ShadowPod)."""
+        consumer, enforced, terms = self._tenant_terms(shadow)
         # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level.
         pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
         return consumer, enforced, terms, pod
