@@ -25,6 +25,7 @@ from .constants import (
     LABEL_TENANT,
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
+    ROOT_CA_CONFIGMAP,
     SERVICE_TYPES,
     TENANT_CLUSTER_ROLE,
     TENANT_CREDENTIAL_SECRET,
@@ -141,11 +142,21 @@ def _listed(annotation: str) -> str:
 
 
 def _tenant_validations() -> list[dict]:
-    """The policy's rules: what a tenant credential may write of Services, Secrets, PersistentVolumeClaims and
-    EndpointSlices in a twin."""
+    """The policy's rules: what a tenant credential may write of Services, Secrets, PersistentVolumeClaims,
+    EndpointSlices and ConfigMaps in a twin."""
     other_than = "request.resource.resource != '{}'".format
     service_type = "(has(object.spec.type) ? object.spec.type : 'ClusterIP')"
     return [
+        # The provider's cluster publishes its CA into every namespace; the consumer's is reflected under another
+        # name. Matched by the request's name, so a delete (no object) is refused too.
+        {
+            "expression": f"{other_than('configmaps')} || request.name != '{ROOT_CA_CONFIGMAP}'",
+            "message": (
+                f"{ROOT_CA_CONFIGMAP} is the provider's: its cluster publishes it into every namespace, the tenant "
+                "may not write or delete it"
+            ),
+            "reason": "Forbidden",
+        },
         {
             "expression": (
                 f"{other_than('services')} || !has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0"
@@ -257,6 +268,13 @@ def tenant_admission_policy() -> list[dict]:
                         "apiVersions": ["v1"],
                         "operations": ["CREATE", "UPDATE"],
                         "resources": ["services", "secrets", "persistentvolumeclaims"],
+                    },
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["configmaps"],
+                        "resourceNames": [ROOT_CA_CONFIGMAP],
                     },
                     {
                         "apiGroups": ["discovery.k8s.io"],

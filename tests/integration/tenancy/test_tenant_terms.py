@@ -22,6 +22,7 @@ from catamaran.constants import (
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_OBJECT_QUOTA,
     RESOURCE_OFFER_NAME,
+    ROOT_CA_CONFIGMAP,
     TENANT_PRIORITY_CLASS,
     TENANT_PRIORITY_VALUE,
     TENANT_TERMS_NAME,
@@ -194,6 +195,23 @@ def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
         },
     }
     refused(apply(tenant_kubectl, claim), "exceeded quota", "requests.storage")
+
+
+def config_map(name: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": TWIN}, "data": data}
+
+
+def test_the_providers_root_ca_in_a_twin_is_not_the_tenants_to_write(lab, tenant_kubectl):
+    published = get_json(lab, PROVIDER, "configmap", "-n", TWIN, ROOT_CA_CONFIGMAP)
+    forged = config_map(ROOT_CA_CONFIGMAP, **{"ca.crt": "-----BEGIN CERTIFICATE-----\nforged\n"})
+    refused(apply(tenant_kubectl, forged), "catamaran-tenant-terms", f"{ROOT_CA_CONFIGMAP} is the provider's")
+    deleted = tenant_kubectl("-n", TWIN, "delete", "configmap", ROOT_CA_CONFIGMAP)
+    refused(deleted, f"{ROOT_CA_CONFIGMAP} is the provider's")
+    kept = get_json(lab, PROVIDER, "configmap", "-n", TWIN, ROOT_CA_CONFIGMAP)
+    assert (kept["metadata"]["uid"], kept["data"]) == (published["metadata"]["uid"], published["data"])
+    # The control: the tenant's other ConfigMaps (what reflection writes) are its own to write and delete.
+    assert apply(tenant_kubectl, config_map("reflected", key="value")).returncode == 0
+    assert tenant_kubectl("-n", TWIN, "delete", "configmap", "reflected").returncode == 0
 
 
 def claim(name: str, **spec) -> dict:
