@@ -146,15 +146,18 @@ FABRIC_OVERLAP_TESTS := tests/integration/test_fabric.py \
 test-integration: lab-build ## tests against the lab's real kube-apiservers, side by side on labs of their own
 	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS)
 
-# Every phase timed (tools/timed); the run ends with the time by phase and file and its slowest tests
-# (tests/timing.py). Lint, sanity and unit tests come before the lab, which they do not need.
+# Every phase timed (tools/timed); the run ends with the time by phase and file and its slowest tests, and the
+# machine's load and speed at its start and end (tests/timing.py). Lint, sanity and unit tests come before the lab,
+# which they do not need.
 test: setup ## everything CI runs: lint, sanity, unit tests, then integration and Molecule tests against the lab
 	rm -rf $(TEST_RUNS)
+	$(BIN)/python -m tests.timing probe start $(TEST_RUNS)/times
 	$(TIMED) lint $(MAKE) --no-print-directory lint
 	$(TIMED) sanity $(MAKE) --no-print-directory sanity
 	$(TIMED) unit $(BIN)/pytest tests/unit
 	$(TIMED) lab-build $(MAKE) --no-print-directory lab-build
 	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS); status=$$?; \
+	  $(BIN)/python -m tests.timing probe end $(TEST_RUNS)/times; \
 	  $(BIN)/python -m tests.timing report $(TEST_RUNS)/times; exit $$status
 
 # Not in `make test`: two runs of about 220 upstream tests take most of an hour on this machine.

@@ -31,6 +31,9 @@ TIMES_DIR_VARIABLE = "CATAMARAN_TEST_TIMES"
 PHASE_VARIABLE = "CATAMARAN_TEST_PHASE"
 DEFAULT_TIMES_DIR = Path(__file__).resolve().parent.parent / ".test-runs" / "times"
 PHASES_FILE = "phases.tsv"  # tools/timed appends "<phase>\t<seconds>\t<exit status>\t<start, epoch s>" lines
+# `python -m tests.timing probe WHEN` appends "<when>\t<1-minute load>\t<reference CPU s>\t<epoch s>" lines
+MACHINE_FILE = "machine.tsv"
+REFERENCE_LOOPS = 10_000_000
 SLOWEST = 20
 _PROPERTY = "catamaran_timing"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -240,6 +243,39 @@ def unconfigure(config: pytest.Config) -> None:
     _sleep_counter.uninstall()
 
 
+# -- the machine's state beside a run ------------------------------------------------------------------------------
+
+
+def reference_cpu_seconds() -> float:
+    """CPU seconds a fixed pure-Python loop takes. The same work costs more CPU time on a host whose cores are busy
+    with other guests: nearly the same tests once used 2.1 times the CPU seconds of another run, with nothing else
+    running on this machine. Runs compare only beside this figure."""
+    start = time.process_time()
+    total = 0
+    for number in range(REFERENCE_LOOPS):
+        total += number * number
+    return time.process_time() - start
+
+
+def probe(directory: Path, when: str) -> str:
+    """Record the machine's load and speed at `when` (the start and the end of `make test`)."""
+    line = f"{when}\t{os.getloadavg()[0]:.2f}\t{reference_cpu_seconds():.3f}\t{int(time.time())}"
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / MACHINE_FILE).open("a") as machine:
+        machine.write(line + "\n")
+    return line
+
+
+def _machine_lines(directory: Path) -> list[str]:
+    probes = directory / MACHINE_FILE
+    if not probes.exists():
+        return []
+    lines = [f"the machine ({_CPUS} CPUs): load over the last minute, and the CPU seconds of a fixed reference loop"]
+    for when, load, reference, _ in (line.split("\t") for line in probes.read_text().splitlines()):
+        lines.append(f"{'':8}  {when}: load {float(load):.2f}, reference loop {float(reference):.3f} CPU s")
+    return lines
+
+
 # -- the report `make test` ends with ------------------------------------------------------------------------------
 
 
@@ -269,10 +305,16 @@ def report(directory: Path) -> str:
     slowest = [f"slowest {SLOWEST} of the whole run (wall s; busy: the machine's CPUs' share meanwhile):"]
     for test in sorted(tests, key=lambda t: -t["wall"])[:SLOWEST]:
         slowest.append(f"{test['wall']:8.1f} {test['busy']:5.0%}  {test['phase']}: {test['nodeid']}")
-    return "\n".join([*slowest, "", *lines])
+    return "\n".join([*slowest, "", *lines, *_machine_lines(directory)])
 
+
+USAGE = "usage: python -m tests.timing report [DIRECTORY] | python -m tests.timing probe WHEN [DIRECTORY]"
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["report"]:
-        sys.exit("usage: python -m tests.timing report [DIRECTORY]")
-    print(report(Path(sys.argv[2]) if len(sys.argv) > 2 else times_dir()))
+    command = sys.argv[1:2]
+    if command == ["report"]:
+        print(report(Path(sys.argv[2]) if len(sys.argv) > 2 else times_dir()))
+    elif command == ["probe"] and len(sys.argv) > 2:
+        print("the machine:", probe(Path(sys.argv[3]) if len(sys.argv) > 3 else times_dir(), sys.argv[2]))
+    else:
+        sys.exit(USAGE)

@@ -34,3 +34,16 @@ def test_sleeps_count_only_on_the_main_thread():
     counter = timing._SleepCounter()
     counter.sleep(0.01)
     assert counter.main_thread_seconds >= 0.01
+
+
+def test_probes_of_the_machine_are_recorded_and_reported_after_the_phases(tmp_path):
+    (tmp_path / timing.PHASES_FILE).write_text("lint\t30.0\t0\t1000\n")
+    start = timing.probe(tmp_path, "start").split("\t")
+    timing.probe(tmp_path, "end")
+    assert start[0] == "start"
+    assert float(start[2]) > 0
+    lines = timing.report(tmp_path).splitlines()
+    assert lines[-3].startswith("the machine (")
+    assert lines[-2].strip().startswith("start: load ")
+    assert "reference loop" in lines[-2]
+    assert lines[-1].strip().startswith("end: load ")
