@@ -207,7 +207,7 @@ def run_integration(workers: int, overlap_tests: list[str]) -> int:
             check=False,
         )
         overlap_status = overlapped.result()
-    print(f"\n==== the fabric and two-provider tests again, on overlapping pod ranges ({log}) ====", flush=True)
+    print(f"\n==== the same fabric tests on overlapping pod ranges ({log}) ====", flush=True)
     print(log.read_text(), flush=True)
     return main.returncode or overlap_status
 
