@@ -15,3 +15,12 @@ def test_ingress_class_is_the_providers_unless_configured():
     assert Ingresses().content(local, configured, local=True)["spec"]["ingressClassName"] == "public"
     tampered = {"metadata": meta(), "spec": {"ingressClassName": "other", "rules": [{"host": "a"}]}}
     assert Ingresses().content(tampered, configured, local=False)["spec"]["ingressClassName"] == "other"
+
+
+def test_an_update_keeps_the_class_the_providers_admission_filled_in():
+    body = {"spec": {"defaultBackend": {"service": {"name": "web"}}}}
+    kept = Ingresses().with_allocations(body, {"spec": {"ingressClassName": "provider-default"}})
+    assert kept["spec"] == {**body["spec"], "ingressClassName": "provider-default"}
+    configured = {"spec": {"ingressClassName": "public"}}
+    assert Ingresses().with_allocations(configured, {"spec": {"ingressClassName": "other"}}) == configured
+    assert Ingresses().with_allocations(body, {"spec": {}}) == body
