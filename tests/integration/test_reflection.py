@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from catamaran.constants import SYSTEM_NAMESPACE, virtual_node_name
+from catamaran.constants import ANNOTATION_ALLOWED_INGRESS_CLASSES, SYSTEM_NAMESPACE, virtual_node_name
 
 from . import federation
 from .lab_access import get_json, require_real_node, wait_for
@@ -27,6 +27,8 @@ NODE = virtual_node_name(PROVIDER)
 NAMESPACE = "reflect"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 REFLECTED = "catamaran.io/managed-by=reflection"
+INGRESS_CLASS = "provider-default"
+STORAGE_CLASS = "lab-local"
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,35 @@ def fed(lab, lab_config_in_use):
         federation.webhook_registered(lab, CONSUMER)
         federation.offload_namespace(lab, CONSUMER, NAMESPACE, podOffloadingStrategy="Remote")
         wait_for(lambda: phase(lab) == "Ready", timeout=60, what=f"{NAMESPACE} offloaded (phase Ready)")
+        lend_ingresses(lab)
         yield processes
         lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", federation.WEBHOOK, check=False)
+        lab.kubectl(PROVIDER, "delete", "ingressclass", INGRESS_CLASS, check=False)
+
+
+def lend_ingresses(lab) -> None:
+    """The provider's default ingress class, which fills in the class of reflected Ingresses (the peering names
+    none), lent with every host: the Ingresses here are catch-alls. And the storage class of its claims."""
+    default_class = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IngressClass",
+        "metadata": {"name": INGRESS_CLASS, "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": "example.com/ingress-controller"},
+    }
+    apply(lab, default_class, cluster=PROVIDER)
+    federation.grant_terms(
+        lab,
+        CONSUMER,
+        PROVIDER,
+        ingress={"allowedClasses": [INGRESS_CLASS], "allowedHosts": ["*"]},
+        storage={"allowedClasses": [STORAGE_CLASS]},  # the provider's class of reflected claims, further down
+    )
+
+    def lent() -> bool:
+        annotations = get_json(lab, PROVIDER, "namespace", TWIN)["metadata"].get("annotations") or {}
+        return annotations.get(ANNOTATION_ALLOWED_INGRESS_CLASSES) == INGRESS_CLASS
+
+    wait_for(lent, what="the provider's Ingress terms on the twin")
 
 
 def apply(lab, *objects: dict, cluster: str = CONSUMER) -> None:
@@ -420,7 +449,7 @@ def test_a_claim_is_provisioned_on_the_provider_and_a_local_volume_stands_for_it
     provider_class = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": "lab-local"},
+        "metadata": {"name": STORAGE_CLASS},
         "provisioner": "kubernetes.io/no-provisioner",
         "volumeBindingMode": "WaitForFirstConsumer",
     }
@@ -431,7 +460,7 @@ def test_a_claim_is_provisioned_on_the_provider_and_a_local_volume_stands_for_it
         "spec": {
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "lab-local",
+            "storageClassName": STORAGE_CLASS,
             "local": {"path": str(path)},
             "nodeAffinity": {
                 "required": {
@@ -447,7 +476,7 @@ def test_a_claim_is_provisioned_on_the_provider_and_a_local_volume_stands_for_it
         },
     }
     apply(lab, provider_class, provider_volume, cluster=PROVIDER)
-    reflection_settings(lab, {"storageClassName": "lab-local"})
+    reflection_settings(lab, {"storageClassName": STORAGE_CLASS})
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -492,7 +521,7 @@ def test_a_claim_is_provisioned_on_the_provider_and_a_local_volume_stands_for_it
         terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
         assert terms[0]["matchExpressions"][0]["values"] == [NODE], "the local volume stands for the virtual node"
         copy = remote(lab, "pvc", "data")
-        assert copy["spec"]["storageClassName"] == "lab-local"
+        assert copy["spec"]["storageClassName"] == STORAGE_CLASS
         assert copy["spec"]["volumeName"] == "lab-reflect-data"
         wait_for(lambda: (path / "proof").exists(), timeout=30, what="the file written through the provider's volume")
         assert (path / "proof").read_text() == "written-on-the-provider\n"

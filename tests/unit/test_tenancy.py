@@ -113,3 +113,39 @@ def test_renewal_at_once_when_missing_revoked_retermed_or_unreadable():
     unannotated = secret()
     del unannotated["metadata"]["annotations"]
     assert tenancy.credential_renewal(unannotated, "uid-1", LIFETIME, now) == ("unreadable", 0.0)
+
+
+@pytest.mark.parametrize(
+    ("host", "lent", "expected"),
+    [
+        ("shop.c1.example", ["*.c1.example"], True),
+        ("*.a.c1.example", ["*.c1.example"], True),  # a wildcard host under the lent pattern
+        ("*.c1.example", ["*.c1.example"], True),
+        ("c1.example", ["*.c1.example"], False),  # the pattern's own domain is not under it
+        ("evilc1.example", ["*.c1.example"], False),
+        ("*", ["*.c1.example"], False),  # a catch-all needs `*` itself
+        ("*", ["*"], True),
+        ("shop.c1.example", ["shop.c1.example"], True),
+        ("cart.c1.example", ["shop.c1.example"], False),
+        ("shop.c1.example", [], False),
+    ],
+)
+def test_ingress_hosts_are_lent_by_exact_name_pattern_or_star(host, lent, expected):
+    assert tenancy.host_lent(host, lent) is expected
+
+
+def test_the_ingress_policies_match_tenant_writes_of_ingresses_and_read_the_served_hosts():
+    objects = {obj["metadata"]["name"] + "/" + obj["kind"]: obj for obj in tenancy.tenant_admission_policy()}
+    terms = objects["catamaran-tenant-terms/ValidatingAdmissionPolicy"]["spec"]
+    assert {"networking.k8s.io"} <= {
+        group for r in terms["matchConstraints"]["resourceRules"] for group in r["apiGroups"]
+    }
+    hosts = objects["catamaran-tenant-ingress-hosts/ValidatingAdmissionPolicy"]["spec"]
+    assert hosts["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert hosts["matchConditions"] == terms["matchConditions"]
+    binding = objects["catamaran-tenant-ingress-hosts/ValidatingAdmissionPolicyBinding"]["spec"]
+    assert binding["paramRef"] == {
+        "name": "catamaran-ingress-hosts",
+        "namespace": "catamaran-system",
+        "parameterNotFoundAction": "Deny",  # no record yet: refused, not let through
+    }

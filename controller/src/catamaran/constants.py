@@ -150,6 +150,17 @@ TENANT_TERMS_NAME = "catamaran-tenant-terms"
 ANNOTATION_ALLOWED_SERVICE_TYPES = "terms.catamaran.io/service-types"
 ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES = "terms.catamaran.io/load-balancer-classes"
 ANNOTATION_ENDPOINT_RANGES = "terms.catamaran.io/endpoint-ranges"
+ANNOTATION_ALLOWED_INGRESS_CLASSES = "terms.catamaran.io/ingress-classes"
+ANNOTATION_ALLOWED_STORAGE_CLASSES = "terms.catamaran.io/storage-classes"
+# Kubernetes marks a cluster's default StorageClass with this annotation ("true").
+ANNOTATION_DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
+ANNOTATION_ALLOWED_INGRESS_HOSTS = "terms.catamaran.io/ingress-hosts"
+ANNOTATION_ALLOWED_INGRESS_ANNOTATIONS = "terms.catamaran.io/ingress-annotations"
+# A tenant Ingress host that another namespace of the provider serves is refused: the provider's manager keeps this
+# ConfigMap (SYSTEM_NAMESPACE; a key per host, `*` written `_`; the value the namespaces serving it), which the
+# second tenant policy reads as its parameter (a policy reads no other object).
+INGRESS_HOSTS_CONFIGMAP = "catamaran-ingress-hosts"
+TENANT_INGRESS_HOSTS_POLICY = "catamaran-tenant-ingress-hosts"
 # On a consumer: Secrets and service-account tokens, bound to the virtual kubelets per offloaded namespace.
 VK_REFLECTION_ROLE = "catamaran-vk-reflection"
 # On a consumer: the storage class whose claims the virtual kubelets provision on their providers.

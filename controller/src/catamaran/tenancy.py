@@ -14,12 +14,17 @@ import calendar
 import time
 
 from .constants import (
+    ANNOTATION_ALLOWED_INGRESS_ANNOTATIONS,
+    ANNOTATION_ALLOWED_INGRESS_CLASSES,
+    ANNOTATION_ALLOWED_INGRESS_HOSTS,
     ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES,
     ANNOTATION_ALLOWED_SERVICE_TYPES,
+    ANNOTATION_ALLOWED_STORAGE_CLASSES,
     ANNOTATION_ENDPOINT_RANGES,
     COUNTERS_GROUP,
     COUNTERS_RESOURCE,
     DEFAULT_ALLOWED_SERVICE_TYPES,
+    INGRESS_HOSTS_CONFIGMAP,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_TENANT,
@@ -27,8 +32,10 @@ from .constants import (
     OFFLOADING_GROUP,
     ROOT_CA_CONFIGMAP,
     SERVICE_TYPES,
+    SYSTEM_NAMESPACE,
     TENANT_CLUSTER_ROLE,
     TENANT_CREDENTIAL_SECRET,
+    TENANT_INGRESS_HOSTS_POLICY,
     TENANT_NAMESPACE_PREFIX,
     TENANT_PRIORITY_CLASS,
     TENANT_PRIORITY_VALUE,
@@ -121,6 +128,18 @@ def annotation_allowed(key: str, allowed) -> bool:
     return any(key == entry or (entry.endswith("/*") and key.startswith(entry[:-1])) for entry in allowed)
 
 
+def host_lent(host: str, lent) -> bool:
+    """An Ingress host (or a host pattern) within the patterns a provider lends: `*` is every host (rules without a
+    host and default backends included), `*.example.com` every name under it (wildcard hosts too), any other entry
+    that host alone. The admission policy applies the same rule in CEL (`_HOST_LENT`)."""
+    return any(entry == "*" or entry == host or (entry.startswith("*.") and host.endswith(entry[1:])) for entry in lent)
+
+
+def ingress_host_key(host: str) -> str:
+    """A host as a key of the ConfigMap of served hosts (keys take no `*`; a host name takes no `_`)."""
+    return host.replace("*", "_")
+
+
 def tenant_priority_class() -> dict:
     return {
         "apiVersion": "scheduling.k8s.io/v1",
@@ -139,6 +158,86 @@ _TERMS = "(has(namespaceObject.metadata.annotations) ? namespaceObject.metadata.
 
 def _listed(annotation: str) -> str:
     return f"('{annotation}' in variables.terms ? variables.terms['{annotation}'] : '').split(',').filter(x, x != '')"
+
+
+# host_lent in CEL, for the host expression `{h}`.
+_HOST_LENT = (
+    "variables.ingressHosts.exists(p, p == '*' || p == {h} || (p.startsWith('*.') && {h}.endsWith(p.substring(1))))"
+)
+# annotation_allowed in CEL, for the key `k`; Catamaran's own marks on reflected copies always pass.
+_INGRESS_ANNOTATION_ALLOWED = (
+    "(k.startsWith('catamaran.io/') || variables.ingressAnnotations.exists(p, p == k || "
+    "(p.endsWith('/*') && k.startsWith(p.substring(0, size(p) - 1)))))"
+)
+
+
+def _none_or(variable: str) -> str:
+    return f"(size({variable}) == 0 ? 'none' : {variable}.join(', '))"
+
+
+def _ingress_validations() -> list[dict]:
+    """A tenant Ingress: a class the provider allows, hosts within the patterns it lends (a rule without a host
+    or a default backend serves every host: only `*` lends that), and allow-listed annotations (ingress controllers
+    act on theirs: snippets inject configuration, auth URLs send the provider's requests elsewhere)."""
+    other_than = "request.resource.resource != 'ingresses'"
+    named_class = (
+        "(has(object.spec.ingressClassName) ? 'ingress class ' + object.spec.ingressClassName : "
+        "'an Ingress without a class')"
+    )
+    return [
+        {
+            "expression": (
+                f"{other_than} || (has(object.spec.ingressClassName) && "
+                "object.spec.ingressClassName in variables.ingressClasses)"
+            ),
+            "messageExpression": (
+                f'{named_class} + " is not allowed by the provider\'s terms (allowed: " + '
+                f"{_none_or('variables.ingressClasses')} + ')'"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"{other_than} || variables.ruleHosts.all(h, {_HOST_LENT.format(h='h')})",
+            "messageExpression": (
+                '"hosts not lent by the provider\'s terms: " + '
+                f"variables.ruleHosts.filter(h, !{_HOST_LENT.format(h='h')}).join(', ') + "
+                "' (* is a rule without a host or a default backend, which serve every host; lent: ' + "
+                f"{_none_or('variables.ingressHosts')} + ')'"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than} || !has(object.spec.tls) || object.spec.tls.all(t, !has(t.hosts) || "
+                f"t.hosts.all(h, {_HOST_LENT.format(h='h')}))"
+            ),
+            "messageExpression": (
+                '"TLS hosts must be within the hosts the provider\'s terms lend (lent: " + '
+                f"{_none_or('variables.ingressHosts')} + ')'"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                f"{other_than} || !has(object.metadata.annotations) || "
+                f"object.metadata.annotations.all(k, {_INGRESS_ANNOTATION_ALLOWED})"
+            ),
+            "messageExpression": (
+                '"Ingress annotations not allowed by the provider\'s terms: " + '
+                f"object.metadata.annotations.filter(k, !{_INGRESS_ANNOTATION_ALLOWED}).join(', ')"
+            ),
+            "reason": "Forbidden",
+        },
+    ]
+
+
+def _ingress_rule_hosts() -> str:
+    """The hosts an Ingress serves, `*` standing for a rule without a host and for a default backend."""
+    return (
+        "request.resource.resource == 'ingresses' ? "
+        "(has(object.spec.rules) ? object.spec.rules.map(r, has(r.host) ? r.host : '*') : []) + "
+        "(has(object.spec.defaultBackend) ? ['*'] : []) : []"
+    )
 
 
 def _tenant_validations() -> list[dict]:
@@ -226,6 +325,20 @@ def _tenant_validations() -> list[dict]:
         },
         {
             "expression": (
+                f"{other_than('persistentvolumeclaims')} || request.operation != 'CREATE' || "
+                "!has(object.spec.storageClassName) || object.spec.storageClassName == '' || "
+                "object.spec.storageClassName in variables.storageClasses"
+            ),
+            "messageExpression": (
+                "'storage class ' + object.spec.storageClassName + "
+                '" is not allowed by the provider\'s terms (allowed: " + (size(variables.storageClasses) == 0 ? '
+                "'none: the provider lends no class and has no default one' : "
+                "variables.storageClasses.join(', ')) + ')'"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
                 f"{other_than('persistentvolumeclaims')} || !has(object.spec.dataSourceRef) || "
                 "!has(object.spec.dataSourceRef.namespace) || object.spec.dataSourceRef.namespace == request.namespace"
             ),
@@ -248,12 +361,12 @@ def _tenant_validations() -> list[dict]:
             ),
             "reason": "Forbidden",
         },
+        *_ingress_validations(),
     ]
 
 
 def tenant_admission_policy() -> list[dict]:
     """A ValidatingAdmissionPolicy (native, no webhook) and its binding, for requests of tenant credentials only."""
-    username = f"system:serviceaccount:{TENANT_NAMESPACE_PREFIX}"
     validations = _tenant_validations()
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -282,22 +395,20 @@ def tenant_admission_policy() -> list[dict]:
                         "operations": ["CREATE", "UPDATE"],
                         "resources": ["endpointslices"],
                     },
+                    _INGRESS_RULE,
                 ]
             },
-            "matchConditions": [
-                {
-                    "name": "tenant-credential",
-                    "expression": (
-                        f"request.userInfo.username.startsWith('{username}') && "
-                        f"request.userInfo.username.endsWith(':{TENANT_SERVICE_ACCOUNT}')"
-                    ),
-                }
-            ],
+            "matchConditions": [_tenant_credential()],
             "variables": [
                 {"name": "terms", "expression": _TERMS},
                 {"name": "serviceTypes", "expression": _listed(ANNOTATION_ALLOWED_SERVICE_TYPES)},
                 {"name": "loadBalancerClasses", "expression": _listed(ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES)},
                 {"name": "endpointRanges", "expression": _listed(ANNOTATION_ENDPOINT_RANGES)},
+                {"name": "storageClasses", "expression": _listed(ANNOTATION_ALLOWED_STORAGE_CLASSES)},
+                {"name": "ingressClasses", "expression": _listed(ANNOTATION_ALLOWED_INGRESS_CLASSES)},
+                {"name": "ingressHosts", "expression": _listed(ANNOTATION_ALLOWED_INGRESS_HOSTS)},
+                {"name": "ingressAnnotations", "expression": _listed(ANNOTATION_ALLOWED_INGRESS_ANNOTATIONS)},
+                {"name": "ruleHosts", "expression": _ingress_rule_hosts()},
             ],
             "validations": validations,
         },
@@ -307,6 +418,79 @@ def tenant_admission_policy() -> list[dict]:
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": TENANT_TERMS_NAME, "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}},
         "spec": {"policyName": TENANT_TERMS_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding, *_ingress_hosts_policy()]
+
+
+_INGRESS_RULE = {
+    "apiGroups": ["networking.k8s.io"],
+    "apiVersions": ["v1"],
+    "operations": ["CREATE", "UPDATE"],
+    "resources": ["ingresses"],
+}
+
+
+def _tenant_credential() -> dict:
+    username = f"system:serviceaccount:{TENANT_NAMESPACE_PREFIX}"
+    return {
+        "name": "tenant-credential",
+        "expression": (
+            f"request.userInfo.username.startsWith('{username}') && "
+            f"request.userInfo.username.endsWith(':{TENANT_SERVICE_ACCOUNT}')"
+        ),
+    }
+
+
+def _ingress_hosts_policy() -> list[dict]:
+    """A tenant Ingress may not serve a host another namespace of the provider serves (it would split or take the
+    provider's traffic for it, or another twin's). The hosts served are the manager's ConfigMap (provider/hosts.py),
+    this policy's parameter; without it, tenant Ingresses are refused. The owner is not named to the tenant."""
+    key = "h.replace('*', '_')"
+    labels = {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": TENANT_INGRESS_HOSTS_POLICY, "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {"resourceRules": [_INGRESS_RULE]},
+            "matchConditions": [_tenant_credential()],
+            "variables": [
+                {"name": "served", "expression": "has(params.data) ? params.data : {}"},
+                {
+                    "name": "taken",
+                    "expression": (
+                        "(has(object.spec.rules) ? object.spec.rules.filter(r, has(r.host)).map(r, r.host) : [])"
+                        f".filter(h, {key} in variables.served && "
+                        f"variables.served[{key}].split(',').exists(n, n != request.namespace))"
+                    ),
+                },
+            ],
+            "validations": [
+                {
+                    "expression": "size(variables.taken) == 0",
+                    "messageExpression": (
+                        "'hosts already served by another namespace of the provider: ' + variables.taken.join(', ')"
+                    ),
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": TENANT_INGRESS_HOSTS_POLICY, "labels": labels},
+        "spec": {
+            "policyName": TENANT_INGRESS_HOSTS_POLICY,
+            "validationActions": ["Deny"],
+            "paramRef": {
+                "name": INGRESS_HOSTS_CONFIGMAP,
+                "namespace": SYSTEM_NAMESPACE,
+                "parameterNotFoundAction": "Deny",
+            },
+        },
     }
     return [policy, binding]
 

@@ -17,12 +17,16 @@ import pytest
 
 from catamaran import quantities
 from catamaran.constants import (
+    ANNOTATION_ALLOWED_INGRESS_HOSTS,
     ANNOTATION_ALLOWED_SERVICE_TYPES,
+    ANNOTATION_ALLOWED_STORAGE_CLASSES,
     ANNOTATION_ENDPOINT_RANGES,
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_OBJECT_QUOTA,
+    INGRESS_HOSTS_CONFIGMAP,
     RESOURCE_OFFER_NAME,
     ROOT_CA_CONFIGMAP,
+    SYSTEM_NAMESPACE,
     TENANT_PRIORITY_CLASS,
     TENANT_PRIORITY_VALUE,
     TENANT_TERMS_NAME,
@@ -184,6 +188,7 @@ def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
         },
     }
     refused(apply(tenant_kubectl, token_secret), "service-account-token Secrets are refused")
+    lend_storage_classes(lab, "standard")
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -195,6 +200,19 @@ def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
         },
     }
     refused(apply(tenant_kubectl, claim), "exceeded quota", "requests.storage")
+    lend_storage_classes(lab)
+
+
+def lend_storage_classes(lab, *classes: str, in_force: str | None = None) -> None:
+    """Terms lending these classes (none: the provider's default), once the twin carries `in_force`."""
+    federation.grant_terms(
+        lab, CONSUMER, PROVIDER, **({"storage": {"allowedClasses": list(classes)}} if classes else {})
+    )
+    expected = ",".join(classes) if in_force is None else in_force
+    wait_for(
+        lambda: twin(lab)["metadata"]["annotations"].get(ANNOTATION_ALLOWED_STORAGE_CLASSES, "") == expected,
+        what=f"the twin lending storage classes {expected!r}",
+    )
 
 
 def config_map(name: str, **data: str) -> dict:
@@ -239,6 +257,7 @@ def test_a_tenant_claim_never_takes_a_volume_of_the_providers(lab, tenant_kubect
         },
     }
     lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(volume))
+    lend_storage_classes(lab, "standard")
     try:
         by_name = claim("by-name", volumeName="provider-data", storageClassName="standard")
         refused(apply(tenant_kubectl, by_name), "may not name a volume")
@@ -252,8 +271,37 @@ def test_a_tenant_claim_never_takes_a_volume_of_the_providers(lab, tenant_kubect
         assert apply(tenant_kubectl, claim("by-class", storageClassName="standard")).returncode == 0
         assert get_json(lab, PROVIDER, "pv", "provider-data")["status"]["phase"] == "Available"
         tenant_kubectl("-n", TWIN, "delete", "pvc", "by-class")
+        refused(
+            apply(tenant_kubectl, claim("gold", storageClassName="gold")),
+            "storage class gold is not allowed by the provider's terms (allowed: standard)",
+        )
     finally:
         lab.kubectl(PROVIDER, "delete", "pv", "provider-data", "--wait=false", check=False)
+        lend_storage_classes(lab)
+
+
+def test_a_tenant_claim_names_the_providers_default_class_unless_its_terms_lend_others(lab, tenant_kubectl):
+    refused(
+        apply(tenant_kubectl, claim("unlent", storageClassName="standard")),
+        "storage class standard is not allowed by the provider's terms (allowed: none",
+    )
+    default_class = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "lab-default", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "kubernetes.io/no-provisioner",
+    }
+    lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(default_class))
+    try:
+        lend_storage_classes(lab, in_force="lab-default")
+        refused(apply(tenant_kubectl, claim("other", storageClassName="standard")), "(allowed: lab-default)")
+        # What a claim naming no class gets: the default, filled in by the provider's admission.
+        assert apply(tenant_kubectl, claim("defaulted")).returncode == 0
+        assert get_json(lab, PROVIDER, "pvc", "-n", TWIN, "defaulted")["spec"]["storageClassName"] == "lab-default"
+        tenant_kubectl("-n", TWIN, "delete", "pvc", "defaulted")
+    finally:
+        lab.kubectl(PROVIDER, "delete", "storageclass", "lab-default", check=False)
+    lend_storage_classes(lab, in_force="")
 
 
 def test_a_tenant_pods_grace_and_annotations_are_the_providers_to_bound(lab, tenant_kubectl):
@@ -535,6 +583,96 @@ def test_reflection_obeys_the_terms_and_a_granted_node_port_is_reflected_as_such
     wait_for(lambda: copy_type() == "NodePort", timeout=90, what="the Service reflected as NodePort once allowed")
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "service", "web")
     federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
+LENT_HOSTS = f"*.{CONSUMER}.example"
+INGRESS_CLASS = "public"
+
+
+def ingress(name: str, *hosts: str, namespace: str = TWIN, ingress_class: str | None = INGRESS_CLASS, **extra) -> dict:
+    backend = {"service": {"name": "web", "port": {"number": 80}}}
+    path = {"path": "/", "pathType": "Prefix", "backend": backend}
+    spec = {"rules": [{"host": host, "http": {"paths": [path]}} for host in hosts], **extra.pop("spec", {})}
+    if ingress_class:
+        spec["ingressClassName"] = ingress_class
+    metadata = {"name": name, "namespace": namespace, **extra}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata, "spec": spec}
+
+
+def served_hosts(lab) -> dict:
+    result = lab.kubectl(PROVIDER, "-n", SYSTEM_NAMESPACE, "get", "configmap", INGRESS_HOSTS_CONFIGMAP, "-o", "json")
+    return json.loads(result.stdout).get("data") or {}
+
+
+def create(run, obj: dict) -> subprocess.CompletedProcess:
+    """A create, as reflection writes: `kubectl apply` would add its own annotation, which no term lends."""
+    return run("create", "-f", "-", input=json.dumps(obj))
+
+
+def test_tenant_ingresses_take_only_lent_classes_hosts_and_annotations(lab, tenant_kubectl):
+    shop = f"shop.{CONSUMER}.example"
+    # Cautious defaults: no class is lent, so no tenant Ingress at all.
+    refused(create(tenant_kubectl, ingress("early", shop)), f"ingress class {INGRESS_CLASS} is not allowed", "none")
+
+    rewrite = "nginx.ingress.kubernetes.io/rewrite-target"
+    lent = {"allowedClasses": [INGRESS_CLASS], "allowedHosts": [LENT_HOSTS], "allowedAnnotations": [rewrite]}
+    federation.grant_terms(lab, CONSUMER, PROVIDER, ingress=lent)
+    wait_for(
+        lambda: twin(lab)["metadata"]["annotations"].get(ANNOTATION_ALLOWED_INGRESS_HOSTS) == LENT_HOSTS,
+        what="the twin's Ingress terms",
+    )
+    # A provider's own Ingress, in a namespace of its own, serves a host inside the pattern lent to the tenant.
+    taken = f"taken.{CONSUMER}.example"
+    lab.kubectl(PROVIDER, "create", "namespace", "storefront", check=False)
+    lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(ingress("owner", taken, namespace="storefront")))
+    wait_for(lambda: served_hosts(lab).get(taken) == "storefront", what="the provider's host recorded as served")
+
+    refused(create(tenant_kubectl, ingress("internal", shop, ingress_class="internal")), "ingress class internal")
+    refused(create(tenant_kubectl, ingress("classless", shop, ingress_class=None)), "an Ingress without a class")
+    outside = f"shop.{PROVIDER}.example"
+    refused(create(tenant_kubectl, ingress("outside", outside)), f"hosts not lent by the provider's terms: {outside}")
+    catch_all = ingress("catch-all", spec={"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}})
+    refused(create(tenant_kubectl, catch_all), "hosts not lent by the provider's terms: *")
+    tls = ingress("tls", shop, spec={"tls": [{"hosts": [outside], "secretName": "cert"}]})
+    refused(create(tenant_kubectl, tls), "TLS hosts must be within")
+    squatter = refused(
+        create(tenant_kubectl, ingress("squat", taken)), f"already served by another namespace of the provider: {taken}"
+    )
+    assert "storefront" not in squatter, "the owner is not the tenant's to know"
+    snippets = {
+        "nginx.ingress.kubernetes.io/configuration-snippet": "more_set_headers 'X: y';",
+        "nginx.ingress.kubernetes.io/auth-url": "http://attacker.example/auth",
+    }
+    refused(
+        create(tenant_kubectl, ingress("snippet", shop, annotations=snippets)),
+        "Ingress annotations not allowed",
+        "configuration-snippet",
+        "auth-url",
+    )
+    # The control: within every term, created, and updated (its own host is no collision with itself).
+    allowed = ingress("shop", shop, f"*.wild.{CONSUMER}.example", annotations={rewrite: "/"})
+    assert create(tenant_kubectl, allowed).returncode == 0
+    wait_for(lambda: served_hosts(lab).get(shop) == TWIN, what="the tenant's host recorded as served")
+    allowed["spec"]["rules"][0]["http"]["paths"][0]["path"] = "/cart"
+    updated = tenant_kubectl("replace", "-f", "-", input=json.dumps(allowed))
+    assert updated.returncode == 0, updated.stderr
+    lab.kubectl(PROVIDER, "delete", "namespace", "storefront", "--wait=false")
+    tenant_kubectl("-n", TWIN, "delete", "ingress", "shop")
+    federation.grant_terms(lab, CONSUMER, PROVIDER)
+
+
+def test_a_reflected_ingress_the_terms_refuse_is_a_warning_on_the_consumers(lab, fed):
+    local = ingress("local-shop", f"shop.{CONSUMER}.example", namespace=NAMESPACE)
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(local))
+    selector = "involvedObject.kind=Ingress,involvedObject.name=local-shop,reason=ReflectionFailed"
+    warnings = wait_for(
+        lambda: get_json(lab, CONSUMER, "events", "-n", NAMESPACE, "--field-selector", selector)["items"],
+        what="a Warning Event on the local Ingress",
+    )
+    assert warnings[0]["type"] == "Warning"
+    assert "is not allowed by the provider's terms" in warnings[0]["message"], warnings[0]["message"]
+    assert lab.kubectl(PROVIDER, "-n", TWIN, "get", "ingress", "local-shop", check=False).returncode != 0
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "ingress", "local-shop")
 
 
 def test_what_a_provider_admin_reports_is_checked_by_the_consumer(lab, fed, tmp_path):

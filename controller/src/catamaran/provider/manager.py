@@ -10,6 +10,7 @@ from ..kube.informer import Informer, call, changed
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
 from .counters import CounterOptions, CountersServer
 from .credentials import CredentialController
+from .hosts import IngressHostsController
 from .offers import ResourceOfferController
 from .shadowpods import ShadowPodController
 from .twins import TwinNamespaceController
@@ -56,7 +57,8 @@ def provider_tasks(
         wait_for=(offers.offers,),
     )
     offers.offers.on_change(call(credentials.terms_changed, key=lambda key: key[0], when=changed))
-    tasks = [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks()]
+    hosts = IngressHostsController(client)
+    tasks = [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks(), *hosts.tasks()]
     if counters is not None:
         server = CountersServer(
             client,

@@ -130,6 +130,10 @@ class TenantTerms:
     consumer_pod_cidrs: tuple = ()
     max_termination_grace_seconds: int = DEFAULT_MAX_TERMINATION_GRACE_SECONDS
     allowed_pod_annotations: tuple = DEFAULT_ALLOWED_POD_ANNOTATIONS
+    ingress_classes: tuple = ()
+    ingress_hosts: tuple = ()
+    ingress_annotations: tuple = ()
+    storage_classes: tuple = ()  # none named: the provider's default classes
 
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
@@ -139,6 +143,7 @@ class TenantTerms:
         services = spec.get("services") or {}
         defaults = spec.get("containerDefaults") or {}
         pods = spec.get("pods") or {}
+        ingress = spec.get("ingress") or {}
         # The CRD's schema rejects anything else; should it ever get through, the strictest choice applies.
         names = spec.get("twinNamespaceNames") or DEFAULT_TWIN_NAME_POLICY
         return cls(
@@ -165,6 +170,10 @@ class TenantTerms:
                 if pods.get("allowedAnnotations") is not None
                 else DEFAULT_ALLOWED_POD_ANNOTATIONS
             ),
+            ingress_classes=tuple(sorted(ingress.get("allowedClasses") or ())),
+            ingress_hosts=tuple(sorted(ingress.get("allowedHosts") or ())),
+            ingress_annotations=tuple(sorted(ingress.get("allowedAnnotations") or ())),
+            storage_classes=tuple(sorted((spec.get("storage") or {}).get("allowedClasses") or ())),
         )
 
 

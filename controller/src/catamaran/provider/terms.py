@@ -14,8 +14,12 @@ from collections.abc import Iterable
 
 from .. import quantities
 from ..constants import (
+    ANNOTATION_ALLOWED_INGRESS_ANNOTATIONS,
+    ANNOTATION_ALLOWED_INGRESS_CLASSES,
+    ANNOTATION_ALLOWED_INGRESS_HOSTS,
     ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES,
     ANNOTATION_ALLOWED_SERVICE_TYPES,
+    ANNOTATION_ALLOWED_STORAGE_CLASSES,
     ANNOTATION_ENDPOINT_RANGES,
     LABEL_MANAGED_BY,
     MANAGED_BY_CATAMARAN,
@@ -177,12 +181,22 @@ def endpoint_ranges(consumer_cidrs: Iterable[str], provider_cidrs: Iterable[str]
     return sorted(allowed), problem
 
 
-def twin_annotations(terms, ranges: list[str]) -> dict[str, str]:
+def lent_storage_classes(terms, default_classes: Iterable[str]) -> tuple[str, ...]:
+    """The classes a tenant's claims may name: those the terms list, else the provider's default classes (what a
+    claim naming none gets), so a tenant never picks a class the provider keeps for itself."""
+    return tuple(sorted(terms.storage_classes or default_classes))
+
+
+def twin_annotations(terms, ranges: list[str], default_storage_classes: Iterable[str] = ()) -> dict[str, str]:
     """What the admission policy reads from a twin namespace: the terms for what the tenant writes there."""
     return {
+        ANNOTATION_ALLOWED_STORAGE_CLASSES: ",".join(lent_storage_classes(terms, default_storage_classes)),
         ANNOTATION_ALLOWED_SERVICE_TYPES: ",".join(terms.service_types),
         ANNOTATION_ALLOWED_LOAD_BALANCER_CLASSES: ",".join(terms.load_balancer_classes),
         ANNOTATION_ENDPOINT_RANGES: ",".join(ranges),
+        ANNOTATION_ALLOWED_INGRESS_CLASSES: ",".join(terms.ingress_classes),
+        ANNOTATION_ALLOWED_INGRESS_HOSTS: ",".join(terms.ingress_hosts),
+        ANNOTATION_ALLOWED_INGRESS_ANNOTATIONS: ",".join(terms.ingress_annotations),
     }
 
 

@@ -21,9 +21,11 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import LimitRange, Namespace, ResourceQuota, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
+from lightkube.resources.storage_v1 import StorageClass
 from lightkube.types import PatchType
 
 from ..constants import (
+    ANNOTATION_DEFAULT_STORAGE_CLASS,
     ANNOTATION_ORIGIN_NAMESPACE,
     ANNOTATION_TWIN_OF,
     FABRIC_NAMESPACE,
@@ -39,7 +41,7 @@ from ..constants import (
     TWIN_FINALIZER,
 )
 from ..kube.events import EventRecorder
-from ..kube.informer import Informer, enqueue
+from ..kube.informer import Informer, call, changed, enqueue
 from ..kube.ops import patch_status
 from ..kube.resources import TwinNamespace
 from ..kube.workqueue import WorkQueue
@@ -54,6 +56,10 @@ log = logging.getLogger(__name__)
 POD_SECURITY_MODES = ("enforce", "warn", "audit")
 RESERVED_NAMES = frozenset({"default", SYSTEM_NAMESPACE, FABRIC_NAMESPACE})
 RESERVED_PREFIXES = ("kube-", TENANT_NAMESPACE_PREFIX)
+
+
+def is_default_class(storage_class) -> bool:
+    return (storage_class.metadata.annotations or {}).get(ANNOTATION_DEFAULT_STORAGE_CLASS) == "true"
 
 
 def reserved_name(name: str) -> bool:
@@ -144,6 +150,9 @@ class TwinNamespaceController:
             labels={LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
             transform=as_dict,
         )
+        # Which classes are the cluster's default: what a tenant's claims may name when its terms name none.
+        self.storage_classes = Informer(client, StorageClass, name="storageclasses", transform=is_default_class)
+        self.storage_classes.on_change(call(self.requeue_all, when=changed))
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.twins.on_change(enqueue(self.queue))
         self.namespaces.on_change(self._namespace_changed)
@@ -158,8 +167,15 @@ class TwinNamespaceController:
 
     def pod_ranges_changed(self) -> None:
         """The provider's own pod ranges changed: every twin's allowed endpoint ranges are computed again."""
+        self.requeue_all()
+
+    def requeue_all(self) -> None:
         for twin_key in list(self.twins.cache):
             self.queue.add(twin_key)
+
+    def default_storage_classes(self) -> list[str]:
+        cache = self.storage_classes.cache
+        return sorted(key[1] for key in list(cache) if cache[key])
 
     def tenant_terms(self, tenant_ns: str) -> TenantTerms:
         terms = self.terms.get(tenant_ns, RESOURCE_OFFER_NAME) if self.terms is not None else None
@@ -171,11 +187,11 @@ class TwinNamespaceController:
             self.queue.add(tuple(twin_of.split("/", 1)))
 
     def tasks(self):
-        return [self.twins.run(), self.namespaces.run(), self._run()]
+        return [self.twins.run(), self.namespaces.run(), self.storage_classes.run(), self._run()]
 
     async def _run(self):
         terms = [self.terms] if self.terms else []
-        for informer in (self.twins, self.namespaces, self.tenants, *terms, *self.wait_for):
+        for informer in (self.twins, self.namespaces, self.storage_classes, self.tenants, *terms, *self.wait_for):
             await informer.synced.wait()
         await self.queue.run()
 
@@ -207,7 +223,8 @@ class TwinNamespaceController:
                 patch_type=PatchType.MERGE,
             )
         ranges, problem = tenant_terms.endpoint_ranges(terms.consumer_pod_cidrs, self.provider_pod_cidrs())
-        annotations = {**tenant_terms.twin_annotations(terms, ranges), ANNOTATION_ORIGIN_NAMESPACE: origin}
+        lent = tenant_terms.twin_annotations(terms, ranges, self.default_storage_classes())
+        annotations = {**lent, ANNOTATION_ORIGIN_NAMESPACE: origin}
         existing = await self._get_namespace(name)
         conflict = ownership_conflict(existing, name, twin_of, origin)
         if conflict is not None:
