@@ -29,11 +29,17 @@ description:
     provider's C(catamaran_allowed_pod_security) (by default V([restricted, baseline])), so only the provider's
     own inventory entry can lend V(privileged).
   - Likewise a peering's C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
-    C(allowed_priority_classes) and C(allowed_pod_annotations) must be lent by its provider's
+    C(allowed_priority_classes), C(allowed_pod_annotations), C(allowed_storage_classes), C(allowed_ingress_classes),
+    C(allowed_ingress_hosts) and C(allowed_ingress_annotations) must be lent by its provider's
     C(catamaran_tenant_allowances) (keys C(service_types), by default V([ClusterIP]); C(load_balancer_classes), by
     default V([]); C(twin_namespace_names), by default V([Suffixed]); C(priority_classes), by default V([]);
-    C(pod_annotations), by default the peering module's default), and its C(max_termination_grace_period) may not
+    C(pod_annotations), by default the peering module's default; C(storage_classes), by default V([]), so that only
+    the provider's default storage class is lent; C(ingress_classes), C(ingress_hosts) and C(ingress_annotations),
+    each by default V([]), so that no tenant Ingress is lent), and its C(max_termination_grace_period) may not
     exceed the key C(max_termination_grace_period) (by default V(300)).
+  - An annotation prefix lent (V(prefix/*)) covers its keys and narrower prefixes; a host pattern lent covers the
+    hosts it stands for (V(*.example.com) covers V(shop.example.com) and V(*.shop.example.com), not V(example.com);
+    V(*) covers every host); the other allowances are lent name by name.
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
@@ -52,13 +58,16 @@ description:
     health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, taints,
     offloaded namespaces, offloading policies), an offloading policy without a name or with an empty C(namespace_selector),
     invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
-    outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer or priority
-    class that is not a valid name, a container default or object quota that is not a quantity, a default request
-    above its default limit), or an invalid offloaded namespace.
+    outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer, priority,
+    storage or Ingress class that is not a valid name, an annotation key or Ingress host pattern that is not a valid
+    one, a container default or object quota that is not a quantity, a default request above its default limit), or
+    an invalid offloaded namespace.
   - A peering's provider terms C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
-    C(priority_class), C(allowed_priority_classes), C(container_defaults) and C(object_quota) take the values of
-    the M(catamaran.federation.peering) options of the same names; unset, they are left out of the model and
-    the module's defaults apply.
+    C(priority_class), C(allowed_priority_classes), C(container_defaults), C(object_quota),
+    C(max_termination_grace_period), C(allowed_pod_annotations), C(allowed_storage_classes),
+    C(allowed_ingress_classes), C(allowed_ingress_hosts) and C(allowed_ingress_annotations) take the values of the
+    M(catamaran.federation.peering) options of the same names; unset, they are left out of the model and the
+    module's defaults apply.
 positional: hosts
 options:
   _input:
@@ -215,7 +224,19 @@ ALLOWANCES = (
     ("twin_namespace_names", "twin_namespace_names", [DEFAULT_TWIN_NAME_POLICY]),
     ("priority_classes", "allowed_priority_classes", []),
     ("pod_annotations", "allowed_pod_annotations", list(DEFAULT_ALLOWED_POD_ANNOTATIONS)),
+    # None lent: a tenant's claims may name only the provider's default class, which needs no lending.
+    ("storage_classes", "allowed_storage_classes", []),
+    ("ingress_classes", "allowed_ingress_classes", []),
+    ("ingress_hosts", "allowed_ingress_hosts", []),
+    ("ingress_annotations", "allowed_ingress_annotations", []),
 )
+# How a value asked is covered by those lent, where not by being one of them: an annotation prefix lent (prefix/*)
+# covers its keys and narrower prefixes, a host pattern lent (*.example.com, *) the hosts and patterns under it.
+COVERED = {
+    "pod_annotations": tenancy.annotation_allowed,
+    "ingress_annotations": tenancy.annotation_allowed,
+    "ingress_hosts": tenancy.host_lent,
+}
 # An allowance that is a bound, not a list: a peering may ask at most what the provider lends.
 GRACE_ALLOWANCE = (
     "max_termination_grace_period",
@@ -266,8 +287,7 @@ def _within_allowances(entry, provider, where):
         if asked is None:
             continue
         lent = provider["allowances"][name]
-        # An annotation prefix lent (prefix/*) covers its keys and narrower prefixes; the other allowances are names.
-        covered = tenancy.annotation_allowed if name == "pod_annotations" else (lambda value, lent: value in lent)
+        covered = COVERED.get(name, lambda value, lent: value in lent)
         beyond = [value for value in (asked if isinstance(asked, list) else [asked]) if not covered(value, lent)]
         if option == "allowed_service_types":
             beyond = [value for value in beyond if value != "ClusterIP"]

@@ -79,7 +79,12 @@ TOLERATION_OPERATORS = ("Equal", "Exists")
 MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs holds
 CONSENT_FIELD = ("spec", "networking", "podCIDRs")
 RESOURCE_OFFER_CRD = "resourceoffers.%s" % OFFLOADING_GROUP
-POD_TERMS_FIELD = ("spec", "pods")
+# Terms a release added to the ResourceOffer, and what they are the terms of (for the plan of an upgrade).
+ADDED_TERMS_FIELDS = (
+    (("spec", "pods"), "the tenant's pods"),
+    (("spec", "storage"), "the tenant's PersistentVolumeClaims"),
+    (("spec", "ingress"), "the tenant's Ingresses"),
+)
 
 
 def check_toleration(toleration, where):
@@ -144,6 +149,15 @@ def terms(params):
                 "max_termination_grace_period", DEFAULT_MAX_TERMINATION_GRACE_SECONDS
             ),
             "allowedAnnotations": listed("allowed_pod_annotations", DEFAULT_ALLOWED_POD_ANNOTATIONS),
+        },
+        # Unset, none named: a tenant's claims may name only the provider's default class (what a claim naming none
+        # gets), never one the provider keeps for itself.
+        "storage": {"allowedClasses": listed("allowed_storage_classes")},
+        # Unset, none: a tenant's Ingress is refused until the provider lends a class and hosts.
+        "ingress": {
+            "allowedClasses": listed("allowed_ingress_classes"),
+            "allowedHosts": listed("allowed_ingress_hosts"),
+            "allowedAnnotations": listed("allowed_ingress_annotations"),
         },
     }
 
@@ -345,12 +359,13 @@ class Peering:
                 % (self.consumer.label, self.provider.label, ", ".join(consent))
             )
         offer = self.resource_offer(params, announced, offer_network)
-        if changes.check_mode and not crds.serves_field(self.provider, RESOURCE_OFFER_CRD, POD_TERMS_FIELD):
-            del offer["spec"]["pods"]
-            changes.note(
-                "%s: write the terms of the tenant's pods (spec.pods) once its ResourceOffer CRD serves them (the crds "
-                "step of the same run upgrades it; a check-mode run cannot)" % self.provider.label
-            )
+        for field, of_what in ADDED_TERMS_FIELDS:
+            if changes.check_mode and not crds.serves_field(self.provider, RESOURCE_OFFER_CRD, field):
+                del offer["spec"][field[-1]]
+                changes.note(
+                    "%s: write the terms of %s (%s) once its ResourceOffer CRD serves them (the crds step of the same "
+                    "run upgrades it; a check-mode run cannot)" % (self.provider.label, of_what, ".".join(field))
+                )
         changes.apply(self.provider, offer)
         replaced = None
         if rotate:

@@ -229,9 +229,24 @@ def dns1123_subdomain(value, where):
     return value
 
 
-def priority_classes(values, where):
+def object_names(values, where):
+    """Names of cluster objects such as PriorityClasses, StorageClasses and IngressClasses, each a DNS-1123
+    subdomain (never empty)."""
     for index, value in enumerate(_strings(values, where)):
         dns1123_subdomain(value, "%s[%d]" % (where, index))
+    return values
+
+
+def ingress_hosts(values, where):
+    """Host patterns lent to a tenant's Ingresses: `*` (every host), `*.` and a domain (every name under it) or a
+    host name, each a lower-case DNS-1123 subdomain as the API holds an Ingress's hosts."""
+    for index, value in enumerate(_strings(values, where)):
+        name = value[2:] if isinstance(value, str) and value.startswith("*.") else value
+        if value != "*" and (not isinstance(name, str) or len(value) > 253 or not DNS1123_SUBDOMAIN.match(name)):
+            raise InvalidSetting(
+                "%s[%d]: host %r is not *, *.<domain> or a host name (lower-case letters, digits, '-' and '.', "
+                "a DNS-1123 subdomain of at most 253)" % (where, index, value)
+            )
     return values
 
 
@@ -244,8 +259,8 @@ def grace_seconds(value, where):
     return value
 
 
-def pod_annotations(values, where):
-    """Annotation keys a tenant's pod keeps on the provider: exact keys, or a prefix followed by /*."""
+def annotation_keys(values, where):
+    """Annotation keys a tenant's pods or Ingresses keep on the provider: exact keys, or a prefix followed by /*."""
     for index, value in enumerate(_strings(values, where)):
         key = value[:-2] + "/x" if isinstance(value, str) and value.endswith("/*") else value
         qualified_name(key, "%s[%d]" % (where, index), "annotation key (or prefix/*)")
@@ -317,11 +332,15 @@ TERMS_CHECKS = (
     ("allowed_load_balancer_classes", load_balancer_classes),
     ("twin_namespace_names", twin_name_policy),
     ("priority_class", dns1123_subdomain),
-    ("allowed_priority_classes", priority_classes),
+    ("allowed_priority_classes", object_names),
     ("container_defaults", container_defaults),
     ("object_quota", object_quota),
     ("max_termination_grace_period", grace_seconds),
-    ("allowed_pod_annotations", pod_annotations),
+    ("allowed_pod_annotations", annotation_keys),
+    ("allowed_storage_classes", object_names),
+    ("allowed_ingress_classes", object_names),
+    ("allowed_ingress_hosts", ingress_hosts),
+    ("allowed_ingress_annotations", annotation_keys),
 )
 TERMS_OPTIONS = tuple(option for option, _check in TERMS_CHECKS)
 

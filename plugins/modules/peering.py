@@ -17,15 +17,18 @@ description:
   - "On the provider: the tenant namespace C(catamaran-tenant-<consumer_id>), the ServiceAccount
     C(catamaran-consumer), least-privilege RBAC (it reaches only its tenant's namespaces), and the tenant's
     ResourceOffer C(resources) holding its terms: placement, Pod Security level, share, credential lifetime,
-    Service types, twin namespace names, priority class, container defaults and object quota
-    (docs/tenant-terms.md has every field a tenant writes and what the terms decide)."
+    Service types, twin namespace names, priority class, container defaults, object quota, storage classes and
+    Ingress classes, hosts and annotations (docs/tenant-terms.md has every field a tenant writes and what the terms
+    decide)."
   - The ResourceOffer also announces the consumer's pod ranges (C(spec.consumerPodCIDRs)), read from the
     C(spec.podCIDRs) of the consumer's nodes (one covering range per IP family), as the only addresses the tenant's
     EndpointSlices may hold on the provider. The module warns when no consumer node reports one.
   - "Also on the provider, the cluster-wide objects every tenant shares: the tenant ClusterRoles, the
     PriorityClass C(catamaran-tenant) and the ValidatingAdmissionPolicy C(catamaran-tenant-terms) with its
-    binding, which holds what a tenant writes (Services, EndpointSlices, Secrets) to its terms. The provider must
-    serve C(admissionregistration.k8s.io/v1) ValidatingAdmissionPolicy (Kubernetes 1.30 or later)."
+    binding, which holds what a tenant writes (Services, EndpointSlices, Secrets, PersistentVolumeClaims, Ingresses)
+    to its terms, and the ValidatingAdmissionPolicy C(catamaran-tenant-ingress-hosts) with its binding, which
+    refuses a tenant Ingress a host another namespace of the provider serves. The provider must serve
+    C(admissionregistration.k8s.io/v1) ValidatingAdmissionPolicy (Kubernetes 1.30 or later)."
   - The credential is a bound, expiring token that the provider's Catamaran manager mints (and renews) into Secret
     C(catamaran-tenant-credential) of the tenant namespace; the module waits for it, so that manager must be running
     on the provider (P(catamaran.federation.controller#role)).
@@ -37,7 +40,7 @@ description:
   - With O(state=absent), cordons and drains the virtual node (its virtual kubelet removes the offloaded pods from
     the provider), deletes the ForeignCluster and credential, and removes the tenant's twin namespaces, the tenant
     namespace with its ServiceAccount, token and bindings, and the cluster-wide objects all tenants share
-    (ClusterRoles, PriorityClass, admission policy and binding) once no tenant is left.
+    (ClusterRoles, PriorityClass, admission policies and bindings) once no tenant is left.
   - With O(state=absent) and O(force=true), a cluster that cannot be reached does not stop the un-peering; the
     module cleans the reachable side alone and lists in RV(not_cleaned) what was left on the other.
   - Every option is checked before any cluster is changed; a bad label key or value, a CIDR that is not one or is
@@ -210,6 +213,70 @@ options:
     default:
       - kubectl.kubernetes.io/default-container
       - container.apparmor.security.beta.kubernetes.io/*
+    version_added: 0.3.0
+  allowed_storage_classes:
+    description:
+      - The StorageClasses this consumer's PersistentVolumeClaims may name on the provider
+        (C(spec.storage.allowedClasses)); each a DNS-1123 subdomain. A claim naming a class not listed is refused, so
+        the tenant cannot fill a class the provider keeps for itself (fast disks, a backup tier).
+      - The default (none listed) lends only the provider's default class, the one a claim naming none gets (the
+        provider's manager follows which class is the default); with no default class on the provider, every tenant
+        claim is refused.
+      - Never the empty class (V("")), which binds the provider's static volumes; a claim with it, or with no class
+        once the API server has defaulted it, is always refused.
+      - Claims of the consumer's virtual storage class C(catamaran) are reflected with the provider class
+        O(reflection.storage_class_name), or unset the provider's default class, and are held to these terms like
+        any other claim; so a class named there must be listed here unless it is the provider's default.
+      - Set in the inventory (C(catamaran_peerings)), the values must be lent by the provider's
+        C(catamaran_tenant_allowances) (key C(storage_classes)), as P(catamaran.federation.federation_model#filter)
+        checks.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
+  allowed_ingress_classes:
+    description:
+      - The IngressClasses this consumer's Ingresses may name on the provider (C(spec.ingress.allowedClasses));
+        each a DNS-1123 subdomain. An Ingress naming no class, or a class not listed, is refused, so the default
+        (none) refuses every tenant Ingress.
+      - Set in the inventory (C(catamaran_peerings)), the values must be lent by the provider's
+        C(catamaran_tenant_allowances) (key C(ingress_classes)), as P(catamaran.federation.federation_model#filter)
+        checks.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
+  allowed_ingress_hosts:
+    description:
+      - The hosts this consumer's Ingresses may serve on the provider (C(spec.ingress.allowedHosts)), as patterns
+        lent by the provider. An exact host such as V(shop.example.com) is that host alone; V(*.example.com) is
+        every name under it (V(shop.example.com), V(a.b.example.com), and wildcard hosts such as
+        V(*.shop.example.com)), not V(example.com) itself; V(*) is every host, rules without a host and default
+        backends included. An Ingress with a host not lent, or with no host or a default backend without V(*), is
+        refused, so the default (none) refuses every tenant Ingress.
+      - A host that an Ingress of another namespace of the provider (its own or another tenant's) already serves is
+        always refused, whatever is lent (the provider's manager keeps a record of the hosts served), and the
+        refusal does not tell the tenant which namespace serves it.
+      - Set in the inventory (C(catamaran_peerings)), each value must be covered by a pattern the provider's
+        C(catamaran_tenant_allowances) lends (key C(ingress_hosts)), as P(catamaran.federation.federation_model#filter)
+        checks.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
+  allowed_ingress_annotations:
+    description:
+      - The annotations this consumer's Ingresses may carry on the provider (C(spec.ingress.allowedAnnotations));
+        exact keys, or a prefix followed by C(/*). An Ingress with any other is refused, as ingress controllers
+        act on annotations (configuration snippets, external authentication URLs, rewrites). Catamaran's own
+        annotations on the copies it reflects always pass.
+      - The default (none) refuses every tenant Ingress that carries an annotation of its own.
+      - Set in the inventory (C(catamaran_peerings)), the values must be lent by the provider's
+        C(catamaran_tenant_allowances) (key C(ingress_annotations); a prefix lent covers its keys and narrower
+        prefixes), as P(catamaran.federation.federation_model#filter) checks.
+    type: list
+    elements: str
+    default: []
     version_added: 0.3.0
   container_defaults:
     description:
@@ -501,6 +568,8 @@ options:
         description:
           - The provider's storage class for reflected PersistentVolumeClaims; unset uses the provider's default
             class.
+          - The reflected claims are held to the provider's terms, so a class other than the provider's default must
+            be one of O(allowed_storage_classes).
         type: str
   wait:
     description: With O(state=present), wait until the virtual node is Ready.
@@ -797,6 +866,10 @@ def argument_spec():
         object_quota=dict(type="dict", default=dict(DEFAULT_OBJECT_QUOTA)),
         max_termination_grace_period=dict(type="int", default=DEFAULT_MAX_TERMINATION_GRACE_SECONDS),
         allowed_pod_annotations=dict(type="list", elements="str", default=list(DEFAULT_ALLOWED_POD_ANNOTATIONS)),
+        allowed_storage_classes=dict(type="list", elements="str", default=[]),
+        allowed_ingress_classes=dict(type="list", elements="str", default=[]),
+        allowed_ingress_hosts=dict(type="list", elements="str", default=[]),
+        allowed_ingress_annotations=dict(type="list", elements="str", default=[]),
         rotate_credential=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),

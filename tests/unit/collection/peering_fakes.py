@@ -51,8 +51,9 @@ class FakeCluster:
         self.ca_data = None
         self.objects = {}
         self.deleted = []
-        # The checkout's CRDs are served, as the crds role installs them before any peering (crds=False: none).
-        self.crds = {crd["metadata"]["name"]: crd for crd in INSTALLED_CRDS} if crds else {}
+        # The checkout's CRDs are served, as the crds role installs them before any peering (crds=False: none); each
+        # cluster its own copies, so a test that serves a previous release's schema changes no other test's.
+        self.crds = {crd["metadata"]["name"]: copy.deepcopy(crd) for crd in INSTALLED_CRDS} if crds else {}
         for obj in objects:
             self._store(obj)
 

@@ -50,6 +50,13 @@ def test_the_model_passes_each_term_as_set_and_leaves_the_rest_to_the_module():
         ({"allowed_priority_classes": ["platinum"]}, "catamaran_tenant_allowances.priority_classes"),
         ({"allowed_load_balancer_classes": ["example.com/vip"]}, "catamaran_tenant_allowances.load_balancer_classes"),
         ({"allowed_pod_annotations": ["karpenter.sh/do-not-disrupt"]}, "catamaran_tenant_allowances.pod_annotations"),
+        ({"allowed_storage_classes": ["fast-ssd"]}, "catamaran_tenant_allowances.storage_classes"),
+        ({"allowed_ingress_classes": ["nginx"]}, "catamaran_tenant_allowances.ingress_classes"),
+        ({"allowed_ingress_hosts": ["shop.example.com"]}, "catamaran_tenant_allowances.ingress_hosts"),
+        (
+            {"allowed_ingress_annotations": ["cert-manager.io/issuer"]},
+            "catamaran_tenant_allowances.ingress_annotations",
+        ),
     ],
 )
 def test_a_consumer_entry_cannot_ask_what_the_provider_does_not_lend(entry, lent):
@@ -58,6 +65,138 @@ def test_a_consumer_entry_cannot_ask_what_the_provider_does_not_lend(entry, lent
         federation_model(inventory({} if "Any" in str(entry) else None, **entry), ["h1", "h2"])
     with pytest.raises(AnsibleFilterError, match=r"host h2: catamaran_tenant_allowances: unknown keys \['nodeports'\]"):
         federation_model(inventory({"nodeports": True}), ["h1", "h2"])
+
+
+INGRESS_LENT = {
+    "ingress_classes": ["nginx", "internal"],
+    "ingress_hosts": ["*.example.com", "shop.example.org"],
+    "ingress_annotations": ["cert-manager.io/*", "nginx.ingress.kubernetes.io/rewrite-target"],
+}
+
+
+@pytest.mark.parametrize(
+    ("option", "asked"),
+    [
+        ("allowed_ingress_classes", ["internal"]),
+        ("allowed_ingress_hosts", ["shop.example.com", "*.a.example.com", "a.b.example.com", "shop.example.org"]),
+        ("allowed_ingress_hosts", ["*.example.com"]),
+        (
+            "allowed_ingress_annotations",
+            ["cert-manager.io/cluster-issuer", "nginx.ingress.kubernetes.io/rewrite-target"],
+        ),
+        ("allowed_ingress_annotations", ["cert-manager.io/*"]),
+    ],
+)
+def test_ingress_terms_within_what_the_provider_lends_pass(option, asked):
+    (peering,) = federation_model(inventory(INGRESS_LENT, **{option: asked}), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert peering[option] == asked
+
+
+@pytest.mark.parametrize(
+    ("option", "asked", "beyond"),
+    [
+        ("allowed_ingress_classes", ["nginx", "public"], "public"),
+        ("allowed_ingress_hosts", ["example.com"], "example.com"),  # *.example.com is the names under it
+        ("allowed_ingress_hosts", ["*"], r"\*"),
+        ("allowed_ingress_hosts", ["shop.example.com", "*.example.org"], r"\*.example.org"),
+        ("allowed_ingress_hosts", ["www.shop.example.org"], "www.shop.example.org"),  # an exact host lends itself
+        ("allowed_ingress_hosts", ["evilexample.com"], "evilexample.com"),
+        (
+            "allowed_ingress_annotations",
+            ["nginx.ingress.kubernetes.io/configuration-snippet"],
+            "nginx.ingress.kubernetes.io/configuration-snippet",
+        ),
+        ("allowed_ingress_annotations", ["nginx.ingress.kubernetes.io/*"], r"nginx.ingress.kubernetes.io/\*"),
+    ],
+)
+def test_ingress_terms_beyond_what_the_provider_lends_are_refused(option, asked, beyond):
+    name = option.removeprefix("allowed_")
+    with pytest.raises(
+        AnsibleFilterError,
+        match=rf"{option} {beyond}.* not lent by provider cluster-2 \(host h2: catamaran_tenant_allowances.{name} is",
+    ):
+        federation_model(inventory(INGRESS_LENT, **{option: asked}), ["h1", "h2"])
+
+
+def test_a_provider_lending_every_host_lends_each():
+    lent = {"ingress_hosts": ["*"]}
+    for hosts in (["*"], ["example.com", "*.example.com"]):
+        federation_model(inventory(lent, allowed_ingress_hosts=hosts), ["h1", "h2"])
+
+
+@pytest.mark.parametrize(
+    ("allowances", "message"),
+    [
+        (
+            {"ingress_classes": ["Nginx"]},
+            r"catamaran_tenant_allowances.ingress_classes\[0\]: 'Nginx' is not a DNS-1123",
+        ),
+        ({"ingress_hosts": ["a.*.com"]}, r"catamaran_tenant_allowances.ingress_hosts\[0\]: host 'a.\*.com' is not"),
+        ({"ingress_hosts": "*"}, r"catamaran_tenant_allowances.ingress_hosts must be a list"),
+        ({"ingress_annotations": ["a/*/*"]}, r"catamaran_tenant_allowances.ingress_annotations\[0\]: annotation key"),
+    ],
+)
+def test_bad_ingress_allowances_name_the_provider_host_and_key(allowances, message):
+    with pytest.raises(AnsibleFilterError, match=r"host h2: " + message):
+        federation_model(inventory(allowances), ["h1", "h2"])
+
+
+def test_the_ingress_allowances_lend_nothing_by_default():
+    for option in ("allowed_ingress_classes", "allowed_ingress_hosts", "allowed_ingress_annotations"):
+        federation_model(inventory(None, **{option: []}), ["h1", "h2"])  # asking none is always within
+        with pytest.raises(AnsibleFilterError, match="not lent by provider cluster-2"):
+            federation_model(inventory(None, **{option: ["x"]}), ["h1", "h2"])
+
+
+STORAGE_LENT = {"storage_classes": ["standard", "fast-ssd"]}
+
+
+@pytest.mark.parametrize("asked", [[], ["fast-ssd"], ["standard", "fast-ssd"]])
+def test_storage_classes_the_provider_lends_pass(asked):
+    (peering,) = federation_model(inventory(STORAGE_LENT, allowed_storage_classes=asked), ["h1", "h2"])["peerings"][
+        "cluster-1"
+    ]
+    assert peering["allowed_storage_classes"] == asked
+
+
+@pytest.mark.parametrize(
+    ("asked", "beyond"),
+    [
+        (["fast-ssd", "backup"], "backup"),
+        (["fast"], "fast"),  # lent name by name: no prefix, no pattern
+        (["fast-ssd-2"], "fast-ssd-2"),
+    ],
+)
+def test_storage_classes_beyond_what_the_provider_lends_are_refused(asked, beyond):
+    with pytest.raises(
+        AnsibleFilterError,
+        match=rf"allowed_storage_classes {beyond} not lent by provider cluster-2 \(host h2: "
+        r"catamaran_tenant_allowances.storage_classes is \['standard', 'fast-ssd'\]\)",
+    ):
+        federation_model(inventory(STORAGE_LENT, allowed_storage_classes=asked), ["h1", "h2"])
+
+
+def test_the_storage_allowance_lends_no_class_by_default():
+    """Only the provider's default class, which the terms lend without naming it; naming a class, even that one,
+    needs the provider's entry to lend it."""
+    (peering,) = federation_model(inventory(), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert "allowed_storage_classes" not in peering  # the module's default: the provider's default class
+    federation_model(inventory(None, allowed_storage_classes=[]), ["h1", "h2"])
+    with pytest.raises(AnsibleFilterError, match=r"catamaran_tenant_allowances.storage_classes is \[\]"):
+        federation_model(inventory(None, allowed_storage_classes=["standard"]), ["h1", "h2"])
+
+
+@pytest.mark.parametrize(
+    ("allowances", "message"),
+    [
+        ({"storage_classes": ["Fast"]}, r"catamaran_tenant_allowances.storage_classes\[0\]: 'Fast' is not a DNS-1123"),
+        ({"storage_classes": [""]}, r"catamaran_tenant_allowances.storage_classes\[0\]: '' is not a DNS-1123"),
+        ({"storage_classes": "fast-ssd"}, r"catamaran_tenant_allowances.storage_classes must be a list"),
+    ],
+)
+def test_bad_storage_allowances_name_the_provider_host_and_key(allowances, message):
+    with pytest.raises(AnsibleFilterError, match=r"host h2: " + message):
+        federation_model(inventory(allowances), ["h1", "h2"])
 
 
 @pytest.mark.parametrize(
@@ -69,6 +208,11 @@ def test_a_consumer_entry_cannot_ask_what_the_provider_does_not_lend(entry, lent
         ({"object_quota": {"services": "lots"}}, r"catamaran_peerings\[0\]: object_quota.services: 'lots'"),
         ({"container_defaults": {"requests": {"cpu": "4"}}}, r"container_defaults: requests.cpu 4 is above limits"),
         ({"allowed_services": ["NodePort"]}, r"catamaran_peerings\[0\]: unknown keys \['allowed_services'\]"),
+        ({"allowed_ingress_hosts": ["*.Example.com"]}, r"catamaran_peerings\[0\]: allowed_ingress_hosts\[0\]: host"),
+        ({"allowed_ingress_classes": "nginx"}, r"catamaran_peerings\[0\]: allowed_ingress_classes must be a list"),
+        ({"allowed_storage_classes": [""]}, r"catamaran_peerings\[0\]: allowed_storage_classes\[0\]: '' is not a"),
+        ({"allowed_storage_classes": "fast"}, r"catamaran_peerings\[0\]: allowed_storage_classes must be a list"),
+        ({"allowed_storage_classes": ["*"]}, r"catamaran_peerings\[0\]: allowed_storage_classes\[0\]: '\*' is not a"),
     ],
 )
 def test_bad_terms_in_the_inventory_name_the_host_and_field(entry, message):

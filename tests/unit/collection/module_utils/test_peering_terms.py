@@ -51,6 +51,23 @@ def test_unset_terms_are_the_controllers_defaults():
         "maxTerminationGracePeriodSeconds": DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
         "allowedAnnotations": list(DEFAULT_ALLOWED_POD_ANNOTATIONS),
     }
+    # None named: a tenant claim may name only the provider's default class (the manager follows which it is).
+    assert agreed["storage"] == {"allowedClasses": []}
+    # None lent: the provider refuses every tenant Ingress until it lends a class and hosts.
+    assert agreed["ingress"] == {"allowedClasses": [], "allowedHosts": [], "allowedAnnotations": []}
+
+
+def test_unset_ingress_terms_are_written_empty_in_the_offer():
+    spec = Peering(None, None, None, "c1", "p1").resource_offer(params())["spec"]
+    assert spec["ingress"] == {"allowedClasses": [], "allowedHosts": [], "allowedAnnotations": []}
+
+
+def test_unset_storage_terms_are_written_empty_in_the_offer():
+    """Written empty rather than left out, so un-setting the option takes back the classes lent before."""
+    spec = Peering(None, None, None, "c1", "p1").resource_offer(params())["spec"]
+    assert spec["storage"] == {"allowedClasses": []}
+    spec = Peering(None, None, None, "c1", "p1").resource_offer(params(allowed_storage_classes=["fast-ssd"]))["spec"]
+    assert spec["storage"] == {"allowedClasses": ["fast-ssd"]}
 
 
 @pytest.mark.parametrize(
@@ -85,6 +102,27 @@ def test_unset_terms_are_the_controllers_defaults():
             ("pods", "allowedAnnotations"),
             ["prometheus.io/*", "example.com/team"],
         ),
+        (
+            "allowed_storage_classes",
+            ["fast-ssd", "standard", "fast-ssd"],
+            ("storage", "allowedClasses"),
+            ["fast-ssd", "standard"],
+        ),
+        ("allowed_storage_classes", [], ("storage", "allowedClasses"), []),
+        ("allowed_ingress_classes", ["nginx", "nginx"], ("ingress", "allowedClasses"), ["nginx"]),
+        (
+            "allowed_ingress_hosts",
+            ["shop.example.com", "*.example.com", "*"],
+            ("ingress", "allowedHosts"),
+            ["shop.example.com", "*.example.com", "*"],
+        ),
+        (
+            "allowed_ingress_annotations",
+            ["nginx.ingress.kubernetes.io/rewrite-target", "cert-manager.io/*"],
+            ("ingress", "allowedAnnotations"),
+            ["nginx.ingress.kubernetes.io/rewrite-target", "cert-manager.io/*"],
+        ),
+        ("allowed_ingress_annotations", [], ("ingress", "allowedAnnotations"), []),
         (
             "object_quota",
             {"count/jobs.batch": "20", "requests.storage": "1Ti"},
@@ -147,11 +185,51 @@ def test_a_consumers_announced_pod_ranges_are_written_only_when_there_are_some()
         ({"max_termination_grace_period": -1}, "from 0 to 86400, got -1"),
         ({"allowed_pod_annotations": ["a/*/*"]}, r"allowed_pod_annotations\[0\]: annotation key \(or prefix/\*\)"),
         ({"allowed_pod_annotations": "prometheus.io/*"}, "allowed_pod_annotations must be a list"),
+        ({"allowed_storage_classes": ["fast-ssd", "Fast"]}, r"allowed_storage_classes\[1\]: 'Fast' is not a DNS-1123"),
+        ({"allowed_storage_classes": [""]}, r"allowed_storage_classes\[0\]: '' is not a DNS-1123"),  # static volumes
+        ({"allowed_storage_classes": ["a" * 254]}, r"allowed_storage_classes\[0\]: 'a{254}' is not a DNS-1123"),
+        ({"allowed_storage_classes": ["fast_ssd"]}, r"allowed_storage_classes\[0\]: 'fast_ssd' is not a DNS-1123"),
+        ({"allowed_storage_classes": [None]}, r"allowed_storage_classes\[0\]: None is not a DNS-1123"),
+        ({"allowed_storage_classes": "fast-ssd"}, "allowed_storage_classes must be a list"),
+        ({"allowed_ingress_classes": ["nginx", "Nginx"]}, r"allowed_ingress_classes\[1\]: 'Nginx' is not a DNS-1123"),
+        ({"allowed_ingress_classes": ["a" * 254]}, r"allowed_ingress_classes\[0\]: 'a{254}' is not a DNS-1123"),
+        ({"allowed_ingress_classes": "nginx"}, "allowed_ingress_classes must be a list"),
+        (
+            {"allowed_ingress_hosts": ["Shop.example.com"]},
+            r"allowed_ingress_hosts\[0\]: host 'Shop.example.com' is not",
+        ),
+        ({"allowed_ingress_hosts": ["*.example.com", "a.*.com"]}, r"allowed_ingress_hosts\[1\]: host 'a.\*.com'"),
+        ({"allowed_ingress_hosts": ["*example.com"]}, r"allowed_ingress_hosts\[0\]: host '\*example.com' is not"),
+        ({"allowed_ingress_hosts": ["*."]}, r"allowed_ingress_hosts\[0\]: host '\*.' is not"),
+        ({"allowed_ingress_hosts": ["**"]}, r"allowed_ingress_hosts\[0\]: host '\*\*' is not"),
+        ({"allowed_ingress_hosts": ["shop.example.com."]}, r"allowed_ingress_hosts\[0\]: host 'shop.example.com.'"),
+        ({"allowed_ingress_hosts": ["*." + "a" * 252]}, r"allowed_ingress_hosts\[0\]: host '\*.a{252}' is not"),
+        ({"allowed_ingress_hosts": [""]}, r"allowed_ingress_hosts\[0\]: host '' is not"),
+        ({"allowed_ingress_hosts": "*"}, "allowed_ingress_hosts must be a list"),
+        (
+            {"allowed_ingress_annotations": ["nginx.ingress.kubernetes.io/*/x"]},
+            r"allowed_ingress_annotations\[0\]: annotation key \(or prefix/\*\)",
+        ),
+        ({"allowed_ingress_annotations": ["Bad Key"]}, r"allowed_ingress_annotations\[0\]: annotation key"),
+        ({"allowed_ingress_annotations": "cert-manager.io/*"}, "allowed_ingress_annotations must be a list"),
     ],
 )
 def test_bad_terms_are_refused_naming_the_option(extra, message):
     with pytest.raises(InvalidInput, match=message):
         Peering.validate(params(**extra))
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [["*"], ["shop.example.com"], ["*.example.com"], ["*.a.example.com", "localhost", "a" * 253], ["*." + "a" * 251]],
+)
+def test_valid_ingress_host_patterns_pass(hosts):
+    Peering.validate(params(allowed_ingress_hosts=hosts))
+
+
+@pytest.mark.parametrize("classes", [[], ["standard"], ["fast-ssd", "ebs.csi.aws.com-gp3", "a" * 253]])
+def test_valid_storage_class_names_pass(classes):
+    Peering.validate(params(allowed_storage_classes=classes))
 
 
 def test_valid_quantities_pass():
@@ -249,3 +327,30 @@ def test_an_upgrade_plan_writes_the_pod_terms_once_the_crd_it_brings_serves_them
     plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(params())
     assert "pods" not in plan.after[OFFER]["spec"]
     assert any("write the terms of the tenant's pods (spec.pods) once" in action for action in plan.actions)
+
+
+def test_an_upgrade_plan_writes_the_ingress_terms_once_the_crd_it_brings_serves_them():
+    consumer, provider = clusters(consumer_nodes=[node("a", pod_cidr="10.244.0.0/24")])
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(params(allowed_ingress_classes=["nginx"]))
+    assert plan.after[OFFER]["spec"]["ingress"]["allowedClasses"] == ["nginx"]
+    for version in provider.crds["resourceoffers.offloading.catamaran.io"]["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("ingress")
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(params(allowed_ingress_classes=["nginx"]))
+    assert "ingress" not in plan.after[OFFER]["spec"]
+    assert plan.after[OFFER]["spec"]["pods"]["maxTerminationGracePeriodSeconds"] == 300  # served: kept
+    assert any("write the terms of the tenant's Ingresses (spec.ingress) once" in action for action in plan.actions)
+
+
+def test_an_upgrade_plan_writes_the_storage_terms_once_the_crd_it_brings_serves_them():
+    consumer, provider = clusters(consumer_nodes=[node("a", pod_cidr="10.244.0.0/24")])
+    given = params(allowed_storage_classes=["fast-ssd"], allowed_ingress_classes=["nginx"])
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(given)
+    assert plan.after[OFFER]["spec"]["storage"] == {"allowedClasses": ["fast-ssd"]}
+    for version in provider.crds["resourceoffers.offloading.catamaran.io"]["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("storage")
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(given)
+    assert "storage" not in plan.after[OFFER]["spec"]
+    assert plan.after[OFFER]["spec"]["ingress"]["allowedClasses"] == ["nginx"]  # served: kept
+    awaited = "write the terms of the tenant's PersistentVolumeClaims (spec.storage) once"
+    assert any(awaited in action for action in plan.actions)
+    assert not any("(spec.ingress) once" in action for action in plan.actions)
