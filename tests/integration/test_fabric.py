@@ -9,6 +9,7 @@ gateways. The tests run in file order and share one federation.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import subprocess
@@ -212,8 +213,25 @@ def test_the_tenant_reaches_no_pod_of_the_provider_but_its_own(lab, fed):
         # The tenant's own pod on the same node still answers: the tunnel is up, the gateway refused.
         remote_ip = get_json(lab, CONSUMER, "pod", "-n", NAMESPACE, "backend-1")["status"]["podIP"]
         assert fetch(lab, CONSUMER, LOCAL, "client", f"http://{remote_ip}:8080/").returncode == 0
+        # A NetworkPolicy engine (kube-router, Calico) keeps its jump first in filter FORWARD and accepts there what
+        # its policies allow, every pod no policy selects: as here, the gateway still refuses.
+        with accepting_first_in_filter_forward(lab, PROVIDER):
+            refused = fetch(lab, CONSUMER, LOCAL, "client", f"http://{private_ip}:8080/")
+            assert refused.returncode != 0, f"with a CNI accepting first, the consumer reached {private_ip}"
+            assert fetch(lab, CONSUMER, LOCAL, "client", f"http://{remote_ip}:8080/").returncode == 0
     finally:
         lab.kubectl(PROVIDER, "delete", "namespace", native, "--wait=false", check=False)
+
+
+@contextlib.contextmanager
+def accepting_first_in_filter_forward(lab, cluster: str):
+    netns = federation.gateway_facts(lab, cluster)["network_namespace"]
+    rule = ["FORWARD", "-m", "comment", "--comment", "a CNI accepting first", "-j", "ACCEPT"]
+    subprocess.run(["ip", "netns", "exec", netns, "iptables", "-I", *rule[:1], "1", *rule[1:]], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "netns", "exec", netns, "iptables", "-D", *rule], check=True)
 
 
 def test_the_provider_reaches_only_the_consumers_pods_it_shares(lab, fed):

@@ -25,6 +25,7 @@ from .plan import (
     JUMPS,
     MTU,
     NODE_JUMP,
+    RETIRED_JUMPS,
     ROUTE_METRIC,
     ROUTE_PROTOCOL,
     Tunnel,
@@ -126,6 +127,7 @@ class Dataplane:
         self.wireguard_go = wireguard_go
         self.userspace: dict[str, asyncio.subprocess.Process] = {}
         self.kernel_wireguard: bool | None = None  # learnt on the first interface
+        self.retired_removed = False  # an earlier release's chains, removed once per process
 
     async def apply(self, tunnels: list[Tunnel]) -> None:
         if tunnels:
@@ -160,7 +162,7 @@ class Dataplane:
         them), the jumps to Catamaran's chains and the chains themselves."""
         for name in sorted(await self.interfaces()):
             await self._delete(name)
-        for jump in JUMPS:
+        for jump in (*JUMPS, *RETIRED_JUMPS):
             await _remove_chain(*jump)
 
     def _alive(self, name: str) -> bool:
@@ -218,6 +220,10 @@ class Dataplane:
                 await run("ip", "route", "replace", destination, "dev", interface)
 
     async def _rules(self, tunnels: list[Tunnel]) -> None:
+        if not self.retired_removed:
+            for jump in RETIRED_JUMPS:
+                await _remove_chain(*jump)
+            self.retired_removed = True
         await run("iptables-restore", "--noflush", stdin=iptables_restore(tunnels))
         for jump in JUMPS:
             await _jump_first(*jump)

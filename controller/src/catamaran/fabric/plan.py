@@ -17,10 +17,13 @@ are rewritten whole (`iptables-restore --noflush`): a rule is never left behind 
   would masquerade it to the node's address, and the other side could not tell pods apart).
 - nat PREROUTING: what arrives for a remapped address of this side's pods goes to the real one.
 - mangle FORWARD: TCP's MSS clamped to the tunnel's MTU in both directions (pods keep MTU 1500).
-- filter FORWARD and INPUT: through a tunnel only connections to what the peering shares are opened
+- mangle FORWARD and INPUT: through a tunnel only connections to what the peering shares are opened
   (a tenant's: the pods of its twin namespaces; a provider's: the consumer's pods of the namespaces
   extended to it, and the consumer's other providers it relays to); replies to connections opened from
-  this side pass, and nothing of the node itself is reachable.
+  this side pass, and nothing of the node itself is reachable. In mangle, not filter: NetworkPolicy
+  engines (kube-router, Calico) keep their own jump first in filter FORWARD and accept there what their
+  policies allow (everything, for pods no policy selects), so a filter chain after theirs never saw
+  that traffic. The mangle hooks run before filter's.
 """
 
 from __future__ import annotations
@@ -36,12 +39,15 @@ INTERFACE_NAME_MAX = 15
 DEFAULT_INTERFACE_PREFIX = "cmgw"
 CHAIN = "CATAMARAN-FABRIC"
 JUMPS = (
-    ("filter", "FORWARD", CHAIN),
-    ("filter", "INPUT", f"{CHAIN}-INPUT"),
+    ("mangle", "FORWARD", CHAIN),
+    ("mangle", "INPUT", f"{CHAIN}-INPUT"),
     ("nat", "POSTROUTING", f"{CHAIN}-POSTROUTING"),
     ("nat", "PREROUTING", f"{CHAIN}-PREROUTING"),
     ("mangle", "FORWARD", f"{CHAIN}-MSS"),
 )
+# Where gateways of release 0.2.0 filtered: removed from a node the gateway takes over.
+RETIRED_JUMPS = (("filter", "FORWARD", CHAIN), ("filter", "INPUT", f"{CHAIN}-INPUT"))
+TABLES = ("nat", "mangle")
 
 
 @dataclass(frozen=True)
@@ -101,16 +107,16 @@ def iptables_restore(tunnels: list[Tunnel]) -> str:
         if tunnel.allowed_destinations is None:
             continue
         replies = f"-i {interface} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
-        forward = rules["filter", CHAIN]
+        forward = rules["mangle", CHAIN]
         forward.append(replies)
         # iptables is IPv4's: an IPv6 destination (a dual-stack pod's second IP) is not this table's to allow.
         networks = {ipaddress.ip_network(d, strict=False) for d in tunnel.allowed_destinations}
         destinations = sorted(str(n) for n in networks if n.version == 4)
         forward += [f"-i {interface} -d {destination} -j ACCEPT" for destination in destinations]
         forward.append(f"-i {interface} -j DROP")
-        rules["filter", f"{CHAIN}-INPUT"] += [replies, f"-i {interface} -j DROP"]
+        rules["mangle", f"{CHAIN}-INPUT"] += [replies, f"-i {interface} -j DROP"]
     lines: list[str] = []
-    for table in ("filter", "nat", "mangle"):
+    for table in TABLES:
         chains = [(chain, body) for (t, chain), body in rules.items() if t == table]
         lines.append(f"*{table}")
         lines += [f":{chain} - [0:0]" for chain, _ in chains]
