@@ -1,11 +1,12 @@
 """Build and cache the lab's upstream binaries from pinned Go modules.
 
 The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module), metrics-server's
-in `lab/gomod-metrics-server/go.mod`, CoreDNS's in `lab/gomod-coredns/go.mod` and wireguard-go's in
-`lab/gomod-wireguard/go.mod` (wrapper modules of their own); kwok's pin lives here. The cache directory
-name is derived from the pins plus a digest of the module files, so changing a pin builds into a fresh
-directory and never mixes versions. CoreDNS and wireguard-go (the companions) are each cached in a
-directory of their own: their pins move without rebuilding Kubernetes.
+in `lab/gomod-metrics-server/go.mod`, CoreDNS's in `lab/gomod-coredns/go.mod`, wireguard-go's in
+`lab/gomod-wireguard/go.mod` and kube-router's in `lab/gomod-kube-router/go.mod` (wrapper modules of their
+own); kwok's pin lives here. The cache directory name is derived from the pins plus a digest of the module
+files, so changing a pin builds into a fresh directory and never mixes versions. CoreDNS, wireguard-go and
+kube-router (the companions) are each cached in a directory of their own: their pins move without
+rebuilding Kubernetes.
 A build is staged in a sibling `.partial` directory and renamed into place only when every
 binary is present; a manifest with sizes and digests lets a later run detect a half-built
 or damaged cache and rebuild it.
@@ -25,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LabError
-from .paths import COREDNS_MODULE_DIR, GO_MODULE_DIR, METRICS_SERVER_MODULE_DIR, WIREGUARD_MODULE_DIR, cache_root
+from .paths import (
+    COREDNS_MODULE_DIR,
+    GO_MODULE_DIR,
+    KUBE_ROUTER_MODULE_DIR,
+    METRICS_SERVER_MODULE_DIR,
+    WIREGUARD_MODULE_DIR,
+    cache_root,
+)
 from .preflight import check_disk, check_go
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -43,6 +51,7 @@ METRICS_SERVER_MODULE = "sigs.k8s.io/metrics-server"
 E2E_ONLY_MODULES = ("k8s.io/sample-apiserver", "github.com/ishidawataru/sctp")
 COREDNS_MODULE = "github.com/coredns/coredns"
 WIREGUARD_MODULE = "golang.zx2c4.com/wireguard"
+KUBE_ROUTER_MODULE = "github.com/cloudnativelabs/kube-router/v2"
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class Companion:
 
     target: Target
     module: str  # the pinned module, named in the cache directory with its version
+    version_variable: str = ""  # a string variable `-X` stamps with the pinned version, if the binary has one
 
     @property
     def name(self) -> str:
@@ -97,6 +107,12 @@ COMPANIONS = (
     Companion(Target("coredns", ".", module_dir=COREDNS_MODULE_DIR), COREDNS_MODULE),
     # The gateways' userspace WireGuard (its tools.go says why it is built, not Debian's).
     Companion(Target("wireguard-go", WIREGUARD_MODULE, module_dir=WIREGUARD_MODULE_DIR), WIREGUARD_MODULE),
+    # The real nodes' NetworkPolicy engine, run firewall-only (realnode.py); its tools.go says why not tidied.
+    Companion(
+        Target("kube-router", f"{KUBE_ROUTER_MODULE}/cmd/kube-router", module_dir=KUBE_ROUTER_MODULE_DIR),
+        KUBE_ROUTER_MODULE,
+        version_variable=f"{KUBE_ROUTER_MODULE}/pkg/version.Version",
+    ),
 )
 KUBE_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
 ALL_BINARIES = (*KUBE_BINARIES, *(companion.name for companion in COMPANIONS))
@@ -218,7 +234,8 @@ class BinaryCache:
         """(directory, binaries, build) for Kubernetes and kin, then each companion."""
         yield self.dir, KUBE_BINARIES, self._build_kubernetes
         for companion in COMPANIONS:
-            yield self.companion_dirs[companion.name], (companion.name,), self._companion_build(companion)
+            version = self.pins.companion_version(companion.name)
+            yield self.companion_dirs[companion.name], (companion.name,), self._companion_build(companion, version)
 
     def problem(self) -> str | None:
         """Why the cache cannot be used as is, or None when it is complete and intact."""
@@ -267,11 +284,13 @@ class BinaryCache:
             go_install(target, self.pins.kwok, bin_dir, env, log, started)
 
     @staticmethod
-    def _companion_build(companion: Companion):
-        # Companions read their version from the module they were built from: nothing to stamp.
+    def _companion_build(companion: Companion, version: str):
+        # Most companions read their version from the module they were built from; kube-router's is stamped.
+        ldflags = "-s -w" + (f" -X '{companion.version_variable}={version}'" if companion.version_variable else "")
+
         def build(bin_dir: Path, log, started: float) -> None:
             target = companion.target
-            go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", "-s -w"], go_env(), log, started)
+            go_build(target, bin_dir / target.name, target.module_dir, ["-ldflags", ldflags], go_env(), log, started)
 
         return build
 

@@ -51,6 +51,8 @@ UNDERLAY_PREFIX = 24
 # The cluster DNS Service's address, in kube-apiserver's default Service range (kwokctl sets none), and the
 # domain every kubelet is given with it.
 CLUSTER_DNS_IP = "10.0.0.10"
+# That Service range itself: kube-router's network policies let a node's pods reach it before kube-proxy's DNAT.
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 CLUSTER_DOMAIN = "cluster.local"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from . import dns
 from .config import MANAGED_NODE_LABEL, ClusterSpec, ControlPlaneSettings
-from .pki import FRONT_PROXY_CLIENT, KUBE_APISERVER_KUBELET_CLIENT, METRICS_SERVER_KUBELET_CLIENT, ClusterPKI
+from .pki import (
+    FRONT_PROXY_CLIENT,
+    KUBE_APISERVER_KUBELET_CLIENT,
+    KUBE_ROUTER_USER,
+    METRICS_SERVER_KUBELET_CLIENT,
+    ClusterPKI,
+)
 
 CONFIG_GROUP = "config.kwok.x-k8s.io/v1alpha1"
 KWOK_GROUP = "kwok.x-k8s.io/v1alpha1"
@@ -361,7 +367,8 @@ def metrics_server_manifests(ca_pem: bytes) -> list[dict]:
 
 
 def lab_rbac() -> list[dict]:
-    """The lab's identities' rights: kubelet API access for the API server, metrics scraping for metrics-server."""
+    """The lab's identities' rights: kubelet API access for the API server, metrics scraping for metrics-server,
+    and what kube-router's network policy controller watches on the real nodes."""
     rbac = "rbac.authorization.k8s.io/v1"
     aggregated = {
         "rbac.authorization.k8s.io/aggregate-to-admin": "true",
@@ -405,7 +412,23 @@ def lab_rbac() -> list[dict]:
                 {"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}
             ],
         },
+        # kube-router firewall-only (realnode.py) starts informers on all of these and writes nothing.
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {"name": KUBE_ROUTER_USER},
+            "rules": [
+                {"apiGroups": [""], "resources": list(KUBE_ROUTER_CORE_RESOURCES), "verbs": list(READ)},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": list(READ)},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": list(READ)},
+            ],
+        },
+        user_binding(KUBE_ROUTER_USER, KUBE_ROUTER_USER, KUBE_ROUTER_USER),
     ]
+
+
+READ = ("get", "list", "watch")
+KUBE_ROUTER_CORE_RESOURCES = ("namespaces", "pods", "services", "nodes", "endpoints")
 
 
 def container_log_content(cluster: ClusterSpec) -> str:

@@ -256,7 +256,8 @@ class Lab:
     def stop_component(self, cluster: str, component: str) -> None:
         """Stop one process of a cluster (fault tests); `start_component` brings it back as it was.
 
-        Control-plane components are kwokctl's; `containerd`, `kubelet` and `kube-proxy` are the real node's.
+        Control-plane components are kwokctl's; `containerd`, `kubelet`, `kube-proxy` and `kube-router` are the real
+        node's.
         """
         if component in NODE_COMPONENTS:
             self.real_node(self._recorded_cluster(cluster)).stop_component(component)

@@ -16,6 +16,7 @@ REAL_NODE_PACKAGES = {
     "containernetworking-plugins": "/usr/lib/cni/bridge",
     "busybox-static": "/bin/busybox",
     "iptables": "/usr/sbin/iptables",
+    "ipset": "/usr/sbin/ipset",  # kube-router's network policies match peers through ip sets
     "conntrack": "/usr/sbin/conntrack",
     "iproute2": "/usr/sbin/ip",
     "util-linux": "/usr/bin/nsenter",

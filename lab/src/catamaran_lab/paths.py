@@ -15,6 +15,8 @@ METRICS_SERVER_MODULE_DIR = LAB_DIR / "gomod-metrics-server"
 COREDNS_MODULE_DIR = LAB_DIR / "gomod-coredns"
 # And wireguard-go, the gateways' userspace WireGuard (its tools.go says why it is built here).
 WIREGUARD_MODULE_DIR = LAB_DIR / "gomod-wireguard"
+# And kube-router, whose network policy controller enforces NetworkPolicies on the real nodes (its tools.go).
+KUBE_ROUTER_MODULE_DIR = LAB_DIR / "gomod-kube-router"
 
 
 def state_dir() -> Path:

@@ -32,6 +32,7 @@ KUBE_APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # bound to syst
 FRONT_PROXY_CLIENT = "front-proxy-client"  # the aggregator's identity towards metrics-server
 METRICS_SERVER_KUBELET_CLIENT = "system:metrics-server"  # metrics-server scraping kubelets
 KWOK_KUBELET_SERVING = "kwok-kubelet-serving"
+KUBE_ROUTER_USER = "catamaran-lab:kube-router"  # the real nodes' NetworkPolicy engine (kwok.lab_rbac binds it)
 COREDNS_USER = "system:coredns"  # CoreDNS watching Services and EndpointSlices (lab.dns binds its role)
 
 # The `kubernetes` Service's address: the first of kube-apiserver's default range (kwokctl sets none).

@@ -1,7 +1,10 @@
-"""One real worker node per lab cluster: containerd, kubelet and kube-proxy in a network namespace of their own.
+"""One real worker node per lab cluster: containerd, kubelet, kube-proxy and kube-router in a network namespace of
+their own.
 
 Start order: network namespace and link, certificates and configuration, the Node object (pod range,
-labels, taint), containerd, image import, kubelet, kube-proxy, then wait for the node to be Ready.
+labels, taint), containerd, image import, kubelet, kube-proxy, wait for the node to be Ready, then kube-router
+(its network policy controller only: it enforces NetworkPolicies on the node's pods; it needs the Node's
+InternalIP, which the kubelet has posted once Ready) and wait for its first sync.
 Each process runs through `nsenter --net` only, so it shares the host's mounts with the others (the
 kubelet's volume mounts must be visible to containerd) but has the node's own network.
 """
@@ -19,15 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import host, nodeconfig, pki
-from .config import UNDERLAY_PREFIX, ClusterSpec, RealNodeSpec
+from .config import SERVICE_CLUSTER_IP_RANGE, UNDERLAY_PREFIX, ClusterSpec, RealNodeSpec
 from .errors import LabError
 from .images import IMAGE_PREFIX, Image
 from .nodeconfig import NodeLayout, underlay_bridge
 
-NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
 ERROR_LINE = re.compile(r"^[EF]\d{4} ")  # klog's error and fatal lines
 SOCKET_TIMEOUT_S = 30
 READY_TIMEOUT_S = 120
+POLICY_ENGINE_TIMEOUT_S = 60
 
 
 @dataclass
@@ -36,7 +40,7 @@ class RealNodeStatus:
     ready: bool
     detail: str
     components: dict[str, bool]  # component -> process alive
-    rss_mib: float  # containerd, shims, kubelet, kube-proxy and the node's containers
+    rss_mib: float  # containerd, shims, kubelet, kube-proxy, kube-router and the node's containers
 
 
 def kubectl_wait(kubectl, cluster: str, condition: str, *objects: str, seconds: int, check: bool = False):
@@ -121,6 +125,8 @@ class RealNode:
                 f"{self.cluster.name}: real node {self.spec.name} did not become Ready: {result.stderr.strip()}\n"
                 f"{self.diagnosis()}\nsee {self.layout.path('logs')}"
             )
+        self.start_component("kube-router")
+        self._wait_for_policy_engine()
         log(f"lab: {self.cluster.name}: real node {self.spec.name} Ready (pods {self.spec.pod_cidr})")
 
     def import_images(self, images: list[Image]) -> None:
@@ -152,6 +158,9 @@ class RealNode:
         proxy_cert, proxy_key = pki.issue(
             ca_cert, ca_key, layout.path("pki", "kube-proxy"), common_name="system:kube-proxy"
         )
+        router_cert, router_key = pki.issue(
+            ca_cert, ca_key, layout.path("pki", "kube-router"), common_name=pki.KUBE_ROUTER_USER
+        )
         server = self.cluster.node_facing_server
         files = {
             "containerd.toml": nodeconfig.containerd_config(layout, _pause(images)),
@@ -160,6 +169,7 @@ class RealNode:
             "kube-proxy.yaml": nodeconfig.kube_proxy_config(layout, spec, self.cluster),
             "kubelet.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, node_cert, node_key, spec.name),
             "kube-proxy.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, proxy_cert, proxy_key, "kube-proxy"),
+            "kube-router.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, router_cert, router_key, "kube-router"),
         }
         for name, text in files.items():
             path = layout.path(name)
@@ -183,7 +193,27 @@ class RealNode:
             ]
         if component == "kube-proxy":
             return [str(self.binaries["kube-proxy"]), f"--config={layout.path('kube-proxy.yaml')}", "--v=1"]
+        if component == "kube-router":
+            # Its network policy controller alone: the CNI bridge routes and kube-proxy serves Services. It finds
+            # its Node by NODE_NAME (environment), keeps its rules and ip sets in the node's network namespace
+            # (deleting it removes them) and serves nothing: no health or metrics port.
+            return [
+                str(self.binaries["kube-router"]),
+                "--run-firewall=true",
+                "--run-router=false",
+                "--run-service-proxy=false",
+                f"--kubeconfig={layout.path('kube-router.kubeconfig')}",
+                f"--hostname-override={spec.name}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--health-port=0",
+                "--metrics-port=0",
+            ]
         raise LabError(f"a real node has no component {component!r}; it has {', '.join(NODE_COMPONENTS)}")
+
+    def environment(self, component: str) -> dict[str, str]:
+        """The component's environment: the lab's own, and kube-router's node name (it asks NODE_NAME first)."""
+        extra = {"NODE_NAME": self.spec.name} if component == "kube-router" else {}
+        return {**os.environ, **extra}
 
     def start_component(self, component: str) -> None:
         argv = ["nsenter", f"--net={self.layout.netns_path}", "--", *self.command(component)]
@@ -191,6 +221,7 @@ class RealNode:
             process = subprocess.Popen(
                 argv,
                 cwd=self.layout.root,
+                env=self.environment(component),
                 stdout=log_file,
                 stderr=log_file,
                 stdin=subprocess.DEVNULL,
@@ -230,6 +261,26 @@ class RealNode:
         raise LabError(
             f"{self.cluster.name}: containerd did not serve {self.layout.containerd_socket}; "
             f"see {self.layout.path('logs', 'containerd.log')}"
+        )
+
+    def _wait_for_policy_engine(self) -> None:
+        """Until kube-router's first sync has hooked its chains in: NetworkPolicies applied after `start` are
+        enforced."""
+        deadline = time.monotonic() + POLICY_ENGINE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.pid("kube-router") is None:
+                break
+            chain = host.run(
+                "nsenter", f"--net={self.layout.netns_path}", "--", "iptables", "-w", "-S", "FORWARD", check=False
+            )
+            if "-j KUBE-ROUTER-FORWARD" in chain.stdout:
+                return
+            time.sleep(0.2)
+        lines = last_error_lines(self.layout.path("logs", "kube-router.log"))
+        raise LabError(
+            f"{self.cluster.name}: kube-router of real node {self.spec.name} did not hook its chains in: "
+            + ("\n  ".join(["", *lines]) if lines else "no error logged")
+            + f"\nsee {self.layout.path('logs', 'kube-router.log')}"
         )
 
     def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -91,6 +91,27 @@ def test_lab_rbac_grants_kubelet_access_without_system_masters():
     assert bindings["system:metrics-server"]["subjects"][0]["name"] == pki.METRICS_SERVER_KUBELET_CLIENT
 
 
+def test_lab_rbac_lets_kube_router_read_what_it_watches_and_nothing_more():
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in kwok.lab_rbac()}
+    binding = objects[("ClusterRoleBinding", pki.KUBE_ROUTER_USER)]
+    assert binding["roleRef"]["name"] == pki.KUBE_ROUTER_USER
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": pki.KUBE_ROUTER_USER}
+    ]
+    rules = objects[("ClusterRole", pki.KUBE_ROUTER_USER)]["rules"]
+    granted = {(group, resource) for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert granted == {
+        ("", "namespaces"),
+        ("", "pods"),
+        ("", "services"),
+        ("", "nodes"),
+        ("", "endpoints"),
+        ("discovery.k8s.io", "endpointslices"),
+        ("networking.k8s.io", "networkpolicies"),
+    }
+    assert all(rule["verbs"] == ["get", "list", "watch"] for rule in rules)
+
+
 def component_args(cluster, tmp_path) -> dict[str, dict[str, str]]:
     """Each kwokctl component's extra arguments for `cluster`, as flag -> value."""
     paths = {name: tmp_path / name for name in binaries.ALL_BINARIES}

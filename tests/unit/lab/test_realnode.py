@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
+
 from catamaran_lab import images
+from catamaran_lab.errors import LabError
 from catamaran_lab.images import Image
 from catamaran_lab.realnode import _pause
 
@@ -31,3 +35,49 @@ def test_sandbox_image_is_the_labs_pause_even_beside_upstreams_name():
     assert _pause([Image("registry.k8s.io/pause:3.10.2", archive), Image(images.PAUSE_IMAGE, archive)]) == (
         images.PAUSE_IMAGE
     )
+
+
+def _real_node(tmp_path):
+    from catamaran_lab import binaries, config, nodeconfig
+    from catamaran_lab.realnode import RealNode
+
+    cluster = config.load(real_nodes=True).clusters[0]
+    layout = nodeconfig.NodeLayout(root=tmp_path / cluster.name / "node", lab_id="abc123", cluster=cluster.name)
+    paths = {name: tmp_path / "bin" / name for name in binaries.ALL_BINARIES}
+    return RealNode(cluster, layout, paths, tmp_path / "pki", kubectl=None)
+
+
+def test_kube_router_runs_its_network_policy_controller_alone_on_the_real_node(tmp_path):
+    from catamaran_lab import config
+    from catamaran_lab.realnode import NODE_COMPONENTS
+
+    node = _real_node(tmp_path)
+    # Started after kube-proxy (once the node is Ready), so stopped before it (components stop in reverse).
+    assert NODE_COMPONENTS.index("kube-router") > NODE_COMPONENTS.index("kube-proxy")
+    argv = node.command("kube-router")
+    assert argv[0] == str(tmp_path / "bin" / "kube-router")
+    flags = dict(arg.split("=", 1) for arg in argv[1:])
+    assert flags == {
+        "--run-firewall": "true",
+        "--run-router": "false",
+        "--run-service-proxy": "false",
+        "--kubeconfig": str(node.layout.path("kube-router.kubeconfig")),
+        "--hostname-override": node.spec.name,
+        "--service-cluster-ip-range": config.SERVICE_CLUSTER_IP_RANGE,
+        "--health-port": "0",  # serves nothing in the node's network
+        "--metrics-port": "0",
+    }
+    assert config.CLUSTER_DNS_IP.rsplit(".", 1)[0] == config.SERVICE_CLUSTER_IP_RANGE.rsplit(".", 1)[0]
+    # kube-router finds its Node by NODE_NAME before the host name; the other components get the lab's environment.
+    assert node.environment("kube-router")["NODE_NAME"] == node.spec.name
+    assert node.environment("kubelet").get("NODE_NAME") == os.environ.get("NODE_NAME")
+
+
+def test_every_real_node_component_has_a_command_line(tmp_path):
+    from catamaran_lab.realnode import NODE_COMPONENTS
+
+    node = _real_node(tmp_path)
+    for component in NODE_COMPONENTS:
+        assert node.command(component)
+    with pytest.raises(LabError, match="kube-router"):
+        node.command("kube-flannel")
