@@ -65,7 +65,7 @@ def peer(lab: Lab, consumer: str, provider: str, **foreign_spec) -> None:
     """Tenant namespace and credential on the provider; Secret and ForeignCluster on the consumer."""
     lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.provider_cluster_objects()))
     lab.kubectl(provider, "apply", "--server-side", "-f", "-", input=as_list(tenancy.tenant_manifests(consumer)))
-    announce_consumer_ranges(lab, consumer, provider)
+    announce_consumer(lab, consumer, provider, foreign_spec.get("homeAPIServer"))
     token = issue_credential(lab, consumer, provider)
     lab.kubectl(consumer, "create", "namespace", SYSTEM_NAMESPACE, check=False)
     store_credential(lab, consumer, provider, token)
@@ -99,10 +99,12 @@ def tenant_kubectl(lab: Lab, consumer: str, provider: str, directory: Path, dura
     return run
 
 
-def announce_consumer_ranges(lab: Lab, consumer: str, provider: str) -> None:
-    """The consumer's pod range in the tenant's ResourceOffer, as the peering module announces it."""
+def announce_consumer(lab: Lab, consumer: str, provider: str, home_api_server: str | None = None) -> None:
+    """The consumer's pod range, and where its pods reach its API server, in the tenant's ResourceOffer, as the
+    peering module announces them."""
     ranges = [lab.recorded_config().cluster(consumer).pod_cidr]
-    grant_terms(lab, consumer, provider, field_manager="peering", consumerPodCIDRs=ranges)
+    home = {"consumerAPIServer": home_api_server} if home_api_server else {}
+    grant_terms(lab, consumer, provider, field_manager="peering", consumerPodCIDRs=ranges, **home)
 
 
 def grant_terms(lab: Lab, consumer: str, provider: str, field_manager: str = "terms", **terms) -> None:

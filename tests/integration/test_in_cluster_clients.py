@@ -18,7 +18,7 @@ from catamaran_lab.binaries import read_pins
 from catamaran_lab.images import kubectl_image_name
 
 from . import federation
-from .lab_access import require_real_node
+from .lab_access import require_real_node, wait_for
 from .manifests import real_pod
 
 pytestmark = pytest.mark.integration
@@ -94,12 +94,23 @@ def test_kubectl_offloaded_lists_its_namespaces_pods_on_the_consumer_and_is_refu
 
 def test_provider_access_speaks_to_the_provider_as_the_twins_default_service_account(lab, home):
     kubectl_pod(lab, "provider-client", access="provider")
-    whoami = in_pod(lab, "provider-client", "kubectl", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
-    assert (whoami.returncode, whoami.stdout) == (0, f"system:serviceaccount:{TWIN}:default"), whoami.stderr
-    # Bound to nothing on the provider: not even the twin's pods.
-    answer = in_pod(lab, "provider-client", "kubectl", "get", "pods")
-    assert answer.returncode != 0
-    assert "Forbidden" in answer.stderr, answer.stderr
+    whoami = ["kubectl", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]
+    # The provider's API server is not on a tenant pod's way until the terms lend it (the twin's NetworkPolicy).
+    walled = in_pod(lab, "provider-client", "kubectl", "--request-timeout=5s", *whoami[1:])
+    assert walled.returncode != 0, walled.stdout
+    federation.grant_terms(lab, CONSUMER, PROVIDER, isolation={"egressToAPIServer": True})
+    try:
+        answer = wait_for(
+            lambda: (a := in_pod(lab, "provider-client", *whoami)).returncode == 0 and a,
+            what="the provider's API server answering once lent",
+        )
+        assert answer.stdout == f"system:serviceaccount:{TWIN}:default", answer.stderr
+        # Bound to nothing on the provider: not even the twin's pods.
+        listing = in_pod(lab, "provider-client", "kubectl", "get", "pods")
+        assert listing.returncode != 0
+        assert "Forbidden" in listing.stderr, listing.stderr
+    finally:
+        federation.grant_terms(lab, CONSUMER, PROVIDER)
 
 
 def test_disabled_access_mounts_no_token_at_all(lab, home):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
-import urllib.request
 
 import pytest
 
@@ -115,9 +114,11 @@ def secret(name: str, data: dict, kind: str = "Opaque", **meta) -> dict:
     }
 
 
-def http_get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.read().decode()
+def served(lab, pod: str, path: str) -> str:
+    """What the remote pod's web server serves at `path`, asked inside the pod: the provider's NetworkPolicy keeps
+    the lab's host, like any address outside the twin and the fabric, from the tenant's pods."""
+    command = ["exec", pod, "--", "timeout", "5", "wget", "-qO-", f"http://127.0.0.1:8080{path}"]
+    return lab.kubectl(PROVIDER, "-n", TWIN, *command, timeout=30).stdout
 
 
 APP_SCRIPT = """
@@ -171,12 +172,12 @@ def test_an_offloaded_app_finds_its_configmap_secret_pull_secret_and_token_on_a_
     )
     pod = wait_for(lambda: running_app_pod(lab), timeout=120, what="the offloaded app Ready on the consumer")
     assert pod["spec"]["nodeName"] == NODE
-    name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
+    name = pod["metadata"]["name"]
     remote_pod = remote(lab, "pod", name)
     assert remote_pod["spec"]["nodeName"] == f"{PROVIDER}-real", "runs as a real container"
 
-    assert http_get(f"http://{ip}:8080/index.html") == "<h1>served from the consumer's ConfigMap</h1>\n"
-    assert http_get(f"http://{ip}:8080/greeting") == "hello from a Secret\n"
+    assert served(lab, name, "/index.html") == "<h1>served from the consumer's ConfigMap</h1>\n"
+    assert served(lab, name, "/greeting") == "hello from a Secret\n"
     # The pull Secret is on the provider and the remote pod names it, so a remote pull would authenticate.
     pull = remote(lab, "secret", "pull")
     assert pull["type"] == "kubernetes.io/dockerconfigjson"
@@ -184,13 +185,13 @@ def test_an_offloaded_app_finds_its_configmap_secret_pull_secret_and_token_on_a_
     assert remote_pod["spec"]["imagePullSecrets"] == [{"name": "pull"}]
 
     # The token is the consumer's, for this pod's service account, bound to the local pod.
-    assert http_get(f"http://{ip}:8080/namespace") == NAMESPACE
+    assert served(lab, name, "/namespace") == NAMESPACE
     consumer_ca = local(lab, "configmap", "kube-root-ca.crt")["data"]["ca.crt"]
-    assert http_get(f"http://{ip}:8080/ca.crt") == consumer_ca
+    assert served(lab, name, "/ca.crt") == consumer_ca
     provider_ca = remote(lab, "configmap", "kube-root-ca.crt")["data"]["ca.crt"]
     assert provider_ca != consumer_ca, "the provider's own CA bundle is left in place"
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview"}
-    review["spec"] = {"token": http_get(f"http://{ip}:8080/token")}
+    review["spec"] = {"token": served(lab, name, "/token")}
     result = json.loads(lab.kubectl(CONSUMER, "create", "-o", "json", "-f", "-", input=json.dumps(review)).stdout)
     assert result["status"]["authenticated"] is True, result["status"]
     user = result["status"]["user"]

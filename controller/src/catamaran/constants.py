@@ -156,6 +156,11 @@ ANNOTATION_ALLOWED_STORAGE_CLASSES = "terms.catamaran.io/storage-classes"
 ANNOTATION_DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
 ANNOTATION_ALLOWED_INGRESS_HOSTS = "terms.catamaran.io/ingress-hosts"
 ANNOTATION_ALLOWED_INGRESS_ANNOTATIONS = "terms.catamaran.io/ingress-annotations"
+# The cluster DNS a tenant's pods may always query: its Service's EndpointSlices (their addresses, after kube-proxy's
+# translation, are what a NetworkPolicy sees) and, for DNS pods a policy can select, their usual label.
+CLUSTER_DNS_NAMESPACE = "kube-system"
+CLUSTER_DNS_SERVICE = "kube-dns"
+CLUSTER_DNS_POD_LABELS = {"k8s-app": "kube-dns"}
 # A tenant Ingress host that another namespace of the provider serves is refused: the provider's manager keeps this
 # ConfigMap (SYSTEM_NAMESPACE; a key per host, `*` written `_`; the value the namespaces serving it), which the
 # second tenant policy reads as its parameter (a policy reads no other object).

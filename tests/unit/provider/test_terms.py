@@ -116,3 +116,66 @@ def test_only_the_annotations_the_terms_allow_reach_the_providers_pod():
     assert terms.tenant_pod_annotations(asked, TenantTerms.from_offer_spec({"pods": {"allowedAnnotations": []}})) == {}
     # A prefix covers its own keys only, not a longer domain that starts the same.
     assert terms.tenant_pod_annotations({"prometheus.io.evil/x": "1"}, lent) == {}
+
+
+def test_a_twins_pods_reach_their_twin_the_dns_and_the_fabric_and_what_the_terms_lend():
+    from catamaran.provider.offers import TenantTerms
+    from catamaran.provider.terms import Reachable, twin_isolation
+
+    reachable = Reachable(dns=("172.31.0.1", "172.31.0.1"), provider_api_server=(("172.31.0.1", 6443),))
+    policy = twin_isolation("shop-c1", TenantTerms(), ["10.244.0.0/16"], reachable)
+    spec = policy["spec"]
+    assert (policy["metadata"]["namespace"], spec["podSelector"], spec["policyTypes"]) == (
+        "shop-c1",
+        {},
+        ["Ingress", "Egress"],
+    )
+    fabric = [{"ipBlock": {"cidr": "10.244.0.0/16"}}]
+    assert spec["ingress"] == [{"from": [{"podSelector": {}}]}, {"from": fabric}]
+    own, dns, back = spec["egress"]
+    assert own == {"to": [{"podSelector": {}}]}
+    assert back == {"to": fabric}
+    assert {"ipBlock": {"cidr": "172.31.0.1/32"}} in dns["to"]
+    assert len(dns["to"]) == 2
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    # Nothing announced yet: no fabric rule at all (an empty `from` would admit every source).
+    bare = twin_isolation("shop-c1", TenantTerms(), [])["spec"]
+    assert all(rule.get("from") for rule in bare["ingress"])
+    assert all(rule.get("to") for rule in bare["egress"])
+    assert len(bare["ingress"]) == 1
+    lent = TenantTerms.from_offer_spec(
+        {
+            "isolation": {
+                "ingressFromNamespaces": ["ingress-nginx"],
+                "egressToNamespaces": ["shared-db"],
+                "egressToCIDRs": ["203.0.113.0/24", "198.51.100.7/32"],
+                "egressToAPIServer": True,
+            }
+        }
+    )
+    spec = twin_isolation("shop-c1", lent, [], reachable)["spec"]
+    api = {"to": [{"ipBlock": {"cidr": "172.31.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 6443}]}
+    assert api in spec["egress"]  # lent: without the term (above) no rule names the API server's port
+    by_name = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+    assert {"from": [by_name]} in spec["ingress"]
+    assert spec["egress"][-2:] == [
+        {"to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}]},
+        {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]},
+    ]
+
+
+def test_the_consumers_api_server_is_reachable_unless_it_is_an_address_of_the_providers():
+    from catamaran.provider.terms import consumer_api_server_egress
+
+    rule, problem = consumer_api_server_egress("https://172.31.0.1:26010", ["10.2.0.0/16"])
+    assert rule == {"to": [{"ipBlock": {"cidr": "172.31.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 26010}]}
+    assert problem == ""
+    assert consumer_api_server_egress("https://203.0.113.9", [])[0]["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert consumer_api_server_egress("", []) == (None, "")
+    for url in ("https://10.2.0.7:6443", "https://169.254.169.254", "https://127.0.0.1:6443", "https://0.0.0.0"):
+        rule, problem = consumer_api_server_egress(url, ["10.2.0.0/16"])
+        assert rule is None
+        assert "an address of the provider's own" in problem
+    rule, problem = consumer_api_server_egress("https://api.consumer.example:6443", [])
+    assert rule is None
+    assert "is not https://<IP address>" in problem

@@ -128,12 +128,18 @@ class TenantTerms:
     container_limits: tuple = tuple(sorted(DEFAULT_CONTAINER_LIMITS.items()))
     object_quota: tuple = tuple(sorted(DEFAULT_OBJECT_QUOTA.items()))
     consumer_pod_cidrs: tuple = ()
+    consumer_api_server: str = ""  # where the consumer's pods' in-cluster clients reach its API server (home access)
     max_termination_grace_seconds: int = DEFAULT_MAX_TERMINATION_GRACE_SECONDS
     allowed_pod_annotations: tuple = DEFAULT_ALLOWED_POD_ANNOTATIONS
     ingress_classes: tuple = ()
     ingress_hosts: tuple = ()
     ingress_annotations: tuple = ()
     storage_classes: tuple = ()  # none named: the provider's default classes
+    # What a tenant's pods may reach, and be reached from, beyond their twin, the cluster DNS and the fabric.
+    ingress_namespaces: tuple = ()
+    egress_namespaces: tuple = ()
+    egress_cidrs: tuple = ()
+    egress_to_api_server: bool = False
 
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
@@ -144,6 +150,7 @@ class TenantTerms:
         defaults = spec.get("containerDefaults") or {}
         pods = spec.get("pods") or {}
         ingress = spec.get("ingress") or {}
+        isolation = spec.get("isolation") or {}
         # The CRD's schema rejects anything else; should it ever get through, the strictest choice applies.
         names = spec.get("twinNamespaceNames") or DEFAULT_TWIN_NAME_POLICY
         return cls(
@@ -160,6 +167,7 @@ class TenantTerms:
             container_limits=_pairs(defaults.get("limits"), DEFAULT_CONTAINER_LIMITS),
             object_quota=_pairs(spec.get("objectQuota"), DEFAULT_OBJECT_QUOTA),
             consumer_pod_cidrs=tuple(spec.get("consumerPodCIDRs") or ()),
+            consumer_api_server=spec.get("consumerAPIServer") or "",
             max_termination_grace_seconds=int(
                 pods.get("maxTerminationGracePeriodSeconds")
                 if pods.get("maxTerminationGracePeriodSeconds") is not None
@@ -174,6 +182,10 @@ class TenantTerms:
             ingress_hosts=tuple(sorted(ingress.get("allowedHosts") or ())),
             ingress_annotations=tuple(sorted(ingress.get("allowedAnnotations") or ())),
             storage_classes=tuple(sorted((spec.get("storage") or {}).get("allowedClasses") or ())),
+            ingress_namespaces=tuple(sorted(isolation.get("ingressFromNamespaces") or ())),
+            egress_namespaces=tuple(sorted(isolation.get("egressToNamespaces") or ())),
+            egress_cidrs=tuple(sorted(isolation.get("egressToCIDRs") or ())),
+            egress_to_api_server=bool(isolation.get("egressToAPIServer")),
         )
 
 

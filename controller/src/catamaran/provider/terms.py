@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from .. import quantities
 from ..constants import (
@@ -21,6 +23,8 @@ from ..constants import (
     ANNOTATION_ALLOWED_SERVICE_TYPES,
     ANNOTATION_ALLOWED_STORAGE_CLASSES,
     ANNOTATION_ENDPOINT_RANGES,
+    CLUSTER_DNS_NAMESPACE,
+    CLUSTER_DNS_POD_LABELS,
     LABEL_MANAGED_BY,
     MANAGED_BY_CATAMARAN,
     TENANT_TERMS_NAME,
@@ -221,3 +225,95 @@ def twin_guards(namespace: str, terms) -> list[dict]:
         },
         {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": dict(terms.object_quota)}},
     ]
+
+
+def _namespace_peer(name: str) -> dict:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+
+def _host(address: str) -> str:
+    return f"{address}/{32 if ipaddress.ip_address(address).version == 4 else 128}"
+
+
+def _ip_peer(cidr: str) -> dict:
+    network = ipaddress.ip_network(cidr, strict=False)
+    return {"ipBlock": {"cidr": str(network)}}
+
+
+def consumer_api_server_egress(url: str, provider_cidrs: Iterable[str]) -> tuple[dict | None, str]:
+    """The egress rule to the consumer's API server, which offloaded pods' in-cluster clients use by default (home
+    access), and why there is none. The address is the consumer's to declare, so it must be a unicast address outside
+    this cluster's pod ranges: a hostname would be resolved by whoever asks, loopback and link-local ones are this
+    node's and its metadata service, a pod address is one of the provider's pods."""
+    if not url:
+        return None, ""
+    parts = urlsplit(url)
+    try:
+        address = ipaddress.ip_address(parts.hostname or "")
+        port = parts.port or 443
+    except ValueError:
+        return None, f"consumer API server {url!r} is not https://<IP address>[:port]: its pods may not reach it"
+    own = [ipaddress.ip_network(c, strict=False) for c in provider_cidrs]
+    if (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_unspecified
+        or address.is_multicast
+        or any(address in network for network in own if network.version == address.version)
+    ):
+        return None, f"consumer API server {url!r} is an address of the provider's own: its pods may not reach it"
+    return {"to": [_ip_peer(_host(str(address)))], "ports": [{"protocol": "TCP", "port": port}]}, ""
+
+
+@dataclass(frozen=True)
+class Reachable:
+    """What a twin's pods reach besides their twin and the fabric, as the cluster's objects say."""
+
+    dns: tuple[str, ...] = ()  # the cluster DNS's endpoint addresses
+    consumer_api_server: dict | None = None  # the egress rule of consumer_api_server_egress
+    provider_api_server: tuple[tuple[str, int], ...] = ()  # its endpoints (address, port): lent by the terms only
+
+
+def twin_isolation(namespace: str, terms, ranges: Iterable[str], reachable: Reachable = Reachable()) -> dict:
+    """The NetworkPolicy of one twin: its pods accept connections from their own twin, the fabric (the consumer's
+    pods, `ranges`) and the namespaces the terms lend; they open connections to their own twin, the cluster DNS, the
+    fabric, the consumer's API server (consumer_api_server_egress) and what the terms lend (namespaces, ranges, the
+    provider's API server). Nothing else of the provider: its other namespaces and tenants, its nodes, its API server,
+    link-local metadata addresses. A rule whose peers would be empty is left out: an empty `from` or `to` admits
+    everything."""
+    fabric = [_ip_peer(cidr) for cidr in ranges]
+    dns_ports = [{"protocol": protocol, "port": 53} for protocol in ("UDP", "TCP")]
+    dns = [
+        {**_namespace_peer(CLUSTER_DNS_NAMESPACE), "podSelector": {"matchLabels": dict(CLUSTER_DNS_POD_LABELS)}},
+        *(_ip_peer(_host(address)) for address in sorted(set(reachable.dns))),
+    ]
+    api_server = reachable.consumer_api_server
+    ingress = [
+        {"from": [{"podSelector": {}}]},
+        *([{"from": fabric}] if fabric else []),
+        *([{"from": [_namespace_peer(n) for n in terms.ingress_namespaces]}] if terms.ingress_namespaces else []),
+    ]
+    egress = [
+        {"to": [{"podSelector": {}}]},
+        {"to": dns, "ports": dns_ports},
+        *([{"to": fabric}] if fabric else []),
+        *([api_server] if api_server else []),
+        *(
+            {"to": [_ip_peer(_host(address))], "ports": [{"protocol": "TCP", "port": port}]}
+            for address, port in (reachable.provider_api_server if terms.egress_to_api_server else ())
+            if port
+        ),
+        *([{"to": [_namespace_peer(n) for n in terms.egress_namespaces]}] if terms.egress_namespaces else []),
+        # One rule per range: kube-router v2.1.0 mixes the ipBlocks of one rule in one set.
+        *({"to": [_ip_peer(cidr)]} for cidr in terms.egress_cidrs),
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": TENANT_TERMS_NAME,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+        },
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": egress},
+    }

@@ -20,6 +20,8 @@ import logging
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import LimitRange, Namespace, ResourceQuota, ServiceAccount
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 from lightkube.resources.storage_v1 import StorageClass
 from lightkube.types import PatchType
@@ -28,6 +30,8 @@ from ..constants import (
     ANNOTATION_DEFAULT_STORAGE_CLASS,
     ANNOTATION_ORIGIN_NAMESPACE,
     ANNOTATION_TWIN_OF,
+    CLUSTER_DNS_NAMESPACE,
+    CLUSTER_DNS_SERVICE,
     FABRIC_NAMESPACE,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
@@ -56,6 +60,13 @@ log = logging.getLogger(__name__)
 POD_SECURITY_MODES = ("enforce", "warn", "audit")
 RESERVED_NAMES = frozenset({"default", SYSTEM_NAMESPACE, FABRIC_NAMESPACE})
 RESERVED_PREFIXES = ("kube-", TENANT_NAMESPACE_PREFIX)
+
+
+def slice_endpoints(endpoint_slice) -> tuple[tuple[str, int], ...]:
+    """(address, port) of every endpoint and TCP port of an EndpointSlice."""
+    ports = [p.port for p in endpoint_slice.ports or [] if p.port and (p.protocol or "TCP") == "TCP"] or [0]
+    addresses = [a for e in endpoint_slice.endpoints or [] for a in e.addresses or []]
+    return tuple(sorted((address, port) for address in addresses for port in ports))
 
 
 def is_default_class(storage_class) -> bool:
@@ -153,6 +164,10 @@ class TwinNamespaceController:
         # Which classes are the cluster's default: what a tenant's claims may name when its terms name none.
         self.storage_classes = Informer(client, StorageClass, name="storageclasses", transform=is_default_class)
         self.storage_classes.on_change(call(self.requeue_all, when=changed))
+        # The cluster DNS, which every twin's pods may query, and the API server, which the terms may lend: their
+        # endpoints are what a NetworkPolicy sees after kube-proxy's translation.
+        self.dns = self._service_endpoints(CLUSTER_DNS_NAMESPACE, CLUSTER_DNS_SERVICE)
+        self.api_server = self._service_endpoints("default", "kubernetes")
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.twins.on_change(enqueue(self.queue))
         self.namespaces.on_change(self._namespace_changed)
@@ -173,6 +188,23 @@ class TwinNamespaceController:
         for twin_key in list(self.twins.cache):
             self.queue.add(twin_key)
 
+    def _service_endpoints(self, namespace: str, service: str) -> Informer:
+        informer = Informer(
+            self.client,
+            EndpointSlice,
+            name=f"{service}-endpoints",
+            namespace=namespace,
+            labels={"kubernetes.io/service-name": service},
+            transform=slice_endpoints,
+        )
+        informer.on_change(call(self.requeue_all, when=changed))
+        return informer
+
+    @staticmethod
+    def endpoints(informer: Informer) -> list[tuple[str, int]]:
+        cache = informer.cache
+        return sorted({endpoint for key in list(cache) for endpoint in cache[key]})
+
     def default_storage_classes(self) -> list[str]:
         cache = self.storage_classes.cache
         return sorted(key[1] for key in list(cache) if cache[key])
@@ -187,11 +219,13 @@ class TwinNamespaceController:
             self.queue.add(tuple(twin_of.split("/", 1)))
 
     def tasks(self):
-        return [self.twins.run(), self.namespaces.run(), self.storage_classes.run(), self._run()]
+        own = (self.twins, self.namespaces, self.storage_classes, self.dns, self.api_server)
+        return [*(informer.run() for informer in own), self._run()]
 
     async def _run(self):
         terms = [self.terms] if self.terms else []
-        for informer in (self.twins, self.namespaces, self.storage_classes, self.tenants, *terms, *self.wait_for):
+        own = (self.twins, self.namespaces, self.storage_classes, self.dns, self.api_server)
+        for informer in (*own, self.tenants, *terms, *self.wait_for):
             await informer.synced.wait()
         await self.queue.run()
 
@@ -236,7 +270,12 @@ class TwinNamespaceController:
         await self._ensure_namespace(existing, name, twin_of, consumer, terms.pod_security, annotations)
         if problem:
             await self.events.record(reference(twin), "Warning", "EndpointRangesRefused", problem)
-        await self._apply_guards(name, tenant_ns, terms)
+        api_server, refusal = tenant_terms.consumer_api_server_egress(
+            terms.consumer_api_server, self.provider_pod_cidrs()
+        )
+        if refusal:
+            await self.events.record(reference(twin), "Warning", "ConsumerAPIServerRefused", refusal)
+        await self._apply_guards(name, tenant_ns, terms, ranges, api_server)
         await self._status(twin, "Ready", f"namespace {name} is ready for {consumer}")
         return None
 
@@ -271,9 +310,11 @@ class TwinNamespaceController:
             await self.client.patch(Namespace, name, patch, patch_type=PatchType.MERGE)
             log.info("twin namespace's terms updated", extra=fields(namespace=name, pod_security=level))
 
-    async def _apply_guards(self, name: str, tenant_ns: str, terms: TenantTerms) -> None:
-        """The tenant's rights in the twin, and what holds them to the terms: its LimitRange and ResourceQuota, and
-        a default ServiceAccount that mounts no provider token."""
+    async def _apply_guards(
+        self, name: str, tenant_ns: str, terms: TenantTerms, ranges: list[str], api_server: dict | None
+    ) -> None:
+        """The tenant's rights in the twin, and what holds them to the terms: its LimitRange and ResourceQuota, its
+        NetworkPolicy, and a default ServiceAccount that mounts no provider token."""
         limit_range, resource_quota = tenant_terms.twin_guards(name, terms)
         service_account = {
             "apiVersion": "v1",
@@ -281,11 +322,17 @@ class TwinNamespaceController:
             "metadata": {"name": "default", "namespace": name},
             "automountServiceAccountToken": False,
         }
+        reachable = tenant_terms.Reachable(
+            dns=tuple(address for address, _ in self.endpoints(self.dns)),
+            consumer_api_server=api_server,
+            provider_api_server=tuple(self.endpoints(self.api_server)),
+        )
         for resource, body in (
             (RoleBinding, tenant_role_binding(name, tenant_ns, TENANT_WORKLOAD_CLUSTER_ROLE)),
             (LimitRange, limit_range),
             (ResourceQuota, resource_quota),
             (ServiceAccount, service_account),
+            (NetworkPolicy, tenant_terms.twin_isolation(name, terms, ranges, reachable)),
         ):
             await self.client.apply(resource.from_dict(body), field_manager=MANAGER_COMPONENT, force=True)
 
