@@ -30,16 +30,24 @@ description:
     own inventory entry can lend V(privileged).
   - Likewise a peering's C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
     C(allowed_priority_classes), C(allowed_pod_annotations), C(allowed_storage_classes), C(allowed_ingress_classes),
-    C(allowed_ingress_hosts) and C(allowed_ingress_annotations) must be lent by its provider's
+    C(allowed_ingress_hosts), C(allowed_ingress_annotations), C(network_ingress_from_namespaces),
+    C(network_egress_to_namespaces) and C(network_egress_to_cidrs) must be lent by its provider's
     C(catamaran_tenant_allowances) (keys C(service_types), by default V([ClusterIP]); C(load_balancer_classes), by
     default V([]); C(twin_namespace_names), by default V([Suffixed]); C(priority_classes), by default V([]);
     C(pod_annotations), by default the peering module's default; C(storage_classes), by default V([]), so that only
     the provider's default storage class is lent; C(ingress_classes), C(ingress_hosts) and C(ingress_annotations),
-    each by default V([]), so that no tenant Ingress is lent), and its C(max_termination_grace_period) may not
-    exceed the key C(max_termination_grace_period) (by default V(300)).
+    each by default V([]), so that no tenant Ingress is lent; C(network_ingress_from_namespaces),
+    C(network_egress_to_namespaces) and C(network_egress_to_cidrs), each by default V([]), so that a tenant's pods
+    reach, and are reached from, only their own twin, the cluster DNS and the fabric), its
+    C(max_termination_grace_period) may not exceed the key C(max_termination_grace_period) (by default V(300)), and
+    its C(network_egress_to_api_server) may be V(true) only where the key C(network_egress_to_api_server) is (by
+    default V(false), so that a tenant's pods never reach the provider's API server, not even those that choose it
+    with C(catamaran.io/api-server-access=provider)).
   - An annotation prefix lent (V(prefix/*)) covers its keys and narrower prefixes; a host pattern lent covers the
     hosts it stands for (V(*.example.com) covers V(shop.example.com) and V(*.shop.example.com), not V(example.com);
-    V(*) covers every host); the other allowances are lent name by name.
+    V(*) covers every host); an address range lent covers the ranges within it of the same IP family
+    (V(10.0.0.0/8) covers V(10.1.0.0/16); V(0.0.0.0/0) covers every IPv4 range, the provider's nodes and metadata
+    addresses included); the other allowances are lent name by name.
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
@@ -60,14 +68,18 @@ description:
     invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
     outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer, priority,
     storage or Ingress class that is not a valid name, an annotation key or Ingress host pattern that is not a valid
-    one, a container default or object quota that is not a quantity, a default request above its default limit), or
-    an invalid offloaded namespace.
+    one, a namespace lent to a tenant's network that is not a DNS-1123 label, an address range lent that is not an
+    IPv4 or IPv6 network written as one, more than 32 namespaces or ranges in one list, a
+    C(network_egress_to_api_server) that is not a boolean (a string such as V("yes") is refused, in a peering and in
+    C(catamaran_tenant_allowances) alike), a container default or object quota that is not a quantity, a default
+    request above its default limit), or an invalid offloaded namespace.
   - A peering's provider terms C(allowed_service_types), C(allowed_load_balancer_classes), C(twin_namespace_names),
     C(priority_class), C(allowed_priority_classes), C(container_defaults), C(object_quota),
     C(max_termination_grace_period), C(allowed_pod_annotations), C(allowed_storage_classes),
-    C(allowed_ingress_classes), C(allowed_ingress_hosts) and C(allowed_ingress_annotations) take the values of the
-    M(catamaran.federation.peering) options of the same names; unset, they are left out of the model and the
-    module's defaults apply.
+    C(allowed_ingress_classes), C(allowed_ingress_hosts), C(allowed_ingress_annotations),
+    C(network_ingress_from_namespaces), C(network_egress_to_namespaces), C(network_egress_to_cidrs) and
+    C(network_egress_to_api_server) take the values of the M(catamaran.federation.peering) options of the same
+    names; unset, they are left out of the model and the module's defaults apply.
 positional: hosts
 options:
   _input:
@@ -107,6 +119,7 @@ _value:
 
 import difflib
 import functools
+import ipaddress
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -229,20 +242,44 @@ ALLOWANCES = (
     ("ingress_classes", "allowed_ingress_classes", []),
     ("ingress_hosts", "allowed_ingress_hosts", []),
     ("ingress_annotations", "allowed_ingress_annotations", []),
+    # None lent: a tenant's pods reach, and are reached from, only their own twin, the cluster DNS and the fabric.
+    ("network_ingress_from_namespaces", "network_ingress_from_namespaces", []),
+    ("network_egress_to_namespaces", "network_egress_to_namespaces", []),
+    ("network_egress_to_cidrs", "network_egress_to_cidrs", []),
 )
+
+
+def _range_lent(cidr, lent):
+    """An address range within one of the ranges lent, of the same IP family (0.0.0.0/0 covers every IPv4 range,
+    never an IPv6 one). Both are checked before (validation.network_cidrs)."""
+    asked = ipaddress.ip_network(cidr, strict=False)
+    return any(
+        asked.version == network.version and asked.subnet_of(network)
+        for network in (ipaddress.ip_network(entry, strict=False) for entry in lent)
+    )
+
+
 # How a value asked is covered by those lent, where not by being one of them: an annotation prefix lent (prefix/*)
-# covers its keys and narrower prefixes, a host pattern lent (*.example.com, *) the hosts and patterns under it.
+# covers its keys and narrower prefixes, a host pattern lent (*.example.com, *) the hosts and patterns under it, an
+# address range lent the ranges within it.
 COVERED = {
     "pod_annotations": tenancy.annotation_allowed,
     "ingress_annotations": tenancy.annotation_allowed,
     "ingress_hosts": tenancy.host_lent,
+    "network_egress_to_cidrs": _range_lent,
 }
-# An allowance that is a bound, not a list: a peering may ask at most what the provider lends.
-GRACE_ALLOWANCE = (
-    "max_termination_grace_period",
-    "max_termination_grace_period",
-    DEFAULT_MAX_TERMINATION_GRACE_SECONDS,
+# The allowances that are a bound, not a list: a peering may ask at most what the provider lends (a grace period no
+# longer than the one lent; true only where true is lent).
+BOUND_ALLOWANCES = (
+    ("max_termination_grace_period", "max_termination_grace_period", DEFAULT_MAX_TERMINATION_GRACE_SECONDS),
+    # Not lent: a tenant's pods never reach the provider's API server.
+    ("network_egress_to_api_server", "network_egress_to_api_server", False),
 )
+
+
+def _written(value):
+    """A value as the inventory writes it (YAML's true and false)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _tenant_allowances(host, variables):
@@ -250,7 +287,7 @@ def _tenant_allowances(host, variables):
     given = variables.get("catamaran_tenant_allowances") or {}
     if not isinstance(given, dict):
         raise AnsibleFilterError("%s must be a mapping, got %r" % (where, given))
-    names = [name for name, _option, _default in ALLOWANCES] + [GRACE_ALLOWANCE[0]]
+    names = [name for name, _option, _default in ALLOWANCES + BOUND_ALLOWANCES]
     unknown = sorted(str(key) for key in given if key not in names)
     if unknown:
         raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (where, unknown, ", ".join(names)))
@@ -266,22 +303,24 @@ def _tenant_allowances(host, variables):
         else:
             _checked(check, values, "%s.%s" % (where, name))
         allowances[name] = list(values)
-    name, option, default = GRACE_ALLOWANCE
-    allowances[name] = _checked(
-        dict(validation.TERMS_CHECKS)[option], given.get(name, default), "%s.%s" % (where, name)
-    )
+    for name, option, default in BOUND_ALLOWANCES:
+        allowances[name] = _checked(
+            dict(validation.TERMS_CHECKS)[option], given.get(name, default), "%s.%s" % (where, name)
+        )
     return allowances
 
 
 def _within_allowances(entry, provider, where):
     """A peering asks only what its provider's inventory lends, so a consumer's entry cannot open the provider up."""
-    name, option, _default = GRACE_ALLOWANCE
-    asked, lent = entry.get(option), provider["allowances"][name]
-    if isinstance(asked, int) and not isinstance(asked, bool) and asked > lent:
-        raise AnsibleFilterError(
-            "%s: %s %d is above what provider %s lends (host %s: catamaran_tenant_allowances.%s is %d)"
-            % (where, option, asked, provider["id"], provider["host"], name, lent)
-        )
+    for name, option, _default in BOUND_ALLOWANCES:
+        asked, lent = entry.get(option), provider["allowances"][name]
+        # Both checked before (validation.peering_terms and _tenant_allowances): a number of seconds, or a boolean.
+        if asked is not None and asked > lent:
+            beyond = "not lent by provider %s" if isinstance(lent, bool) else "is above what provider %s lends"
+            raise AnsibleFilterError(
+                "%s: %s %s %s (host %s: catamaran_tenant_allowances.%s is %s)"
+                % (where, option, _written(asked), beyond % provider["id"], provider["host"], name, _written(lent))
+            )
     for name, option, _default in ALLOWANCES:
         asked = entry.get(option)
         if asked is None:

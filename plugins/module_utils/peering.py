@@ -84,6 +84,8 @@ ADDED_TERMS_FIELDS = (
     (("spec", "pods"), "the tenant's pods"),
     (("spec", "storage"), "the tenant's PersistentVolumeClaims"),
     (("spec", "ingress"), "the tenant's Ingresses"),
+    (("spec", "isolation"), "the tenant's network"),
+    (("spec", "consumerAPIServer"), "the tenant's network (the consumer's API server)"),
 )
 
 
@@ -158,6 +160,15 @@ def terms(params):
             "allowedClasses": listed("allowed_ingress_classes"),
             "allowedHosts": listed("allowed_ingress_hosts"),
             "allowedAnnotations": listed("allowed_ingress_annotations"),
+        },
+        # Unset, none lent: a tenant's pods reach, and are reached from, only their own twin, the cluster DNS and the
+        # fabric (the NetworkPolicy the provider's manager keeps in every twin), never the provider's API server.
+        # Always written, so un-setting an option (or setting it back to false) takes back what was lent before.
+        "isolation": {
+            "ingressFromNamespaces": listed("network_ingress_from_namespaces"),
+            "egressToNamespaces": listed("network_egress_to_namespaces"),
+            "egressToCIDRs": listed("network_egress_to_cidrs"),
+            "egressToAPIServer": given("network_egress_to_api_server", False),
         },
     }
 
@@ -360,7 +371,11 @@ class Peering:
             )
         offer = self.resource_offer(params, announced, offer_network)
         for field, of_what in ADDED_TERMS_FIELDS:
-            if changes.check_mode and not crds.serves_field(self.provider, RESOURCE_OFFER_CRD, field):
+            if (
+                field[-1] in offer["spec"]
+                and changes.check_mode
+                and not crds.serves_field(self.provider, RESOURCE_OFFER_CRD, field)
+            ):
                 del offer["spec"][field[-1]]
                 changes.note(
                     "%s: write the terms of %s (%s) once its ResourceOffer CRD serves them (the crds step of the same "
@@ -405,6 +420,9 @@ class Peering:
             spec["tolerations"] = [api_toleration(t) for t in params["provider_tolerations"]]
         if consumer_pod_cidrs:
             spec["consumerPodCIDRs"] = list(consumer_pod_cidrs)
+        if params.get("home_api_server"):
+            # Where the tenant's pods reach it: the provider's manager lets them (the twins' NetworkPolicy).
+            spec["consumerAPIServer"] = params["home_api_server"]
         return {
             "apiVersion": OFFLOADING_API,
             "kind": "ResourceOffer",

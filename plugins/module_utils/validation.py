@@ -32,6 +32,11 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
 # k8s.io/apimachinery validation: a qualified name is [prefix/]name, the prefix a DNS-1123 subdomain.
 QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# An address and a prefix length, as a NetworkPolicy's ipBlock takes them (no netmask, no zone, no spaces).
+CIDR_FORM = re.compile(r"^[0-9A-Fa-f.:]+/(0|[1-9][0-9]{0,2})$")
+# As many entries as each list of the ResourceOffer's spec.isolation holds.
+MAX_ISOLATION_ENTRIES = 32
 HEALTH_CHECK_FIELDS = ("period_seconds", "timeout_seconds", "failure_threshold")
 CONTAINER_DEFAULTS_FIELDS = ("requests", "limits")
 TAINT_FIELDS = ("key", "value", "effect")
@@ -250,6 +255,62 @@ def ingress_hosts(values, where):
     return values
 
 
+def _at_most(values, most, where, what):
+    """At most `most` distinct entries (each written once in the ResourceOffer, whose CRD caps the list)."""
+    distinct = len(set(values))
+    if distinct > most:
+        raise InvalidSetting("%s: at most %d %s, got %d" % (where, most, what, distinct))
+    return values
+
+
+def namespace_names(values, where):
+    """Names of the provider's namespaces lent to a tenant's network (spec.isolation): each a DNS-1123 label, as a
+    namespace's name is, at most 32 of them."""
+    for index, value in enumerate(_strings(values, where)):
+        if not isinstance(value, str) or len(value) > 63 or not DNS1123_LABEL.match(value):
+            raise InvalidSetting(
+                "%s[%d]: %r is not a namespace name (a DNS-1123 label: lower-case letters, digits and '-', at most "
+                "63)" % (where, index, value)
+            )
+    return _at_most(values, MAX_ISOLATION_ENTRIES, where, "namespaces")
+
+
+def _written_network(value):
+    """The network an address/prefix string stands for (host bits ignored), or None."""
+    if not isinstance(value, str) or not CIDR_FORM.match(value):
+        return None
+    try:
+        return ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return None
+
+
+def network_cidrs(values, where):
+    """Address ranges lent to a tenant's pods (spec.isolation.egressToCIDRs): IPv4 or IPv6 networks written as
+    networks, address/prefix with no host bits set (10.0.0.0/8, not 10.0.0.1/8), at most 32 of them."""
+    for index, value in enumerate(_strings(values, where)):
+        here = "%s[%d]" % (where, index)
+        network = _written_network(value)
+        if network is None:
+            raise InvalidSetting(
+                "%s: %r is not an IPv4 or IPv6 network written as address/prefix, such as 203.0.113.0/24 or "
+                "2001:db8::/32" % (here, value)
+            )
+        if network.network_address != ipaddress.ip_address(value.split("/")[0]):
+            raise InvalidSetting(
+                "%s: %r has host bits set: write the network, %s (not an address within it)" % (here, value, network)
+            )
+    return _at_most(values, MAX_ISOLATION_ENTRIES, where, "ranges")
+
+
+def boolean(value, where):
+    """A true or false as YAML writes it (true, false), not a string such as "yes" or a number: an inventory's value
+    reaches the filter as written, and a string would read as true."""
+    if not isinstance(value, bool):
+        raise InvalidSetting("%s must be true or false (a boolean, unquoted), got %r" % (where, value))
+    return value
+
+
 def grace_seconds(value, where):
     """The longest a tenant's pod may take to stop: whole seconds, 0 to a day."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TERMINATION_GRACE_SECONDS:
@@ -341,6 +402,10 @@ TERMS_CHECKS = (
     ("allowed_ingress_classes", object_names),
     ("allowed_ingress_hosts", ingress_hosts),
     ("allowed_ingress_annotations", annotation_keys),
+    ("network_ingress_from_namespaces", namespace_names),
+    ("network_egress_to_namespaces", namespace_names),
+    ("network_egress_to_cidrs", network_cidrs),
+    ("network_egress_to_api_server", boolean),
 )
 TERMS_OPTIONS = tuple(option for option, _check in TERMS_CHECKS)
 

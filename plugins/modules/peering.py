@@ -17,9 +17,9 @@ description:
   - "On the provider: the tenant namespace C(catamaran-tenant-<consumer_id>), the ServiceAccount
     C(catamaran-consumer), least-privilege RBAC (it reaches only its tenant's namespaces), and the tenant's
     ResourceOffer C(resources) holding its terms: placement, Pod Security level, share, credential lifetime,
-    Service types, twin namespace names, priority class, container defaults, object quota, storage classes and
-    Ingress classes, hosts and annotations (docs/tenant-terms.md has every field a tenant writes and what the terms
-    decide)."
+    Service types, twin namespace names, priority class, container defaults, object quota, storage classes,
+    Ingress classes, hosts and annotations, and what the tenant's pods may reach on the provider's network
+    (docs/tenant-terms.md has every field a tenant writes and what the terms decide)."
   - The ResourceOffer also announces the consumer's pod ranges (C(spec.consumerPodCIDRs)), read from the
     C(spec.podCIDRs) of the consumer's nodes (one covering range per IP family), as the only addresses the tenant's
     EndpointSlices may hold on the provider. The module warns when no consumer node reports one.
@@ -278,6 +278,82 @@ options:
     elements: str
     default: []
     version_added: 0.3.0
+  network_ingress_from_namespaces:
+    description:
+      - The provider's namespaces whose pods may open connections to this consumer's pods on the provider
+        (C(spec.isolation.ingressFromNamespaces)), such as the namespace of the ingress controller that serves the
+        tenant's Ingresses, or of a scraper; each a namespace name (a DNS-1123 label), at most 32.
+      - The provider's manager keeps a NetworkPolicy C(catamaran-tenant-terms) in every twin namespace. A tenant's
+        pods always accept connections from their own twin namespace and from the fabric (the consumer's pods); the
+        default (none) refuses all others (the pods of the provider's other namespaces and of its other tenants).
+      - Enforced only where the provider's network plugin enforces NetworkPolicies (Calico, Cilium, kube-router,
+        for example); with one that does not (flannel alone), nothing holds the tenant's pods to these terms.
+      - Set in the inventory (C(catamaran_peerings)), the values must be lent by the provider's
+        C(catamaran_tenant_allowances) (key C(network_ingress_from_namespaces)), as
+        P(catamaran.federation.federation_model#filter) checks.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
+  network_egress_to_namespaces:
+    description:
+      - The provider's namespaces whose pods, and so whose Services, this consumer's pods may open connections to on
+        the provider (C(spec.isolation.egressToNamespaces)), such as a shared database's; each a namespace name (a
+        DNS-1123 label), at most 32.
+      - Through the NetworkPolicy C(catamaran-tenant-terms) the provider's manager keeps in every twin namespace, a
+        tenant's pods may always reach their own twin namespace, the cluster DNS (port 53) and the fabric (the
+        consumer's pods). The default (none, and no O(network_egress_to_cidrs)) refuses everything else (the
+        provider's other namespaces and its other tenants, its nodes and their kubelet port, its API server unless
+        O(network_egress_to_api_server), link-local metadata addresses such as V(169.254.169.254), and the
+        internet).
+      - Enforced only where the provider's network plugin enforces NetworkPolicies (Calico, Cilium, kube-router,
+        for example); with one that does not (flannel alone), nothing holds the tenant's pods to these terms.
+      - Set in the inventory (C(catamaran_peerings)), the values must be lent by the provider's
+        C(catamaran_tenant_allowances) (key C(network_egress_to_namespaces)), as
+        P(catamaran.federation.federation_model#filter) checks.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
+  network_egress_to_cidrs:
+    description:
+      - The address ranges this consumer's pods may open connections to from the provider
+        (C(spec.isolation.egressToCIDRs)), such as an external API's; each an IPv4 or IPv6 network written as a
+        network, address and prefix length (V(203.0.113.0/24), V(2001:db8::/32)), at most 32. A range written with
+        host bits set, such as V(10.0.0.1/8), is refused, naming the network to write instead (V(10.0.0.0/8)).
+      - Beyond these, a tenant's pods may reach only their own twin namespace, the cluster DNS, the fabric (the
+        consumer's pods) and O(network_egress_to_namespaces); the default (none) refuses the provider's nodes and
+        their kubelet port, its API server, link-local metadata addresses such as V(169.254.169.254), and the
+        internet.
+      - V(0.0.0.0/0) (or V(::/0)) lends everything of its family, the provider's nodes, its API server and its
+        metadata addresses included; lend narrower ranges to keep those refused.
+      - Enforced only where the provider's network plugin enforces NetworkPolicies (Calico, Cilium, kube-router,
+        for example); with one that does not (flannel alone), nothing holds the tenant's pods to these terms.
+      - Set in the inventory (C(catamaran_peerings)), each value must lie within a range of the same IP family the
+        provider's C(catamaran_tenant_allowances) lends (key C(network_egress_to_cidrs)), as
+        P(catamaran.federation.federation_model#filter) checks.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.3.0
+  network_egress_to_api_server:
+    description:
+      - Whether this consumer's pods may open connections to the provider's own API server
+        (C(spec.isolation.egressToAPIServer)), that is the endpoints of its C(kubernetes) Service, at their addresses
+        and ports, which the NetworkPolicy C(catamaran-tenant-terms) of every twin namespace then admits.
+      - The default (V(false)) keeps the tenant's pods off the provider's API server. Pods that choose it with the
+        annotation C(catamaran.io/api-server-access=provider) (see O(home_api_server)) need it; without it their
+        connections to it are refused. Pods reaching the consumer's API server (the default, V(home)) do not.
+      - Always written to the ResourceOffer, so setting it back to V(false) takes back what was lent.
+      - Enforced only where the provider's network plugin enforces NetworkPolicies (Calico, Cilium, kube-router,
+        for example); with one that does not (flannel alone), nothing holds the tenant's pods to these terms.
+      - Set in the inventory (C(catamaran_peerings)), a V(true) must be lent by the provider's
+        C(catamaran_tenant_allowances) (key C(network_egress_to_api_server), by default V(false)), as
+        P(catamaran.federation.federation_model#filter) checks; there it must be written as a boolean, not a string
+        such as V(yes).
+    type: bool
+    default: false
+    version_added: 0.3.0
   container_defaults:
     description:
       - Requests and limits given to the containers of this consumer's pods that set none
@@ -465,8 +541,13 @@ options:
         (C(KUBERNETES_SERVICE_HOST)/C(PORT)), so their reflected token and CA work unchanged; a pod may choose the
         provider's API server (a token of its twin's default ServiceAccount, bound to nothing) or none with the
         annotation C(catamaran.io/api-server-access) (V(home), V(provider), V(disabled)). The consumer's API server
-        certificate must name the host.
+        certificate must name the host. Pods choosing V(provider) reach the provider's API server only where the
+        provider lends O(network_egress_to_api_server); by default the twins' NetworkPolicy refuses them.
       - Unset, offloaded pods see the provider's C(kubernetes) Service, where their token is not valid.
+      - Also written to the tenant's ResourceOffer (C(spec.consumerAPIServer)), so the NetworkPolicy of every twin
+        lets the tenant's pods open connections to that address and port. There the host must be an IP address
+        outside the provider's pod ranges (not loopback nor link-local); otherwise the provider's manager leaves the
+        rule out and says why in a Warning Event on the TwinNamespace.
     type: str
   pod_cidrs:
     description:
@@ -870,6 +951,10 @@ def argument_spec():
         allowed_ingress_classes=dict(type="list", elements="str", default=[]),
         allowed_ingress_hosts=dict(type="list", elements="str", default=[]),
         allowed_ingress_annotations=dict(type="list", elements="str", default=[]),
+        network_ingress_from_namespaces=dict(type="list", elements="str", default=[]),
+        network_egress_to_namespaces=dict(type="list", elements="str", default=[]),
+        network_egress_to_cidrs=dict(type="list", elements="str", default=[]),
+        network_egress_to_api_server=dict(type="bool", default=False),
         rotate_credential=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),

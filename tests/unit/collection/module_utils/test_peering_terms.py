@@ -31,7 +31,15 @@ from ansible_collections.catamaran.federation.plugins.module_utils.tenancy impor
     tenant_manifests,
 )
 
-from tests.unit.collection.peering_fakes import OFFER, FakeCluster, FakeModule, clusters, node, params
+from tests.unit.collection.peering_fakes import (
+    INSTALLED_CRDS,
+    OFFER,
+    FakeCluster,
+    FakeModule,
+    clusters,
+    node,
+    params,
+)
 
 # -- terms(params) ---------------------------------------------------------------------------------------------------
 
@@ -55,11 +63,41 @@ def test_unset_terms_are_the_controllers_defaults():
     assert agreed["storage"] == {"allowedClasses": []}
     # None lent: the provider refuses every tenant Ingress until it lends a class and hosts.
     assert agreed["ingress"] == {"allowedClasses": [], "allowedHosts": [], "allowedAnnotations": []}
+    # None lent: a tenant's pods reach, and are reached from, only their own twin, the cluster DNS and the fabric;
+    # never the provider's API server.
+    assert agreed["isolation"] == {
+        "ingressFromNamespaces": [],
+        "egressToNamespaces": [],
+        "egressToCIDRs": [],
+        "egressToAPIServer": False,
+    }
 
 
 def test_unset_ingress_terms_are_written_empty_in_the_offer():
     spec = Peering(None, None, None, "c1", "p1").resource_offer(params())["spec"]
     assert spec["ingress"] == {"allowedClasses": [], "allowedHosts": [], "allowedAnnotations": []}
+
+
+def test_unset_network_terms_are_written_empty_in_the_offer():
+    """Written empty (and false) rather than left out, so un-setting an option takes back what was lent before."""
+    spec = Peering(None, None, None, "c1", "p1").resource_offer(params())["spec"]
+    assert spec["isolation"] == {
+        "ingressFromNamespaces": [],
+        "egressToNamespaces": [],
+        "egressToCIDRs": [],
+        "egressToAPIServer": False,
+    }
+
+
+@pytest.mark.parametrize("unset", [{}, {"network_egress_to_api_server": None}, {"network_egress_to_api_server": False}])
+def test_the_provider_api_server_once_lent_is_taken_back_by_false_or_unset(unset):
+    """The field is always written: an offer that lent it (true) is replaced by one that says false."""
+    peering = Peering(None, None, None, "c1", "p1")
+    lent = peering.resource_offer(params(network_egress_to_api_server=True))["spec"]["isolation"]
+    assert lent["egressToAPIServer"] is True
+    Peering.validate(params(**unset))
+    taken_back = peering.resource_offer(params(**unset))["spec"]["isolation"]
+    assert taken_back["egressToAPIServer"] is False
 
 
 def test_unset_storage_terms_are_written_empty_in_the_offer():
@@ -123,6 +161,24 @@ def test_unset_storage_terms_are_written_empty_in_the_offer():
             ["nginx.ingress.kubernetes.io/rewrite-target", "cert-manager.io/*"],
         ),
         ("allowed_ingress_annotations", [], ("ingress", "allowedAnnotations"), []),
+        (
+            "network_ingress_from_namespaces",
+            ["ingress-nginx", "monitoring", "ingress-nginx"],
+            ("isolation", "ingressFromNamespaces"),
+            ["ingress-nginx", "monitoring"],
+        ),
+        ("network_ingress_from_namespaces", [], ("isolation", "ingressFromNamespaces"), []),
+        ("network_egress_to_namespaces", ["shared-db"], ("isolation", "egressToNamespaces"), ["shared-db"]),
+        (
+            "network_egress_to_cidrs",
+            ["203.0.113.0/24", "2001:db8::/32", "203.0.113.0/24"],
+            ("isolation", "egressToCIDRs"),
+            ["203.0.113.0/24", "2001:db8::/32"],
+        ),
+        ("network_egress_to_cidrs", ["0.0.0.0/0", "::/0"], ("isolation", "egressToCIDRs"), ["0.0.0.0/0", "::/0"]),
+        ("network_egress_to_cidrs", [], ("isolation", "egressToCIDRs"), []),
+        ("network_egress_to_api_server", True, ("isolation", "egressToAPIServer"), True),
+        ("network_egress_to_api_server", False, ("isolation", "egressToAPIServer"), False),
         (
             "object_quota",
             {"count/jobs.batch": "20", "requests.storage": "1Ti"},
@@ -212,6 +268,62 @@ def test_a_consumers_announced_pod_ranges_are_written_only_when_there_are_some()
         ),
         ({"allowed_ingress_annotations": ["Bad Key"]}, r"allowed_ingress_annotations\[0\]: annotation key"),
         ({"allowed_ingress_annotations": "cert-manager.io/*"}, "allowed_ingress_annotations must be a list"),
+        (
+            {"network_ingress_from_namespaces": ["monitoring", "Ingress-Nginx"]},
+            r"network_ingress_from_namespaces\[1\]: 'Ingress-Nginx' is not a namespace name \(a DNS-1123 label",
+        ),
+        (
+            {"network_ingress_from_namespaces": ["a" * 64]},
+            r"network_ingress_from_namespaces\[0\]: 'a{64}' is not a namespace name",
+        ),
+        ({"network_ingress_from_namespaces": "monitoring"}, "network_ingress_from_namespaces must be a list"),
+        (
+            {"network_egress_to_namespaces": ["shared.db"]},  # a subdomain, not a label
+            r"network_egress_to_namespaces\[0\]: 'shared.db' is not a namespace name",
+        ),
+        ({"network_egress_to_namespaces": ["shared_db"]}, r"network_egress_to_namespaces\[0\]: 'shared_db' is not"),
+        ({"network_egress_to_namespaces": [""]}, r"network_egress_to_namespaces\[0\]: '' is not a namespace name"),
+        ({"network_egress_to_namespaces": [None]}, r"network_egress_to_namespaces\[0\]: None is not a namespace"),
+        (
+            {"network_egress_to_namespaces": [f"ns-{index}" for index in range(33)]},
+            r"network_egress_to_namespaces: at most 32 namespaces, got 33",
+        ),
+        (
+            {"network_egress_to_cidrs": ["203.0.113.0/24", "10.0.0.1/8"]},
+            r"network_egress_to_cidrs\[1\]: '10.0.0.1/8' has host bits set: write the network, 10.0.0.0/8",
+        ),
+        (
+            {"network_egress_to_cidrs": ["2001:db8::1/32"]},
+            r"network_egress_to_cidrs\[0\]: '2001:db8::1/32' has host bits set: write the network, 2001:db8::/32",
+        ),
+        (
+            {"network_egress_to_cidrs": ["10.0.0.0"]},  # an address: a range needs its prefix length
+            r"network_egress_to_cidrs\[0\]: '10.0.0.0' is not an IPv4 or IPv6 network written as address/prefix",
+        ),
+        ({"network_egress_to_cidrs": ["10.0.0.0/255.0.0.0"]}, r"'10.0.0.0/255.0.0.0' is not an IPv4 or IPv6"),
+        ({"network_egress_to_cidrs": ["10.0.0.0/33"]}, r"'10.0.0.0/33' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": ["::/129"]}, r"'::/129' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": ["10.0.0.0/08"]}, r"'10.0.0.0/08' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": ["fe80::%eth0/64"]}, r"'fe80::%eth0/64' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": ["example.com/32"]}, r"'example.com/32' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": [" 10.0.0.0/8"]}, r"' 10.0.0.0/8' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": [""]}, r"network_egress_to_cidrs\[0\]: '' is not an IPv4 or IPv6 network"),
+        ({"network_egress_to_cidrs": [167772160]}, r"network_egress_to_cidrs\[0\]: 167772160 is not an IPv4"),
+        ({"network_egress_to_cidrs": "0.0.0.0/0"}, "network_egress_to_cidrs must be a list"),
+        (
+            {"network_egress_to_cidrs": [f"10.{index}.0.0/16" for index in range(33)]},
+            r"network_egress_to_cidrs: at most 32 ranges, got 33",
+        ),
+        # A string would read as true (and "no" too): only YAML's unquoted true and false.
+        (
+            {"network_egress_to_api_server": "yes"},
+            r"network_egress_to_api_server must be true or false \(a boolean, unquoted\), got 'yes'",
+        ),
+        ({"network_egress_to_api_server": "true"}, r"network_egress_to_api_server must be true or false .*'true'"),
+        ({"network_egress_to_api_server": "no"}, r"network_egress_to_api_server must be true or false .*'no'"),
+        ({"network_egress_to_api_server": 1}, r"network_egress_to_api_server must be true or false .*got 1$"),
+        ({"network_egress_to_api_server": 0}, r"network_egress_to_api_server must be true or false .*got 0$"),
+        ({"network_egress_to_api_server": []}, r"network_egress_to_api_server must be true or false .*got \[\]"),
     ],
 )
 def test_bad_terms_are_refused_naming_the_option(extra, message):
@@ -230,6 +342,24 @@ def test_valid_ingress_host_patterns_pass(hosts):
 @pytest.mark.parametrize("classes", [[], ["standard"], ["fast-ssd", "ebs.csi.aws.com-gp3", "a" * 253]])
 def test_valid_storage_class_names_pass(classes):
     Peering.validate(params(allowed_storage_classes=classes))
+
+
+@pytest.mark.parametrize(
+    ("option", "values"),
+    [
+        ("network_ingress_from_namespaces", ["ingress-nginx", "monitoring", "a" * 63, "0"]),
+        ("network_egress_to_namespaces", [f"ns-{index}" for index in range(32)]),
+        # Counted once each, as the offer writes them.
+        ("network_egress_to_namespaces", [f"ns-{index % 32}" for index in range(40)]),
+        ("network_egress_to_cidrs", ["0.0.0.0/0", "::/0", "203.0.113.7/32", "2001:DB8::/32", "::ffff:10.0.0.0/104"]),
+        ("network_egress_to_cidrs", ["ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"]),  # the CRD's 43 characters
+        ("network_egress_to_cidrs", [f"10.{index}.0.0/16" for index in range(32)]),
+        ("network_egress_to_api_server", True),
+        ("network_egress_to_api_server", False),
+    ],
+)
+def test_valid_network_terms_pass(option, values):
+    Peering.validate(params(**{option: values}))
 
 
 def test_valid_quantities_pass():
@@ -354,3 +484,34 @@ def test_an_upgrade_plan_writes_the_storage_terms_once_the_crd_it_brings_serves_
     awaited = "write the terms of the tenant's PersistentVolumeClaims (spec.storage) once"
     assert any(awaited in action for action in plan.actions)
     assert not any("(spec.ingress) once" in action for action in plan.actions)
+
+
+def test_an_upgrade_plan_writes_the_network_terms_once_the_crd_it_brings_serves_them():
+    consumer, provider = clusters(consumer_nodes=[node("a", pod_cidr="10.244.0.0/24")])
+    given = params(network_egress_to_cidrs=["203.0.113.0/24"], allowed_storage_classes=["fast-ssd"])
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(given)
+    assert plan.after[OFFER]["spec"]["isolation"]["egressToCIDRs"] == ["203.0.113.0/24"]
+    for version in provider.crds["resourceoffers.offloading.catamaran.io"]["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("isolation")
+    plan = Peering(FakeModule(), consumer, provider, "c1", "p1").present(given)
+    assert "isolation" not in plan.after[OFFER]["spec"]
+    assert plan.after[OFFER]["spec"]["storage"] == {"allowedClasses": ["fast-ssd"]}  # served: kept
+    awaited = "write the terms of the tenant's network (spec.isolation) once"
+    assert any(awaited in action for action in plan.actions)
+    assert not any("(spec.storage) once" in action for action in plan.actions)
+
+
+def test_the_network_terms_fit_the_resource_offer_crd():
+    """Each list and entry within what the CRD holds: 32 entries, namespaces of 63 characters, ranges of 43; the
+    provider's API server a boolean."""
+    (crd,) = [crd for crd in INSTALLED_CRDS if crd["metadata"]["name"] == "resourceoffers.offloading.catamaran.io"]
+    for version in crd["spec"]["versions"]:
+        isolation = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["isolation"]
+        fields = isolation["properties"]
+        assert set(fields) == {"ingressFromNamespaces", "egressToNamespaces", "egressToCIDRs", "egressToAPIServer"}
+        assert fields["egressToAPIServer"]["type"] == "boolean"
+        for name in ("ingressFromNamespaces", "egressToNamespaces", "egressToCIDRs"):
+            assert fields[name]["maxItems"] == validation.MAX_ISOLATION_ENTRIES
+        assert fields["ingressFromNamespaces"]["items"]["maxLength"] == 63
+        assert fields["egressToNamespaces"]["items"]["maxLength"] == 63
+        assert fields["egressToCIDRs"]["items"]["maxLength"] >= len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")
