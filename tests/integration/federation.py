@@ -540,9 +540,17 @@ def running(lab: Lab, consumer: str, provider: str, processes: list[ControllerPr
                 "--timeout=60s", check=False, timeout=90,
             )  # fmt: skip
         finally:  # stopped and unpeered even when the twins' deletion did not finish in time
-            for process in processes:
-                process.stop()
+            stop(lab, consumer, processes)
             unpeer(lab, consumer, provider)
+
+
+def stop(lab: Lab, consumer: str, processes: list[ControllerProcess]) -> None:
+    """Stop the processes; a consumer's manager among them leaves its pod webhook registered (the API server would
+    then call a port nothing serves), so the registration goes too: the lab as the group found it."""
+    for process in processes:
+        process.stop()
+    if any("--webhook-port" in process.args for process in processes):
+        lab.kubectl(consumer, "delete", "mutatingwebhookconfiguration", WEBHOOK, "--ignore-not-found", check=False)
 
 
 @contextlib.contextmanager

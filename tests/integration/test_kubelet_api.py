@@ -134,8 +134,7 @@ def fed(lab, lab_config_in_use):
                 provider, "-n", f"catamaran-tenant-{CONSUMER}", "delete", "twinnamespaces", "--all",
                 "--timeout=60s", check=False, timeout=90,
             )  # fmt: skip
-        for process in processes:
-            process.stop()
+        federation.stop(lab, CONSUMER, processes)
         for provider in (REAL_PROVIDER, KWOK_PROVIDER):
             federation.unpeer(lab, CONSUMER, provider)
 
