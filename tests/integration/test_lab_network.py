@@ -56,17 +56,7 @@ def web(lab, lab_config_in_use):
             items = {"apiVersion": "v1", "kind": "List", "items": _web_and_client(cluster_name, namespace)}
             lab.kubectl(cluster_name, "-n", namespace, "apply", "-f", "-", input=json.dumps(items))
         for cluster_name, namespace in namespaces.items():
-            lab.kubectl(
-                cluster_name,
-                "-n",
-                namespace,
-                "wait",
-                "--for=condition=Ready",
-                "pod",
-                "--all",
-                "--timeout=90s",
-                timeout=120,
-            )
+            all_pods_ready(lab, cluster_name, namespace)
         yield namespaces
     finally:
         for cluster_name, namespace in namespaces.items():
@@ -183,17 +173,7 @@ def test_a_network_policy_admits_only_its_namespace_clients_on_a_real_node(lab, 
             body = {"apiVersion": "v1", "kind": "List", "items": items}
             lab.kubectl(cluster.name, "-n", namespace, "apply", "-f", "-", input=json.dumps(body))
         for namespace in pods:
-            lab.kubectl(
-                cluster.name,
-                "-n",
-                namespace,
-                "wait",
-                "--for=condition=Ready",
-                "pod",
-                "--all",
-                "--timeout=90s",
-                timeout=120,
-            )
+            all_pods_ready(lab, cluster.name, namespace)
         placed = {
             (namespace, item["metadata"]["name"]): get_json(
                 lab, cluster.name, "pod", "-n", namespace, item["metadata"]["name"]
@@ -244,3 +224,7 @@ def test_a_network_policy_admits_only_its_namespace_clients_on_a_real_node(lab, 
     finally:
         for namespace in pods:
             lab.kubectl(cluster.name, "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def all_pods_ready(lab, cluster: str, namespace: str) -> None:
+    lab.kubectl(cluster, "-n", namespace, "wait", "--for=condition=Ready", "pod", "--all", "--timeout=90s", timeout=120)

@@ -20,7 +20,7 @@ from catamaran.constants import TENANT_TERMS_NAME, virtual_node_name
 
 from .. import federation
 from ..lab_access import get_json, require_real_node, wait_for
-from ..manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, real_pod
+from ..manifests import REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, http_service, real_pod
 from . import CONSUMER, PROVIDER
 
 pytestmark = pytest.mark.integration
@@ -40,15 +40,6 @@ def web_pod(name: str, remote: bool = True) -> dict:
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": virtual_node_name(PROVIDER)}
         pod["spec"]["tolerations"] = [TOLERATE_VIRTUAL_NODE]
     return pod
-
-
-def service(name: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
-    }
 
 
 def running_ip(lab, cluster: str, namespace: str, name: str) -> str:
@@ -94,11 +85,11 @@ def _populated(lab, lab_config) -> dict:
         "-n",
         NAMESPACE,
         *apply,
-        input=federation.as_list([web_pod("client"), web_pod("peer"), service("peer")]),
+        input=federation.as_list([web_pod("client"), web_pod("peer"), http_service("peer")]),
     )
     lab.kubectl(CONSUMER, "-n", NEXT, *apply, input=federation.as_list([web_pod("other"), web_pod("other-peer")]))
     wait_for(lambda: lab.kubectl(PROVIDER, "-n", PRIVATE, "get", "sa", "default", check=False).returncode == 0)
-    own = [web_pod("private", remote=False), web_pod("neighbor", remote=False), service("private")]
+    own = [web_pod("private", remote=False), web_pod("neighbor", remote=False), http_service("private")]
     lab.kubectl(PROVIDER, "-n", PRIVATE, *apply, input=federation.as_list(own))
     placed = (("client", TWIN), ("peer", TWIN), ("other", NEXT_TWIN), ("other-peer", NEXT_TWIN))
     addresses = {
