@@ -4,13 +4,14 @@ provider cluster-2 (docs/tenant-terms.md, *Network*).
 
 From an offloaded pod running on the provider's real node, each destination is tried next to a control that shows it
 answers others: its own twin's pod and Service and the cluster DNS answer; the provider's own pods and Services,
-another twin's pods, the node's kubelet port and the API server do not. (The consumer's pods answer through the
-fabric: test_fabric.py, whose offloaded pods run under the same policy.) The tests run in file order, on the
-package's peering, in namespaces `walled` and `walled-next`.
+another twin's pods and a second tenant's (cluster-3), the node's kubelet port and the API server do not. (The
+consumer's pods answer through the fabric: test_fabric.py, whose offloaded pods run under the same policy.) The tests
+run in file order, on the package's peering, in namespaces `walled` and `walled-next`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.integration
 
 NAMESPACE, NEXT = "walled", "walled-next"
 TWIN, NEXT_TWIN = f"{NAMESPACE}-{CONSUMER}", f"{NEXT}-{CONSUMER}"
+SECOND = "cluster-3"  # a second tenant of the same provider
+SECOND_TWIN = f"{NAMESPACE}-{SECOND}"
 PRIVATE = "provider-private"
 TOLERATE_VIRTUAL_NODE = {"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
 SERVE = 'mkdir -p /tmp/www && echo "$MESSAGE" > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www'
@@ -63,6 +66,7 @@ def walled(lab, lab_config_in_use, peering, tmp_path_factory):
         with (
             federation.offloaded(lab, CONSUMER, PROVIDER, NAMESPACE),
             federation.offloaded(lab, CONSUMER, PROVIDER, NEXT),
+            second_tenant(lab),
         ):
             lab.kubectl(PROVIDER, "create", "namespace", PRIVATE)
             try:
@@ -71,6 +75,18 @@ def walled(lab, lab_config_in_use, peering, tmp_path_factory):
                 lab.kubectl(PROVIDER, "delete", "namespace", PRIVATE, "--wait=false", check=False)
     finally:
         federation.grant_terms(lab, CONSUMER, PROVIDER, field_manager="tests")  # the placement taken back
+
+
+@contextlib.contextmanager
+def second_tenant(lab):
+    """cluster-3 peered with the same provider, served by the package's provider manager and a virtual kubelet of its
+    own, its namespace `walled` offloaded there too."""
+    federation.install_crds(lab, SECOND)
+    federation.peer(lab, SECOND, PROVIDER)
+    federation.place(lab, SECOND, PROVIDER, REAL_NODE_SELECTOR, [REAL_NODE_TOLERATION])
+    processes = [federation.virtual_kubelet(lab, SECOND, PROVIDER)]
+    with federation.running(lab, SECOND, PROVIDER, processes), federation.offloaded(lab, SECOND, PROVIDER, NAMESPACE):
+        yield
 
 
 def cluster_ip(lab, namespace: str, name: str) -> str | None:
@@ -88,10 +104,18 @@ def _populated(lab, lab_config) -> dict:
         input=federation.as_list([web_pod("client"), web_pod("peer"), http_service("peer")]),
     )
     lab.kubectl(CONSUMER, "-n", NEXT, *apply, input=federation.as_list([web_pod("other"), web_pod("other-peer")]))
+    lab.kubectl(SECOND, "-n", NAMESPACE, *apply, input=federation.as_list([web_pod("third"), web_pod("third-peer")]))
     wait_for(lambda: lab.kubectl(PROVIDER, "-n", PRIVATE, "get", "sa", "default", check=False).returncode == 0)
     own = [web_pod("private", remote=False), web_pod("neighbor", remote=False), http_service("private")]
     lab.kubectl(PROVIDER, "-n", PRIVATE, *apply, input=federation.as_list(own))
-    placed = (("client", TWIN), ("peer", TWIN), ("other", NEXT_TWIN), ("other-peer", NEXT_TWIN))
+    placed = (
+        ("client", TWIN),
+        ("peer", TWIN),
+        ("other", NEXT_TWIN),
+        ("other-peer", NEXT_TWIN),
+        ("third", SECOND_TWIN),
+        ("third-peer", SECOND_TWIN),
+    )
     addresses = {
         name: running_ip(lab, PROVIDER, namespace, name)
         for name, namespace in (*placed, ("private", PRIVATE), ("neighbor", PRIVATE))
@@ -163,11 +187,17 @@ def test_nothing_else_of_the_provider_answers_a_tenant_pod_but_answers_others(la
     assert not refused, f"a tenant pod reached {target} ({url}): {said}"
 
 
-def test_another_twin_is_walled_off_both_ways(lab, walled):
+@pytest.mark.parametrize(
+    ("twin", "pod", "peer"), [(NEXT_TWIN, "other", "other-peer"), (SECOND_TWIN, "third", "third-peer")]
+)
+def test_another_twin_and_another_tenant_are_walled_off_both_ways(lab, walled, twin, pod, peer):
     addresses, _ = walled
-    assert fetch(lab, NEXT_TWIN, "other-peer", f"http://{addresses['other']}:8080/")[0], "the control"
-    reached, said = fetch(lab, NEXT_TWIN, "other", f"http://{addresses['peer']}:8080/")
-    assert not reached, f"a pod of {NEXT_TWIN} reached one of {TWIN}: {said}"
+    assert fetch(lab, twin, peer, f"http://{addresses[pod]}:8080/") == (True, pod), "the control: its own twin"
+    assert fetch(lab, TWIN, "client", f"http://{addresses['peer']}:8080/") == (True, "peer"), "the control"
+    reached, said = fetch(lab, TWIN, "client", f"http://{addresses[pod]}:8080/")
+    assert not reached, f"a pod of {TWIN} reached one of {twin}: {said}"
+    reached, said = fetch(lab, twin, pod, f"http://{addresses['peer']}:8080/")
+    assert not reached, f"a pod of {twin} reached one of {TWIN}: {said}"
 
 
 def test_a_lent_namespace_is_reachable_and_taken_back(lab, walled):
