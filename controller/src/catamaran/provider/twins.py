@@ -184,6 +184,10 @@ class TwinNamespaceController:
         """The provider's own pod ranges changed: every twin's allowed endpoint ranges are computed again."""
         self.requeue_all()
 
+    @property
+    def own_informers(self) -> tuple[Informer, ...]:
+        return (self.twins, self.namespaces, self.storage_classes, self.dns, self.api_server)
+
     def requeue_all(self) -> None:
         for twin_key in list(self.twins.cache):
             self.queue.add(twin_key)
@@ -219,13 +223,11 @@ class TwinNamespaceController:
             self.queue.add(tuple(twin_of.split("/", 1)))
 
     def tasks(self):
-        own = (self.twins, self.namespaces, self.storage_classes, self.dns, self.api_server)
-        return [*(informer.run() for informer in own), self._run()]
+        return [*(informer.run() for informer in self.own_informers), self._run()]
 
     async def _run(self):
         terms = [self.terms] if self.terms else []
-        own = (self.twins, self.namespaces, self.storage_classes, self.dns, self.api_server)
-        for informer in (*own, self.tenants, *terms, *self.wait_for):
+        for informer in (*self.own_informers, self.tenants, *terms, *self.wait_for):
             await informer.synced.wait()
         await self.queue.run()
 
