@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.types import PatchType
 
+from ..objects import as_dict
 from .clients import generic_client
 
 
@@ -45,3 +47,33 @@ async def delete_with_uid(client: AsyncClient, resource, name: str, namespace: s
     request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
     response = await http.send(http.build_adapter_request(request))
     http.raise_for_status(response)
+
+
+CONFLICT_RETRIES = 5
+
+
+async def patch_status_if_unchanged(
+    client: AsyncClient, resource, name: str, namespace: str | None, change: Callable[[dict], dict | None]
+) -> dict | None:
+    """Read the object, let `change(obj)` say which status fields to write (None: nothing to write) and merge-patch
+    them only if the object is still at the version read, again on a conflict: writers of different conditions of one
+    object (a list a merge patch replaces whole) never undo each other's. Returns the object as read before the write
+    that took effect; None when it is gone or nothing was written."""
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            obj = as_dict(await client.get(resource, name, namespace=namespace))
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+        status = change(obj)
+        if status is None:
+            return None
+        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
+        try:
+            await client.patch(resource.Status, name, body, namespace=namespace, patch_type=PatchType.MERGE)
+            return obj
+        except ApiError as error:
+            if error.status.code != 409 or attempt == CONFLICT_RETRIES - 1:
+                raise
+    return None

@@ -13,7 +13,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from ..kube.informer import Informer, call
-from ..kube.ops import patch_status
+from ..kube.ops import patch_status, patch_status_if_unchanged
 from ..kube.resources import ForeignCluster
 from ..logs import fields
 from ..objects import as_dict, now_iso, reference, set_condition
@@ -160,24 +160,22 @@ class PodIPs:
 
     async def _foreign_conditions(self, changed: list[dict]) -> None:
         namespace, name = self.peering.foreign_cluster
-        foreign = as_dict(await self.peering.local.get(ForeignCluster, name, namespace=namespace))
-        status = foreign.get("status") or {}
-        conditions = status.get("conditions") or []
-        for wanted in changed:
-            conditions = set_condition(
-                conditions, wanted["type"], wanted["status"], wanted["reason"], wanted["message"]
-            )
-        if conditions != status.get("conditions"):
-            await self.peering.local.patch(
-                ForeignCluster.Status,
-                name,
-                {"status": {"conditions": conditions}},
-                namespace=namespace,
-                patch_type=PatchType.MERGE,
-            )
-        for wanted in changed:
-            if wanted["status"] == "True":
-                await self.peering.events.record(reference(foreign), "Warning", wanted["reason"], wanted["message"])
+
+        def change(foreign: dict) -> dict | None:
+            current = (foreign.get("status") or {}).get("conditions") or []
+            conditions = current
+            for wanted in changed:
+                conditions = set_condition(
+                    conditions, wanted["type"], wanted["status"], wanted["reason"], wanted["message"]
+                )
+            return {"conditions": conditions} if conditions != current else None
+
+        foreign = await patch_status_if_unchanged(self.peering.local, ForeignCluster, name, namespace, change)
+        refusals = [wanted for wanted in changed if wanted["status"] == "True"]
+        if refusals and foreign is None:
+            foreign = as_dict(await self.peering.local.get(ForeignCluster, name, namespace=namespace))
+        for wanted in refusals:
+            await self.peering.events.record(reference(foreign), "Warning", wanted["reason"], wanted["message"])
 
 
 def translation_conditions(translate: IPTranslator, unread: list[str]) -> list[dict]:
