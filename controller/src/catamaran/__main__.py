@@ -33,6 +33,7 @@ from .fabric.routeagent import route_agent_tasks
 from .kube.clients import CredentialError, async_client, kubeconfig_from_file
 from .kube.leaderelection import LeaderElector, LeadershipLost
 from .provider.counters import CounterOptions
+from .provider.enforcement_probe import PROBE_INTERVAL_SECONDS
 from .provider.manager import provider_tasks
 from .vk.runner import KubeletOptions, PeeringRemoved, VirtualKubelet
 
@@ -168,6 +169,18 @@ def _manager_arguments(commands) -> None:
         help="serve tenants' pod CPU and memory counters (the APIService metrics.catamaran.io) on this port (0: off)",
     )
     manager.add_argument(
+        "--networkpolicy-canary-image",
+        default="",
+        help="image of the NetworkPolicy canary, the controller's own (its python -m catamaran.policy_canary): the "
+        "manager keeps one where tenants' pods run and probes whether NetworkPolicies are enforced (empty: not probed)",
+    )
+    manager.add_argument(
+        "--networkpolicy-probe-seconds",
+        type=float,
+        default=PROBE_INTERVAL_SECONDS,
+        help="how often the NetworkPolicy canaries are probed",
+    )
+    manager.add_argument(
         "--counters-external-name",
         help="out-of-cluster manager: the address the API server reaches this port at (an ExternalName Service)",
     )
@@ -279,6 +292,8 @@ async def _main(args) -> None:
             workers=args.workers,
             credential_renew_fraction=args.credential_renew_fraction,
             counters=_counters(args),
+            canary_image=args.networkpolicy_canary_image,
+            probe_interval=args.networkpolicy_probe_seconds,
         )
         tasks += consumer_tasks(client, args.cluster_id, args.controller_namespace, _webhook(args))
     elif args.command == "gateway":

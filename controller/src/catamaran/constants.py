@@ -205,3 +205,6 @@ FABRIC_KEY_TO_PROVIDER_PREFIX = "catamaran-fabric-to-"
 FABRIC_KEY_FROM_CONSUMER_PREFIX = "catamaran-fabric-from-"
 FABRIC_PRIVATE_KEY = "privateKey"
 NETWORK_READY_CONDITION = "NetworkReady"
+# Whether the provider's network plugin enforces NetworkPolicies where the tenant's pods run (provider/enforcement.py):
+# on the tenant's ResourceOffer, and copied onto the consumer's ForeignCluster.
+NETWORK_POLICY_CONDITION = "NetworkPolicyEnforced"

@@ -849,6 +849,22 @@ class FakeClient:
         )
         return typed(kind, self.cluster._create(kind, copy.deepcopy(data), namespace))
 
+    async def apply(self, obj, name=None, *, namespace=None, field_manager=None, force=False, dry_run=False):
+        """Server-side apply, as far as the controllers rely on it: created when missing, else the applied fields
+        merged in (field ownership is not modelled: one manager applies each object)."""
+        await asyncio.sleep(0)
+        if name is not None or dry_run:
+            raise NotImplementedError("applying a subresource, or a dry run, is not modelled")
+        kind, _ = kind_of(type(obj))
+        data = obj.to_dict()
+        meta = data.get("metadata") or {}
+        namespace = meta.get("namespace") or namespace
+        self.cluster._request(Action("apply", kind.kind, namespace, meta.get("name"), body=data), kind)
+        if self.cluster.read(kind.resource, meta["name"], namespace) is None:
+            return typed(kind, self.cluster._create(kind, copy.deepcopy(data), namespace))
+        key, _ = self.cluster._existing(kind, namespace, meta["name"])
+        return typed(kind, self.cluster._patch(kind, None, key, data, PatchType.MERGE))
+
     async def delete(self, res, name: str, *, namespace=None, grace_period=None, cascade=None, dry_run=False):
         await asyncio.sleep(0)
         if dry_run:

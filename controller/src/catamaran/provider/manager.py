@@ -10,6 +10,7 @@ from ..kube.informer import Informer, call, changed
 from ..tenancy import CREDENTIAL_RENEW_FRACTION
 from .counters import CounterOptions, CountersServer
 from .credentials import CredentialController
+from .enforcement_probe import PROBE_INTERVAL_SECONDS, EnforcementProbe, not_probed
 from .hosts import IngressHostsController
 from .offers import ResourceOfferController
 from .shadowpods import ShadowPodController
@@ -22,7 +23,10 @@ def provider_tasks(
     workers: int = 32,
     credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
     counters: CounterOptions | None = None,
+    canary_image: str = "",
+    probe_interval: float = PROBE_INTERVAL_SECONDS,
 ) -> list:
+    """The provider's loops; with `canary_image`, NetworkPolicy enforcement is probed every `probe_interval`."""
     events = EventRecorder(client, MANAGER_COMPONENT)
     offers = ResourceOfferController(client, cluster_id)
     tenants: Informer = offers.tenants
@@ -59,6 +63,10 @@ def provider_tasks(
     offers.offers.on_change(call(credentials.terms_changed, key=lambda key: key[0], when=changed))
     hosts = IngressHostsController(client)
     tasks = [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks(), *hosts.tasks()]
+    if canary_image:
+        tasks += EnforcementProbe(client, offers, canary_image, probe_interval).tasks()
+    else:
+        offers.network_policy_condition = not_probed()
     if counters is not None:
         server = CountersServer(
             client,

@@ -282,6 +282,8 @@ class ResourceOfferController:
         self._quotas: dict[str, dict[str, Fraction]] = {}  # tenant namespace -> quota, until nodes or terms change
         self._admission_listeners: list[Callable[[str | None], None]] = []
         self._published: dict[str, dict] = {}
+        # The NetworkPolicy enforcement condition of a placement's tenants (enforcement_probe.py sets it when it runs).
+        self.network_policy_condition: Callable[[Placement], dict | None] = lambda placement: None
         self.nodes.on_change(self._node_changed)
         self.pods.on_change(self._pod_changed)
         self.tenants.on_change(enqueue(self.queue, key=lambda key: key[1], delay=RECOMPUTE_DELAY_S))
@@ -306,14 +308,14 @@ class ResourceOfferController:
         if new == old:
             return
         self._quotas.clear()
-        self._all_tenants_changed()
+        self.all_tenants_changed()
         self._admission_may_change(None)
 
     def _pod_changed(self, event, key, new, old) -> None:
         self.ledger.observe(key, new.tenant if new else None, new.requests if new else None)
         if new == old:
             return
-        self._all_tenants_changed()
+        self.all_tenants_changed()
         if old is not None and old.tenant and (new is None or new.requests != old.requests):
             self._admission_may_change(old.tenant)  # the tenant's usage went down
 
@@ -347,7 +349,7 @@ class ResourceOfferController:
     def release(self, pod_key) -> None:
         self.ledger.release(pod_key)
 
-    def _all_tenants_changed(self) -> None:
+    def all_tenants_changed(self) -> None:
         for _, namespace in self.tenants.cache:
             self.queue.add(namespace, RECOMPUTE_DELAY_S)
 
@@ -369,6 +371,8 @@ class ResourceOfferController:
         status["endpointRanges"], _ = tenant_terms.endpoint_ranges(
             self.terms(namespace).consumer_pod_cidrs, self.pod_cidrs()
         )
+        enforced = self.network_policy_condition(self.placement(namespace))
+        status["conditions"] = [enforced] if enforced is not None else []
         cap, used = self.quota(namespace), self.ledger.used(tenant)
         # Every resource of the quota is shown, zero included, so a merge patch overwrites what was used before.
         status["quota"] = quota.formatted(cap)
