@@ -9,7 +9,12 @@ from __future__ import annotations
 import asyncio
 import types
 
-from catamaran.constants import LABEL_VIRTUAL_VOLUME_NODE, tenant_namespace, virtual_node_name
+from catamaran.constants import (
+    LABEL_VIRTUAL_VOLUME_NODE,
+    NETWORK_POLICY_CONDITION,
+    tenant_namespace,
+    virtual_node_name,
+)
 from catamaran.kube.events import EventRecorder
 from catamaran.vk import assembly
 from catamaran.vk.assembly import KubeletOptions, OffloadingParts, ServedPeering, settings_from
@@ -102,7 +107,7 @@ def test_the_pod_controller_and_its_reflection_are_wired_in_order():
     assert parts.ips.local_ranges.endpoint_slices is reflection.endpoint_slices.local_objects.informer
 
 
-def served(tmp_path, monkeypatch, reports: list) -> ServedPeering:
+def served(tmp_path, monkeypatch, reports: list, conditions: list | None = None) -> ServedPeering:
     """The whole virtual kubelet as the runner builds it for ForeignCluster catamaran-system/provider; a token-less
     provider client, so no credential is followed."""
     monkeypatch.setattr(assembly, "bearer_token", lambda client: None)
@@ -124,6 +129,7 @@ def served(tmp_path, monkeypatch, reports: list) -> ServedPeering:
         channel=object(),
         options=KubeletOptions(cert_dir=tmp_path),
         report=lambda reason, message, ready: reports.append((reason, ready)),
+        set_condition=lambda *condition: (conditions if conditions is not None else []).append(condition),
     )
     listener.close()
     return parts
@@ -168,6 +174,21 @@ def test_the_served_peering_listens_by_named_methods(tmp_path, monkeypatch):
     assert parts.offloading.reflection.terms["endpoint_ranges"] is None
     parts.foreign_changed("DELETED", ("catamaran-system", "provider"), None, None)
     assert parts.removed.is_set()
+
+
+def test_the_providers_network_policy_verdict_is_copied_onto_the_foreign_cluster_once_per_change(tmp_path, monkeypatch):
+    conditions: list = []
+    parts = served(tmp_path, monkeypatch, [], conditions)
+    verdict = {"type": NETWORK_POLICY_CONDITION, "status": "False", "reason": "NotEnforced", "message": "open"}
+    offer = {"status": {"allocatable": {"cpu": "2"}, "conditions": [verdict]}}
+    parts.offer_changed("ADDED", ("tenant", "offer"), offer, None)
+    parts.offer_changed("MODIFIED", ("tenant", "offer"), {**offer, "status": {**offer["status"], "nodes": 1}}, offer)
+    assert conditions == [(NETWORK_POLICY_CONDITION, "False", "NotEnforced", "provider provider: open")]
+    enforced = {**verdict, "status": "True", "reason": "Enforced", "message": "refused"}
+    parts.offer_changed("MODIFIED", ("tenant", "offer"), {"status": {"conditions": [enforced]}}, offer)
+    assert conditions[-1] == (NETWORK_POLICY_CONDITION, "True", "Enforced", "provider provider: refused")
+    parts.offer_changed("MODIFIED", ("tenant", "offer"), {"status": {}}, offer)  # a provider that says nothing
+    assert len(conditions) == 2
 
 
 def test_the_echo_of_a_copy_this_process_wrote_is_not_reconciled_again():

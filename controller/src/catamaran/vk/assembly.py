@@ -17,13 +17,19 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
-from ..constants import DEFAULT_SHARING_PERCENTAGE, KUBELET_PORT, NETWORK_READY_CONDITION, RESOURCE_OFFER_NAME
+from ..constants import (
+    DEFAULT_SHARING_PERCENTAGE,
+    KUBELET_PORT,
+    NETWORK_POLICY_CONDITION,
+    NETWORK_READY_CONDITION,
+    RESOURCE_OFFER_NAME,
+)
 from ..kube.clients import bearer_token
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, NamespacedInformers, call
 from ..kube.resources import ResourceOffer
 from ..networks import remap_pairs
-from ..objects import as_dict
+from ..objects import as_dict, condition
 from ..steering import is_daemonset_pod
 from ..tenancy import lent_service_types
 from .context import PeeringContext
@@ -221,11 +227,14 @@ class ServedPeering:
         channel: ProviderChannel,
         options: KubeletOptions,
         report: Callable[..., None],
+        set_condition: Callable[[str, str, str, str], None] = lambda *_: None,
         workers: int = 16,
     ):
         self.node_ip = node_ip
         self.kubelet_port = listener.getsockname()[1]
         self.report = report  # (reason, message, ready=): the Ready condition on the ForeignCluster, from a callback
+        self.set_condition = set_condition  # (type, status, reason, message): another condition on it
+        self.network_policies: tuple | None = None  # the provider's NETWORK_POLICY_CONDITION, as last copied
         self.foreigns = watch.foreigns  # running since the runner began
         node_settings, health = settings_from(foreign, node_ip, self.kubelet_port)
         self.peering = PeeringContext(
@@ -320,6 +329,20 @@ class ServedPeering:
             self.offloading.ips.update_pod_cidrs(status.get("podCIDRs") or [])
         if new:
             self.offloading.reflection.update_terms(*reflection_terms(new))
+        self._copy_network_policy_condition(status)
+
+    def _copy_network_policy_condition(self, offer_status: dict | None) -> None:
+        """Whether the provider confines this tenant's pods by NetworkPolicies, onto the ForeignCluster."""
+        found = condition(offer_status, NETWORK_POLICY_CONDITION)
+        if found is None:
+            return
+        copied = (found["status"], found.get("reason") or "Unknown", found.get("message") or "")
+        if copied != self.network_policies:
+            self.network_policies = copied
+            status, reason, message = copied
+            self.set_condition(
+                NETWORK_POLICY_CONDITION, status, reason, f"provider {self.peering.provider_id}: {message}"
+            )
 
     def foreign_changed(self, event, key, new, old) -> None:
         if new is None:

@@ -8,14 +8,14 @@ import logging
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.types import PatchType
 
 from ..constants import VIRTUAL_KUBELET_COMPONENT, virtual_node_name
 from ..kube.clients import async_client
 from ..kube.events import EventRecorder
+from ..kube.ops import patch_status_if_unchanged
 from ..kube.resources import ForeignCluster
 from ..logs import fields
-from ..objects import as_dict, reference, set_condition
+from ..objects import reference, set_condition
 from .assembly import KubeletOptions, PeeringRemoved, ServedPeering
 from .kubelet.channel import ProviderChannel
 from .kubelet.server import listen
@@ -87,6 +87,7 @@ class VirtualKubelet:
                 channel=ProviderChannel(provider, config.get()),
                 options=self.kubelet,
                 report=self._report_soon,
+                set_condition=self._set_condition_soon,
                 workers=self.workers,
             )
             await self._serve(served)
@@ -119,7 +120,14 @@ class VirtualKubelet:
 
     def _report_soon(self, reason: str, message: str, ready: bool) -> None:
         """_report, from a synchronous callback."""
-        task = asyncio.get_running_loop().create_task(self._report(reason, message, ready))
+        self._soon(self._report(reason, message, ready))
+
+    def _set_condition_soon(self, kind: str, status: str, reason: str, message: str) -> None:
+        """_set_condition, from a synchronous callback."""
+        self._soon(self._set_condition(kind, status, reason, message))
+
+    def _soon(self, report) -> None:
+        task = asyncio.get_running_loop().create_task(report)
         self._reports.add(task)
         task.add_done_callback(self._report_done)
 
@@ -133,30 +141,37 @@ class VirtualKubelet:
             )
 
     async def _report(self, reason: str, message: str, ready: bool) -> None:
-        """Ready condition and virtual node name on the ForeignCluster's status, plus an Event."""
+        """The Ready condition on the ForeignCluster's status."""
+        await self._set_condition("Ready", "True" if ready else "False", reason, message)
+
+    async def _set_condition(self, kind: str, status: str, reason: str, message: str) -> None:
+        """A condition and the virtual node's name on the ForeignCluster's status, and an Event when its reason
+        changes (a Warning when it turns False)."""
+
+        def change(foreign: dict) -> dict | None:
+            current = foreign.get("status") or {}
+            conditions = set_condition(current.get("conditions") or [], kind, status, reason, message)
+            if conditions == current.get("conditions"):
+                return None
+            return {
+                "conditions": conditions,
+                "observedGeneration": foreign["metadata"].get("generation"),
+                "virtualNode": virtual_node_name(foreign["spec"]["clusterID"]),
+            }
+
         try:
-            foreign = as_dict(await self.local.get(ForeignCluster, self.foreign_cluster, namespace=self.namespace))
-        except ApiError:
+            foreign = await patch_status_if_unchanged(
+                self.local, ForeignCluster, self.foreign_cluster, self.namespace, change
+            )
+        except ApiError as error:  # the next change reports again
+            log.warning(
+                "cannot report the foreign cluster's status",
+                extra=fields(foreign_cluster=self.foreign_cluster, condition=kind, error=str(error)),
+            )
             return
-        status = foreign.get("status") or {}
-        conditions = set_condition(
-            status.get("conditions") or [], "Ready", "True" if ready else "False", reason, message
-        )
-        if conditions == status.get("conditions"):
+        if foreign is None:
             return
-        await self.local.patch(
-            ForeignCluster.Status,
-            self.foreign_cluster,
-            {
-                "status": {
-                    "conditions": conditions,
-                    "observedGeneration": foreign["metadata"].get("generation"),
-                    "virtualNode": virtual_node_name(foreign["spec"]["clusterID"]),
-                }
-            },
-            namespace=self.namespace,
-            patch_type=PatchType.MERGE,
-        )
-        previous = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+        current = foreign.get("status") or {}
+        previous = next((c for c in current.get("conditions") or [] if c["type"] == kind), None)
         if previous is None or previous.get("reason") != reason:
-            await self.events.record(reference(foreign), "Normal" if ready else "Warning", reason, message)
+            await self.events.record(reference(foreign), "Warning" if status == "False" else "Normal", reason, message)
