@@ -156,7 +156,7 @@ SPEC_DEFAULT_EXCEPTIONS = {
     "controller_state_dir": "the spec shows the expression's value",
 }
 # Set in defaults/main.yml from the collection's version; the spec describes it in words.
-COMPUTED_DEFAULTS = {"controller_image"}
+COMPUTED_DEFAULTS = {"controller_image", "controller_networkpolicy_canary_image"}
 
 
 def role_defaults(role: str) -> dict:
