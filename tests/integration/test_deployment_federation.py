@@ -36,12 +36,17 @@ from catamaran.constants import (
     LABEL_REMOTE_CLUSTER_ID,
     LEADER_LABEL,
     MANAGER_LEASE,
+    NETWORK_POLICY_CONDITION,
+    RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     VK_SERVICE_ACCOUNT_PREFIX,
     default_twin_namespace,
+    tenant_namespace,
     virtual_node_name,
 )
 from catamaran.health import TEST_HOOKS_ENV
+from catamaran.objects import condition
+from catamaran.provider import enforcement
 from catamaran.steering import VIRTUAL_NODE_TOLERATION
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
@@ -91,6 +96,7 @@ def deployment_inventory(lab) -> dict:
         # A virtual kubelet pod reaches its provider's API server where the real nodes reach theirs (the host end
         # of a node link, on every API server's certificate), not at the host's loopback.
         catamaran_api_server="{{ catamaran_home_api_server }}",
+        controller_networkpolicy_probe_seconds=5,  # the canaries' verdicts come within seconds of a change
     )
     return inventory
 
@@ -363,7 +369,8 @@ def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, 
         (status,) = pod["status"]["containerStatuses"]
         assert status["image"] == controller_image
         assert status["restartCount"] == 0
-    assert {component(p) for p in pods(lab, PROVIDER)} == {"manager"}
+    # The manager's, and the NetworkPolicy canary it keeps where its tenant's pods run.
+    assert {component(p) for p in pods(lab, PROVIDER)} == {"manager", enforcement.CANARY_COMPONENT}
     # Only the acting manager's pod carries the label its Services (webhook, pod counters) select.
     wait_for(
         lambda: (
@@ -381,6 +388,42 @@ def test_every_process_runs_as_a_pod_on_its_clusters_real_node(lab, federation, 
     # The virtual node is the acting virtual kubelet pod: its address is the pod's, where the API server dials it.
     addresses = get_json(lab, CONSUMER, "node", VIRTUAL_NODE)["status"]["addresses"]
     assert {"type": "InternalIP", "address": vk_pod(lab)["status"]["podIP"]} in addresses
+
+
+def network_policy_conditions(lab, provider: str) -> tuple[tuple, tuple]:
+    """(status, reason) of NetworkPolicyEnforced on the tenant's ResourceOffer and on the consumer's ForeignCluster."""
+    offer = get_json(lab, provider, "-n", tenant_namespace(CONSUMER), "resourceoffer", RESOURCE_OFFER_NAME)
+    foreign = get_json(lab, CONSUMER, "-n", SYSTEM_NAMESPACE, "foreigncluster", provider)
+    found = [condition(o.get("status"), NETWORK_POLICY_CONDITION) or {} for o in (offer, foreign)]
+    return tuple((c.get("status"), c.get("reason")) for c in found)  # type: ignore[return-value]
+
+
+def test_a_provider_not_enforcing_network_policies_says_so_on_its_offer_and_the_consumers_foreign_cluster(
+    lab, federation
+):
+    """cluster-2's real node enforces NetworkPolicies (kube-router); cluster-3 runs the tenant's pods on kwok nodes,
+    where the canary is no process and cannot answer: Unknown, not a guess. With kube-router stopped and its chains
+    unhooked, as on a cluster whose plugin enforces nothing, both sides of cluster-2's peering say False."""
+    enforced, unreachable = ("True", "Enforced"), ("Unknown", "CanaryUnreachable")
+    wait_for(lambda: network_policy_conditions(lab, PROVIDER) == (enforced, enforced), timeout=120, what="Enforced")
+    wait_for(lambda: network_policy_conditions(lab, KWOK_PROVIDER) == (unreachable,) * 2, timeout=60, what="Unknown")
+    lab.stop_policy_engine(PROVIDER)
+    try:
+        not_enforced = ("False", "NotEnforced")
+        wait_for(
+            lambda: network_policy_conditions(lab, PROVIDER) == (not_enforced, not_enforced),
+            timeout=90,
+            what="NotEnforced on both sides",
+        )
+        warnings = get_json(
+            lab, CONSUMER, "-n", SYSTEM_NAMESPACE, "events",
+            "--field-selector", f"involvedObject.name={PROVIDER},reason=NotEnforced,type=Warning",
+        )["items"]  # fmt: skip
+        assert warnings, "no Warning Event NotEnforced on the ForeignCluster"
+        assert "does not enforce NetworkPolicies" in warnings[0]["message"], warnings
+    finally:
+        lab.start_policy_engine(PROVIDER)
+    wait_for(lambda: network_policy_conditions(lab, PROVIDER) == (enforced, enforced), timeout=90, what="Enforced")
 
 
 def test_the_api_server_calls_the_pod_webhook_through_its_service(lab, federation, server):

@@ -278,6 +278,14 @@ class Lab:
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
 
+    def stop_policy_engine(self, cluster: str) -> None:
+        """The cluster's real node stops enforcing NetworkPolicies (RealNode.stop_policy_engine), until
+        `start_policy_engine`."""
+        self.real_node(self._recorded_cluster(cluster)).stop_policy_engine()
+
+    def start_policy_engine(self, cluster: str) -> None:
+        self.real_node(self._recorded_cluster(cluster)).start_policy_engine()
+
     def start_component(self, cluster: str, component: str) -> None:
         if component in NODE_COMPONENTS:
             node = self.real_node(self._recorded_cluster(cluster))

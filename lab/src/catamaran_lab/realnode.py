@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -263,6 +264,23 @@ class RealNode:
             f"see {self.layout.path('logs', 'containerd.log')}"
         )
 
+    def stop_policy_engine(self) -> None:
+        """As on a cluster whose network plugin enforces no NetworkPolicies: kube-router stopped and its chains
+        unhooked (it leaves them on exit); `start_policy_engine` brings it back."""
+        self.stop_component("kube-router")
+        for chain in ("INPUT", "FORWARD", "OUTPUT"):
+            rules = self._iptables("-S", chain).stdout.splitlines()
+            for rule in (r for r in rules if "-j KUBE-ROUTER-" in r):
+                self._iptables("-D", *shlex.split(rule)[1:])
+
+    def start_policy_engine(self) -> None:
+        """kube-router again, once its first sync has hooked its chains in."""
+        self.start_component("kube-router")
+        self._wait_for_policy_engine()
+
+    def _iptables(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return host.run("nsenter", f"--net={self.layout.netns_path}", "--", "iptables", "-w", *args, check=check)
+
     def _wait_for_policy_engine(self) -> None:
         """Until kube-router's first sync has hooked its chains in: NetworkPolicies applied after `start` are
         enforced."""
@@ -270,9 +288,7 @@ class RealNode:
         while time.monotonic() < deadline:
             if self.pid("kube-router") is None:
                 break
-            chain = host.run(
-                "nsenter", f"--net={self.layout.netns_path}", "--", "iptables", "-w", "-S", "FORWARD", check=False
-            )
+            chain = self._iptables("-S", "FORWARD", check=False)
             if "-j KUBE-ROUTER-FORWARD" in chain.stdout:
                 return
             time.sleep(0.2)
