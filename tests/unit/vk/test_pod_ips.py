@@ -14,7 +14,8 @@ class FakeLocal:
     """The consumer's API server as PodIPs uses it: the ForeignCluster read, its status patched."""
 
     def __init__(self):
-        self.foreign = {"metadata": {"name": "p1", "namespace": "catamaran-system", "resourceVersion": "1"}, "status": {}}
+        meta = {"name": "p1", "namespace": "catamaran-system", "resourceVersion": "1"}
+        self.foreign = {"metadata": meta, "status": {}}
         self.patches: list[dict] = []
 
     async def get(self, resource, name, namespace=None):
