@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from catamaran import quantities
 from catamaran.provider import quota
 
 
@@ -52,3 +53,20 @@ def test_a_pod_being_replaced_does_not_count_against_its_replacement():
     ledger.observe(("t", "a"), "c", {"cpu": Fraction(1)})
     assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(1)}, cap) == []
     assert ledger.admit(("t", "b"), "c", {"cpu": Fraction(0)}, cap) == ["pods (requested 1, in use 1, quota 1)"]
+
+
+def test_a_pod_beyond_every_node_says_by_how_much_and_one_that_fits_a_node_passes():
+    nodes = [{"cpu": "8", "memory": "32Gi", "pods": "110"}, {"cpu": "4", "memory": "64Gi", "pods": "110"}]
+    fits = {"cpu": quantities.parse("6"), "memory": quantities.parse("16Gi")}
+    assert quota.beyond_every_node(nodes, fits) == []
+    too_big = {"cpu": quantities.parse("10"), "nvidia.com/gpu": quantities.parse("1")}
+    assert quota.beyond_every_node(nodes, too_big) == [
+        "cpu (requested 10, the most one node has 8)",
+        "nvidia.com/gpu (requested 1, the most one node has 0)",
+    ]
+
+
+def test_a_pod_whose_resources_each_fit_some_node_but_never_one_together_is_beyond_every_node():
+    nodes = [{"cpu": "8", "memory": "8Gi", "pods": "110"}, {"cpu": "2", "memory": "64Gi", "pods": "110"}]
+    wanted = {"cpu": quantities.parse("6"), "memory": quantities.parse("32Gi")}
+    assert quota.beyond_every_node(nodes, wanted) == ["no one node has all of cpu, memory, pods"]

@@ -81,6 +81,11 @@ class Case:
     writes: list = field(default_factory=list)  # the reconcile's writes, in order (Events aside)
 
 
+def requesting(requests: dict) -> dict:
+    """A restricted container with these requests."""
+    return {"name": "app", "image": IMAGE, "securityContext": RESTRICTED_CONTAINER, "resources": {"requests": requests}}
+
+
 def refused(reason: str, returns: Any = 300) -> dict:
     """What a refusal by the terms leaves: no pod, PodCreated=False with the reason, one Warning Event."""
     return {
@@ -146,20 +151,21 @@ CASES = [
         writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
     ),
     Case(
-        "refusal: more than the tenant's quota (90 % of 4 CPUs)",
-        shadows=(
-            provider_shadow(
-                containers=[
-                    {
-                        "name": "app",
-                        "image": IMAGE,
-                        "securityContext": RESTRICTED_CONTAINER,
-                        "resources": {"requests": {"cpu": "8"}},
-                    }
-                ]
-            ),
-        ),
+        "refusal: more than the tenant's quota (90 % of 4 CPUs) on a node that could hold it",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "3800m"})]),),
         **refused("QuotaExceeded"),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "refusal: more than any node the tenant may use has (its one worker: 4 CPUs), however free the quota",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "8"})]),),
+        **refused("Infeasible"),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "refusal: an extended resource no node the tenant may use has",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "1", "example.com/gpu": "1"})]),),
+        **refused("Infeasible"),
         writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
     ),
     Case(

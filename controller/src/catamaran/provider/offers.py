@@ -342,6 +342,14 @@ class ResourceOfferController:
             cached = self._quotas[tenant_namespace] = quota.tenant_quota(usable, terms.sharing_percentage)
         return cached
 
+    def beyond_every_node(self, tenant_namespace: str, requests: dict[str, Fraction]) -> list[str]:
+        """Why no node the tenant's placement admits could ever hold a pod of these requests ([]: one could)."""
+        placement = self.placement(tenant_namespace)
+        usable = [node.allocatable for node in self.nodes.cache.values() if node.schedulable and placement.admits(node)]
+        if not usable:
+            return ["no schedulable node matches the tenant's placement"]
+        return quota.beyond_every_node(usable, requests)
+
     def admit(self, pod_key, consumer: str, requests: dict[str, Fraction]) -> list[str]:
         """Reserve a new pod of `consumer` against its quota, or say which resources it would exceed."""
         return self.ledger.admit(pod_key, consumer, requests, self.quota(tenant_namespace(consumer)))

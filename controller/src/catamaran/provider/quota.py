@@ -1,4 +1,5 @@
-"""A tenant's quota on this provider: sums, the admission check and reservations. Pure.
+"""A tenant's quota on this provider: sums, the admission check and reservations, and whether any one node could
+hold a pod at all. Pure.
 
 The quota is the tenant's sharing percentage of the allocatable of the nodes its placement admits,
 so a consumer that ignores its virtual node's capacity (pods bound by nodeName, ShadowPods written
@@ -42,6 +43,23 @@ def excess(quota: Mapping[str, Fraction], used: Mapping[str, Fraction], wanted: 
             )
             found.append(f"{resource} (requested {requested}, in use {in_use_text}, quota {limit_text})")
     return found
+
+
+def beyond_every_node(allocatable: Iterable[Mapping[str, str]], requests: Mapping[str, Fraction]) -> list[str]:
+    """Why no single node could ever hold a pod of these requests (and its one pod), as "<resource> (requested X, the
+    most one node has Y)" per resource above what the best-provided node has; [] when some node holds it all."""
+    wanted = pod_usage(requests)
+    nodes = [{r: quantities.parse(v) for r, v in node.items()} for node in allocatable]
+    if any(all(amount <= node.get(r, Fraction(0)) for r, amount in wanted.items()) for node in nodes):
+        return []
+    found = []
+    for resource, amount in sorted(wanted.items()):
+        most = max((node.get(resource, Fraction(0)) for node in nodes), default=Fraction(0))
+        if amount > most:
+            requested, most_text = (quantities.format_quantity(resource, value) for value in (amount, most))
+            found.append(f"{resource} (requested {requested}, the most one node has {most_text})")
+    # Each resource fits some node, but no node fits them all together.
+    return found or ["no one node has all of " + ", ".join(sorted(wanted))]
 
 
 def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:

@@ -1,11 +1,11 @@
 """ShadowPod enforcement: keep a Pod of the same name running, even with the consumer away.
 
 Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: the pod spec is rewritten
-and checked field by field (provider/terms.py), must meet the tenant's Pod Security level and fit its quota
-(its requests after the terms' defaults). A refusal is the ShadowPod's `PodCreated=False` condition (reason
-FieldNotAllowed, PodSecurityViolation or QuotaExceeded) and a Warning Event; the
-ShadowPod is tried again when the tenant's terms change or its pods free some of its quota. A ShadowPod whose local
-pod is of another consumer namespace than its twin's origin gets no Pod either (reason ForeignNamespace).
+and checked field by field (provider/terms.py), must meet the tenant's Pod Security level, fit one node its placement
+admits and fit its quota (its requests after the terms' defaults). A refusal is the ShadowPod's `PodCreated=False`
+condition (reason FieldNotAllowed, PodSecurityViolation, Infeasible or QuotaExceeded) and a Warning Event; the
+ShadowPod is tried again when the tenant's terms or the nodes change or its pods free some of its quota. A ShadowPod
+whose local pod is of another consumer namespace than its twin's origin gets no Pod either (reason ForeignNamespace).
 """
 
 from __future__ import annotations
@@ -405,7 +405,11 @@ class ShadowPodController:
             return "PodSecurityViolation", f'violates PodSecurity "{level}:latest": {", ".join(found)}'
         if consumer is None:
             return None
-        exceeded = self.offers.admit(key, consumer, quantities.pod_requests(pod["spec"]))
+        requests = quantities.pod_requests(pod["spec"])
+        # Before the quota: a pod no node can hold never runs, however much of the quota is free later.
+        if beyond := self.offers.beyond_every_node(tenant_namespace(consumer), requests):
+            return "Infeasible", f"no node of this provider the tenant's pods may use can hold it: {'; '.join(beyond)}"
+        exceeded = self.offers.admit(key, consumer, requests)
         if exceeded:
             return "QuotaExceeded", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
         return None
