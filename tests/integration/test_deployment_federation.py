@@ -48,6 +48,7 @@ from catamaran.health import TEST_HOOKS_ENV
 from catamaran.objects import condition
 from catamaran.provider import enforcement
 from catamaran.steering import VIRTUAL_NODE_TOLERATION
+from catamaran.vk.status_back import REMOTE_CONDITION
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from . import collection, release
@@ -424,6 +425,44 @@ def test_a_provider_not_enforcing_network_policies_says_so_on_its_offer_and_the_
     finally:
         lab.start_policy_engine(PROVIDER)
     wait_for(lambda: network_policy_conditions(lab, PROVIDER) == (enforced, enforced), timeout=90, what="Enforced")
+
+
+def test_a_pod_no_node_of_its_provider_can_hold_is_answered_on_the_consumer(lab, federation):
+    """cluster-3 lends 80 % of three kwok nodes of 8 CPUs each: a pod of 10 CPUs fits its virtual node and never one
+    of those nodes. The provider refuses it at once, and the consumer's pod says why, instead of a remote Pending that
+    only the provider sees."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "too-big", "namespace": NAMESPACE},
+        "spec": {
+            **restricted_busybox(["sleep", "86400"], resources={"requests": {"cpu": "10"}}),
+            "nodeSelector": {"kubernetes.io/hostname": KWOK_VIRTUAL_NODE},
+            "tolerations": [{**KWOK_TAINT, "operator": "Equal"}],
+        },
+    }
+    created = time.monotonic()
+    lab.kubectl(CONSUMER, "apply", "-f", "-", input=json.dumps(pod))
+    try:
+
+        def refused() -> dict | None:
+            local = get_json(lab, CONSUMER, "-n", NAMESPACE, "pod", "too-big")
+            found = condition(local.get("status"), REMOTE_CONDITION)
+            return found if found and found.get("reason") == "Infeasible" else None
+
+        found = wait_for(refused, timeout=60, what="the provider's Infeasible on the consumer's pod")
+        print(f"infeasible pod answered on the consumer {time.monotonic() - created:.1f}s after its creation")
+        assert found["status"] == "False"
+        assert "cpu (requested 10, the most one node has 8)" in found["message"], found
+        events = get_json(
+            lab, CONSUMER, "-n", NAMESPACE, "events", "--field-selector", "involvedObject.name=too-big,type=Warning"
+        )["items"]
+        assert "RemoteInfeasible" in {e["reason"] for e in events}, events
+        assert get_json(lab, CONSUMER, "-n", NAMESPACE, "pod", "too-big")["status"]["phase"] == "Pending"
+        remote = lab.kubectl(KWOK_PROVIDER, "-n", TWIN, "get", "pod", "too-big", check=False)
+        assert "NotFound" in remote.stderr, remote.stdout  # nothing Pending there
+    finally:
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "too-big", "--wait=false", check=False)
 
 
 def test_the_api_server_calls_the_pod_webhook_through_its_service(lab, federation, server):
