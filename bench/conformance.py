@@ -411,8 +411,8 @@ def main() -> None:
         )
         rows = table(baseline, offloaded)
         print_table(rows, baseline, offloaded)
-        print(f"\nwrote {harness.write_csv('conformance.csv', rows)}")
-        print(f"wrote {harness.plot('conformance.png', chart(rows))}")
+        print(f"\nwrote {harness.write_csv('conformance.csv', rows, timed=False)}")
+        print(f"wrote {harness.plot('conformance.png', chart(rows), timed=False)}")
     finally:
         harness.finish(lab, processes, args.keep_lab)
 

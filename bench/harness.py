@@ -28,6 +28,11 @@ from catamaran_lab.lab import Lab
 REPO = Path(__file__).resolve().parent.parent
 LAB_FILE = REPO / "bench" / "lab.yaml"
 RESULTS = REPO / "bench" / "results"
+# Figures of a run the machine was not quiet for go here instead, unless the bench is run with --allow-noisy.
+NOISY_RESULTS = REPO / ".bench-noisy"
+# Quiet: what neither the bench nor its lab spent stays under this share of the machine's CPUs, before and during.
+QUIET_SHARE = 0.10
+QUIET_BEFORE_S = 5.0
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -52,7 +57,133 @@ def bench_lab(clusters: int, lab_file: Path = LAB_FILE) -> tuple[Lab, lab_config
     lab = bench_lab_state()
     wanted = lab_config.load(lab_file, clusters=clusters, real_nodes=False)
     lab.up(wanted)
+    QUIET.begin(lab.root)
     return lab, wanted
+
+
+# -- a quiet machine ------------------------------------------------------------------------------------
+
+
+def others_share(busy_s: float, ours_s: float, seconds: float, cpus: int) -> float:
+    """The share of the machine's CPUs that neither the bench nor its lab spent over `seconds`. Pure."""
+    if seconds <= 0:
+        return 0.0
+    return max(0.0, busy_s - ours_s) / (seconds * cpus)
+
+
+def quiet_verdict(before: float, during: float, threshold: float = QUIET_SHARE) -> str | None:
+    """Why the run does not count as quiet (None: it does), from the others' shares before and during it. Pure."""
+    loud = [f"{when} {share:.0%}" for when, share in (("before", before), ("during", during)) if share > threshold]
+    if not loud:
+        return None
+    return f"other processes used {' and '.join(loud)} of the machine's CPUs (quiet: at most {threshold:.0%})"
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: all but idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_seconds(pid: int) -> float:
+    """utime + stime + the reaped children's cutime + cstime of one process."""
+    fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields_[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _ours(lab_root: Path | None) -> set[int]:
+    """This process, its descendants, and every process of the lab (command line or directory in its root)."""
+    parents: dict[int, int] = {}
+    under_lab = set()
+    marker = f"{lab_root}/" if lab_root else None
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            pid = int(entry)
+            parents[pid] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if marker:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+                if marker in cmdline or cwd.startswith(marker) or cwd == str(lab_root):
+                    under_lab.add(pid)
+    ours = {os.getpid()} | under_lab
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in ours} - ours
+        grew = bool(children)
+        ours |= children
+    return ours
+
+
+class QuietWatch:
+    """Was the machine quiet? The CPU other processes spent in the seconds before the bench's work and during it.
+    Processes of ours that end meanwhile leave their CPU uncounted as ours (unless reaped by this process), so a
+    verdict errs towards noisy."""
+
+    def __init__(self):
+        self.allow_noisy = False
+        self.lab_root: Path | None = None
+        self.before: float | None = None
+        self._start: tuple[float, float, float] | None = None  # (monotonic, machine busy, ours)
+        self._verdict_printed = False
+
+    def _ours_seconds(self) -> float:
+        total = 0.0
+        for pid in _ours(self.lab_root):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += _process_seconds(pid)
+        return total
+
+    def _sample(self) -> tuple[float, float, float]:
+        return time.monotonic(), machine_busy_seconds(), self._ours_seconds()
+
+    def begin(self, lab_root: Path) -> None:
+        """Once the lab is up: the share before, over QUIET_BEFORE_S, then the run's start (the first call only)."""
+        if self._start is not None:
+            return
+        self.lab_root = lab_root
+        first = self._sample()
+        time.sleep(QUIET_BEFORE_S)
+        self._start = self._sample()
+        self.before = self._share(first, self._start)
+        load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+        print(f"machine before the run: load average {load}; other processes {self.before:.0%} of the CPUs", flush=True)
+
+    def _share(self, start: tuple[float, float, float], end: tuple[float, float, float]) -> float:
+        cpus = os.cpu_count() or 1
+        return others_share(end[1] - start[1], end[2] - start[2], end[0] - start[0], cpus)
+
+    def results_dir(self) -> Path:
+        """bench/results for a quiet run (or one allowed noisy); NOISY_RESULTS otherwise, saying why, once."""
+        if self._start is None or self.before is None:
+            problem = "the machine's load was not measured"
+        else:
+            during = self._share(self._start, self._sample())
+            problem = quiet_verdict(self.before, during)
+            if not self._verdict_printed:
+                load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+                print(f"machine during the run: load average {load}; other processes {during:.0%} of the CPUs")
+        if problem is None or self.allow_noisy:
+            if problem and not self._verdict_printed:
+                print(f"noisy run written to {RESULTS} as asked (--allow-noisy): {problem}")
+            self._verdict_printed = True
+            return RESULTS
+        if not self._verdict_printed:
+            print(f"not a quiet run: {problem}; figures written to {NOISY_RESULTS}, not {RESULTS} (--allow-noisy)")
+        self._verdict_printed = True
+        return NOISY_RESULTS
+
+
+QUIET = QuietWatch()
+
+
+def allow_noisy_argument(parser) -> None:
+    parser.add_argument(
+        "--allow-noisy",
+        action="store_true",
+        help=f"write figures to bench/results even when the machine was not quiet (default: {NOISY_RESULTS.name}/)",
+    )
 
 
 def print_settings(wanted: lab_config.LabConfig, catamaran: dict[str, str]) -> None:
@@ -316,9 +447,11 @@ async def sample_while(task: asyncio.Task, every_s: float, sample: Callable[[], 
 # -- CSV and charts -------------------------------------------------------------------------------------
 
 
-def write_csv(name: str, rows: list[dict]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+def write_csv(name: str, rows: list[dict], timed: bool = True) -> Path:
+    """bench/results/<name>; figures of time or CPU (`timed`) only from a quiet run (QuietWatch)."""
+    directory = QUIET.results_dir() if timed else RESULTS
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with path.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=columns)
@@ -328,18 +461,19 @@ def write_csv(name: str, rows: list[dict]) -> Path:
     return path
 
 
-def plot(name: str, draw: Callable) -> Path:
+def plot(name: str, draw: Callable, timed: bool = True) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    directory = QUIET.results_dir() if timed else RESULTS
+    directory.mkdir(parents=True, exist_ok=True)
     figure, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
     draw(axes)
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
-    path = RESULTS / name
+    path = directory / name
     figure.savefig(path)
     pyplot.close(figure)
     return path

@@ -459,7 +459,9 @@ def main() -> None:
     parser.add_argument("--kill-pods", type=int, default=1000, help="pods of the agent-kill run (0: skip)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds an offload run may take")
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
+    harness.allow_noisy_argument(parser)
     args = parser.parse_args()
+    harness.QUIET.allow_noisy = args.allow_noisy
     args.n = args.n or DEFAULT_N
     systems = args.system or SYSTEMS
     bin_dir = liqo_peer.ensure_binaries(args.liqo_src) if "liqo" in systems else Path()

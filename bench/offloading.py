@@ -534,7 +534,9 @@ def main() -> None:
         help="pin consumers to CPU 0 and providers to CPU 1, as clusters on machines of their own",
     )
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
+    harness.allow_noisy_argument(parser)
     args = parser.parse_args()
+    harness.QUIET.allow_noisy = args.allow_noisy
     args.n = args.n or DEFAULT_N
     scenarios = args.scenario or ["single"]
     if "all" in scenarios:
