@@ -234,7 +234,6 @@ class ServedPeering:
         self.kubelet_port = listener.getsockname()[1]
         self.report = report  # (reason, message, ready=): the Ready condition on the ForeignCluster, from a callback
         self.set_condition = set_condition  # (type, status, reason, message): another condition on it
-        self.network_policies: tuple | None = None  # the provider's NETWORK_POLICY_CONDITION, as last copied
         self.foreigns = watch.foreigns  # running since the runner began
         node_settings, health = settings_from(foreign, node_ip, self.kubelet_port)
         self.peering = PeeringContext(
@@ -332,22 +331,27 @@ class ServedPeering:
         self._copy_network_policy_condition(status)
 
     def _copy_network_policy_condition(self, offer_status: dict | None) -> None:
-        """Whether the provider confines this tenant's pods by NetworkPolicies, onto the ForeignCluster."""
+        """Whether the provider confines this tenant's pods by NetworkPolicies, onto the ForeignCluster whenever the
+        two differ (level-triggered: a write that failed or was undone is made again on the next event of either)."""
         found = condition(offer_status, NETWORK_POLICY_CONDITION)
         if found is None:
             return
-        copied = (found["status"], found.get("reason") or "Unknown", found.get("message") or "")
-        if copied != self.network_policies:
-            self.network_policies = copied
-            status, reason, message = copied
-            self.set_condition(
-                NETWORK_POLICY_CONDITION, status, reason, f"provider {self.peering.provider_id}: {message}"
-            )
+        wanted = (
+            found["status"],
+            found.get("reason") or "Unknown",
+            f"provider {self.peering.provider_id}: {found.get('message') or ''}",
+        )
+        foreign = self.foreigns.get(*self.peering.foreign_cluster)
+        current = condition((foreign or {}).get("status"), NETWORK_POLICY_CONDITION) or {}
+        if (current.get("status"), current.get("reason"), current.get("message")) != wanted:
+            self.set_condition(NETWORK_POLICY_CONDITION, *wanted)
 
     def foreign_changed(self, event, key, new, old) -> None:
         if new is None:
             self.removed.set()
             return
+        offer = self.offers.get(self.peering.tenant_namespace, RESOURCE_OFFER_NAME)
+        self._copy_network_policy_condition((offer or {}).get("status"))
         if problems := foreign_spec_problems(new["spec"]):
             self.invalid_spec = True  # keep serving with the last valid settings until it is fixed
             self.report("InvalidSpec", "; ".join(problems), ready=False)
