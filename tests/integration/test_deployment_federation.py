@@ -408,8 +408,8 @@ def test_a_provider_not_enforcing_network_policies_says_so_on_its_offer_and_the_
     enforced, unreachable = ("True", "Enforced"), ("Unknown", "CanaryUnreachable")
     wait_for(lambda: network_policy_conditions(lab, PROVIDER) == (enforced, enforced), timeout=120, what="Enforced")
     wait_for(lambda: network_policy_conditions(lab, KWOK_PROVIDER) == (unreachable,) * 2, timeout=60, what="Unknown")
-    lab.stop_policy_engine(PROVIDER)
     try:
+        lab.stop_policy_engine(PROVIDER)
         not_enforced = ("False", "NotEnforced")
         wait_for(
             lambda: network_policy_conditions(lab, PROVIDER) == (not_enforced, not_enforced),

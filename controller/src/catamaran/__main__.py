@@ -175,8 +175,14 @@ def _manager_arguments(commands) -> None:
         "manager keeps one where tenants' pods run and probes whether NetworkPolicies are enforced (empty: not probed)",
     )
     manager.add_argument(
+        "--networkpolicy-canary-pull-secret",
+        action="append",
+        default=[],
+        help="a Secret of the system namespace the canary pulls its image with (repeatable)",
+    )
+    manager.add_argument(
         "--networkpolicy-probe-seconds",
-        type=float,
+        type=_positive_seconds,
         default=PROBE_INTERVAL_SECONDS,
         help="how often the NetworkPolicy canaries are probed",
     )
@@ -260,6 +266,13 @@ def _route_agent_arguments(commands) -> None:
     )
 
 
+def _positive_seconds(text: str) -> float:
+    seconds = float(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return seconds
+
+
 def _labels(text: str) -> dict[str, str]:
     pairs = [item.partition("=") for item in text.split(",") if item]
     if not pairs or any(not key or not sep for key, sep, _ in pairs):
@@ -293,6 +306,7 @@ async def _main(args) -> None:
             credential_renew_fraction=args.credential_renew_fraction,
             counters=_counters(args),
             canary_image=args.networkpolicy_canary_image,
+            canary_pull_secrets=args.networkpolicy_canary_pull_secret,
             probe_interval=args.networkpolicy_probe_seconds,
         )
         tasks += consumer_tasks(client, args.cluster_id, args.controller_namespace, _webhook(args))

@@ -11,10 +11,20 @@ import socket
 import sys
 
 
+def _listener(port: int) -> socket.socket:
+    """Every address of the pod, IPv6 and IPv4 alike where the kernel has both."""
+    if socket.has_dualstack_ipv6():
+        try:
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=16)
+        except OSError:  # IPv6 turned off in the pod's network
+            pass
+    return socket.create_server(("", port), backlog=16)
+
+
 def serve(ports: list[int]) -> None:
     selector = selectors.DefaultSelector()
     for port in ports:
-        listener = socket.create_server(("", port), backlog=16)
+        listener = _listener(port)
         listener.setblocking(False)
         selector.register(listener, selectors.EVENT_READ, port)
     while True:

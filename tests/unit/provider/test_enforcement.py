@@ -63,7 +63,9 @@ def test_a_canary_pod_is_summarized_from_its_status():
 
 
 def test_the_canary_is_restricted_and_its_policy_admits_the_open_port_only():
-    pod = enforcement.canary_pod("abc", "ghcr.io/catamaran/controller:1")
+    pod = enforcement.canary_pod("abc", "ghcr.io/catamaran/controller:1", ["registry-credentials"])
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert "imagePullSecrets" not in enforcement.canary_pod("abc", "ghcr.io/catamaran/controller:1")["spec"]
     container = pod["spec"]["containers"][0]
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
@@ -160,5 +162,26 @@ def test_the_probe_keeps_a_canary_where_the_tenant_runs_and_reports_on_its_offer
         left = provider.cluster.all(Pod, SYSTEM_NAMESPACE)
         assert all(p["metadata"].get("deletionTimestamp") for p in left), left  # a kubelet's to finish
         assert provider.cluster.read(NetworkPolicy, enforcement.CANARY_POLICY, SYSTEM_NAMESPACE) is None
+
+    run(scenario)
+
+
+def test_a_canary_the_api_refuses_is_reported_as_such_and_the_round_goes_on():
+    async def scenario():
+        provider = Provider(offer_spec={"clusterID": "p1", **REAL_NODE})
+        provider.cluster.add(Namespace, {"metadata": {"name": SYSTEM_NAMESPACE}})
+        await provider.start()
+        probe = EnforcementProbe(provider.cluster.client(), provider.offers, "controller:1", connect=Connections())
+        provider.cluster.fail("create", Pod, 403, 'pods is forbidden: admission webhook "no-canaries" denied it')
+        await provider.settle()
+        await probe.round()
+        await provider.offers.reconcile(TENANT)
+        await provider.settle()
+        failed = _offer_condition(provider)
+        assert (failed["status"], failed["reason"]) == ("Unknown", "CanaryFailed")
+        assert "no-canaries" in failed["message"]
+        await probe.round()  # the next round makes it
+        await provider.settle()
+        _canary(provider)
 
     run(scenario)

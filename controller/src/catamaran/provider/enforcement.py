@@ -49,10 +49,10 @@ def canary_name(key: str) -> str:
     return f"{CANARY_PREFIX}{key}"
 
 
-def canary_pod(key: str, image: str) -> dict:
+def canary_pod(key: str, image: str, pull_secrets: list[str] | tuple = ()) -> dict:
     """The canary of one placement (the caller adds the placement): Pod Security restricted, no API credential, never
     on a virtual node (a canary there would test another cluster)."""
-    return {
+    pod: dict = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -94,6 +94,9 @@ def canary_pod(key: str, image: str) -> dict:
             ],
         },
     }
+    if pull_secrets:
+        pod["spec"]["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
+    return pod
 
 
 def canary_policy() -> dict:
@@ -119,6 +122,7 @@ class Canary:
     ready_since: str  # the Ready condition's transition time, "" while not ready
     waiting: str  # why its container is not running ("ImagePullBackOff: ..."), "" when it runs
     finished: bool = False  # Failed or Succeeded (evicted, say): it is replaced
+    deleting: bool = False
 
 
 def summarize_canary(pod: dict) -> Canary:
@@ -135,6 +139,7 @@ def summarize_canary(pod: dict) -> Canary:
         ready_since=(ready.get("lastTransitionTime") or "") if ready.get("status") == "True" else "",
         waiting=waiting or status.get("phase") or "",
         finished=status.get("phase") in ("Failed", "Succeeded"),
+        deleting=bool(pod["metadata"].get("deletionTimestamp")),
     )
 
 

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.networking_v1 import NetworkPolicy
 
 from ..constants import MANAGER_COMPONENT, SYSTEM_NAMESPACE
+from ..kube.informer import call, changed, error_text
 from ..kube.ops import tolerating
 from ..logs import fields
 from ..objects import now_iso
@@ -74,6 +76,7 @@ class EnforcementProbe:
         interval: float = PROBE_INTERVAL_SECONDS,
         connect: Callable = answers,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        pull_secrets: list[str] | None = None,
     ):
         self.client = client
         self.offers = offers
@@ -81,12 +84,14 @@ class EnforcementProbe:
         self.interval = interval
         self.connect = connect
         self.clock = clock
+        self.pull_secrets = pull_secrets or []
         self.canaries = offers.pods.view("networkpolicy-canaries", include=_is_canary, transform=_summarize)
         self._conditions: dict[str, dict] = {}  # placement key -> the condition its tenants' offers carry
         self._wake = asyncio.Event()
-        self.canaries.on_change(lambda *_: self._wake.set())
-        offers.offers.on_change(lambda *_: self._wake.set())
-        offers.tenants.on_change(lambda *_: self._wake.set())
+        # A canary's change, or a tenant's placement: its own status writes on the offers wake nothing.
+        self.canaries.on_change(call(self._wake.set, when=changed))
+        offers.offers.on_change(call(self._wake.set, when=changed))
+        offers.tenants.on_change(call(self._wake.set, when=changed))
         offers.network_policy_condition = self.condition
 
     def condition(self, placement: Placement) -> dict | None:
@@ -120,29 +125,43 @@ class EnforcementProbe:
 
     async def round(self) -> None:
         wanted = self._placements()
-        policy = None
+        policy_created, failure = None, None
         if wanted:
-            policy = await self.client.apply(
-                NetworkPolicy.from_dict(enforcement.canary_policy()), field_manager=MANAGER_COMPONENT, force=True
-            )
+            try:
+                policy = await self.client.apply(
+                    NetworkPolicy.from_dict(enforcement.canary_policy()), field_manager=MANAGER_COMPONENT, force=True
+                )
+                policy_created = policy.metadata.creationTimestamp
+            except ApiError as error:
+                where = f"{SYSTEM_NAMESPACE}/{enforcement.CANARY_POLICY}"
+                failure = f"cannot apply NetworkPolicy {where}: {error_text(error)}"
         conditions = {}
         for key, placement in wanted.items():
-            verdict = await self._probe(key, placement, policy.metadata.creationTimestamp if policy else None)
+            try:
+                verdict = await self._probe(key, placement, policy_created) if failure is None else None
+            except ApiError as error:  # an admission webhook, a missing namespace, lost rights: said, not hidden
+                verdict = enforcement.Verdict("Unknown", "CanaryFailed", f"canary pod: {error_text(error)}")
+            verdict = verdict or enforcement.Verdict("Unknown", "CanaryFailed", failure or "")
             previous = self._conditions.get(key)
             same = previous is not None and previous["status"] == verdict.status
             conditions[key] = enforcement.condition(verdict, previous["lastTransitionTime"] if same else now_iso())
-        for (_, name), canary in list(self.canaries.cache.items()):
-            if canary.placement not in wanted:
-                with tolerating(404):
-                    await self.client.delete(Pod, name, namespace=SYSTEM_NAMESPACE)
-                log.info("networkpolicy canary removed", extra=fields(pod=name))
-        if not wanted:
-            with tolerating(404):
-                await self.client.delete(NetworkPolicy, enforcement.CANARY_POLICY, namespace=SYSTEM_NAMESPACE)
+        await self._remove_unwanted(wanted)
         if conditions != self._conditions:
             self._report_changes(conditions)
             self._conditions = conditions
             self.offers.all_tenants_changed()
+
+    async def _remove_unwanted(self, wanted: dict[str, Placement]) -> None:
+        """The canaries of placements no tenant has any more, and their policy once none is wanted."""
+        for (_, name), canary in list(self.canaries.cache.items()):
+            if canary.placement in wanted or canary.deleting:
+                continue
+            with tolerating(404):
+                await self.client.delete(Pod, name, namespace=SYSTEM_NAMESPACE)
+            log.info("networkpolicy canary removed", extra=fields(pod=name))
+        if not wanted:
+            with tolerating(404):
+                await self.client.delete(NetworkPolicy, enforcement.CANARY_POLICY, namespace=SYSTEM_NAMESPACE)
 
     async def _probe(self, key: str, placement: Placement, policy_created: datetime | None) -> Verdict:
         name = enforcement.canary_name(key)
@@ -151,7 +170,7 @@ class EnforcementProbe:
             with tolerating(404):
                 await self.client.delete(Pod, name, namespace=SYSTEM_NAMESPACE)  # the next round makes another
         elif canary is None:
-            body = enforcement.canary_pod(key, self.image)
+            body = enforcement.canary_pod(key, self.image, self.pull_secrets)
             body["spec"] = placement.apply(body["spec"])
             with tolerating(409):
                 await self.client.create(Pod.from_dict(body))

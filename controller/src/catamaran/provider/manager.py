@@ -24,6 +24,7 @@ def provider_tasks(
     credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
     counters: CounterOptions | None = None,
     canary_image: str = "",
+    canary_pull_secrets: list[str] | None = None,
     probe_interval: float = PROBE_INTERVAL_SECONDS,
 ) -> list:
     """The provider's loops; with `canary_image`, NetworkPolicy enforcement is probed every `probe_interval`."""
@@ -64,7 +65,8 @@ def provider_tasks(
     hosts = IngressHostsController(client)
     tasks = [*offers.tasks(), *twins.tasks(), *shadowpods.tasks(), *credentials.tasks(), *hosts.tasks()]
     if canary_image:
-        tasks += EnforcementProbe(client, offers, canary_image, probe_interval).tasks()
+        probe = EnforcementProbe(client, offers, canary_image, probe_interval, pull_secrets=canary_pull_secrets)
+        tasks += probe.tasks()
     else:
         offers.network_policy_condition = not_probed()
     if counters is not None:
