@@ -98,6 +98,16 @@ def _offer_condition(provider: Provider) -> dict:
     return found
 
 
+async def _verdict_after_a_round(provider: Provider, probe: EnforcementProbe) -> tuple[str, str]:
+    """(status, reason) the tenant's offer carries after one probe round and one offer reconcile."""
+    await provider.settle()
+    await probe.round()
+    await provider.offers.reconcile(TENANT)
+    await provider.settle()
+    found = _offer_condition(provider)
+    return found["status"], found["reason"]
+
+
 def _ready(provider: Provider, name: str) -> None:
     def running(pod: dict) -> None:
         pod["spec"]["nodeName"] = "provider-worker"
@@ -135,25 +145,13 @@ def test_the_probe_keeps_a_canary_where_the_tenant_runs_and_reports_on_its_offer
         assert _offer_condition(provider)["reason"] == "CanaryStarting"
 
         _ready(provider, name)
-        await provider.settle()
-        await probe.round()
-        await provider.offers.reconcile(TENANT)
-        await provider.settle()
-        enforced = _offer_condition(provider)
-        assert (enforced["status"], enforced["reason"]) == ("True", "Enforced")
+        assert await _verdict_after_a_round(provider, probe) == ("True", "Enforced")
 
         connections.answering.add(enforcement.GUARDED_PORT)
-        await probe.round()
-        await provider.offers.reconcile(TENANT)
-        await provider.settle()
-        young = _offer_condition(provider)  # the policy was just made: it may not be programmed yet
-        assert (young["status"], young["reason"]) == ("Unknown", "Settling")
+        # The policy was just made: it may not be programmed yet.
+        assert await _verdict_after_a_round(provider, probe) == ("Unknown", "Settling")
         later = timedelta(seconds=enforcement.SETTLE_SECONDS)
-        await probe.round()
-        await provider.offers.reconcile(TENANT)
-        await provider.settle()
-        found = _offer_condition(provider)
-        assert (found["status"], found["reason"]) == ("False", "NotEnforced")
+        assert await _verdict_after_a_round(provider, probe) == ("False", "NotEnforced")
 
         await provider.cluster.client().delete(Namespace, TENANT)  # the tenant is gone: so are the canary and policy
         await provider.settle()
@@ -173,13 +171,8 @@ def test_a_canary_the_api_refuses_is_reported_as_such_and_the_round_goes_on():
         await provider.start()
         probe = EnforcementProbe(provider.cluster.client(), provider.offers, "controller:1", connect=Connections())
         provider.cluster.fail("create", Pod, 403, 'pods is forbidden: admission webhook "no-canaries" denied it')
-        await provider.settle()
-        await probe.round()
-        await provider.offers.reconcile(TENANT)
-        await provider.settle()
-        failed = _offer_condition(provider)
-        assert (failed["status"], failed["reason"]) == ("Unknown", "CanaryFailed")
-        assert "no-canaries" in failed["message"]
+        assert await _verdict_after_a_round(provider, probe) == ("Unknown", "CanaryFailed")
+        assert "no-canaries" in _offer_condition(provider)["message"]
         await probe.round()  # the next round makes it
         await provider.settle()
         _canary(provider)
