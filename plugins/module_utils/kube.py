@@ -37,6 +37,8 @@ KINDS = {
     ("v1", "Node"): ("nodes", False),
     ("networking.k8s.io/v1", "ServiceCIDR"): ("servicecidrs", False),
     ("v1", "Pod"): ("pods", True),
+    ("apps/v1", "Deployment"): ("deployments", True),
+    ("apps/v1", "DaemonSet"): ("daemonsets", True),
     ("v1", "Service"): ("services", True),
     ("v1", "Secret"): ("secrets", True),
     ("v1", "ServiceAccount"): ("serviceaccounts", True),

@@ -94,3 +94,9 @@ def test_the_wait_ends_when_rolled_out_or_fails_at_the_timeout_with_what_is_left
             FakeCluster([deployment(updated=1)], []), "Deployment", "m", "ns", 300,
             clock=lambda: next(ticks), sleep=lambda s: None,
         )  # fmt: skip
+
+
+def test_the_kinds_it_waits_for_and_their_pods_have_paths():
+    from ansible_collections.catamaran.federation.plugins.module_utils.kube import KINDS
+
+    assert {("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"), ("v1", "Pod")} <= set(KINDS)
