@@ -292,6 +292,8 @@ def test_shadowpods_written_directly_get_the_same_refusals(lab, tenant_kubectl):
     for field in TO_VIRTUAL_NODE:
         privileged.pop(field)
     privileged["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    # No node of the provider has that much: refused as infeasible, before the quota (a quota refusal of ShadowPods
+    # written directly: test_tenant_terms.py's pod-level requests).
     huge = {"containers": [container("app", cpu="100000")]}
     # No Catamaran labels and another tenant's origin: neither hides the pod from this tenant's quota.
     sneaky = {"containers": [container("app")]}
@@ -302,7 +304,7 @@ def test_shadowpods_written_directly_get_the_same_refusals(lab, tenant_kubectl):
         input=federation.as_list(
             [
                 shadowpod("direct", privileged),
-                shadowpod("greedy", huge),
+                shadowpod("huge", huge),
                 shadowpod("sneaky", sneaky, labels={"catamaran.io/origin-cluster-id": "cluster-3"}),
             ]
         ),
@@ -315,19 +317,17 @@ def test_shadowpods_written_directly_get_the_same_refusals(lab, tenant_kubectl):
     event = wait_for(lambda: events(lab, PROVIDER, TWIN, "ShadowPod", "direct", "PodSecurityViolation"))[0]
     assert event["type"] == "Warning"
 
-    over = wait_for(lambda: shadow_refusal(lab, "greedy", "QuotaExceeded"), what="the quota refusal")
-    assert "cpu (requested 100000" in over["message"]
-    assert wait_for(lambda: events(lab, PROVIDER, TWIN, "ShadowPod", "greedy", "QuotaExceeded"))[0]["type"] == (
-        "Warning"
-    )
+    infeasible = wait_for(lambda: shadow_refusal(lab, "huge", "Infeasible"), what="the infeasible refusal")
+    assert "cpu (requested 100000, the most one node has" in infeasible["message"]
+    assert wait_for(lambda: events(lab, PROVIDER, TWIN, "ShadowPod", "huge", "Infeasible"))[0]["type"] == "Warning"
     assert not remote_pod_exists(lab, "direct")
-    assert not remote_pod_exists(lab, "greedy")
+    assert not remote_pod_exists(lab, "huge")
 
     pod = wait_for(lambda: remote_pod_exists(lab, "sneaky") and get_json(lab, PROVIDER, "pod", "-n", TWIN, "sneaky"))
     assert pod["metadata"]["labels"]["catamaran.io/origin-cluster-id"] == CONSUMER
     assert pod["metadata"]["labels"]["catamaran.io/managed-by"] == "catamaran"
     wait_for(lambda: offer_status(lab)["used"]["pods"] == "1", what="the sneaky pod counted in the tenant's usage")
-    deleted = tenant_kubectl("-n", TWIN, "delete", "shadowpod", "direct", "greedy", "sneaky", "--wait=true")
+    deleted = tenant_kubectl("-n", TWIN, "delete", "shadowpod", "direct", "huge", "sneaky", "--wait=true")
     assert deleted.returncode == 0, deleted.stderr
     wait_for(lambda: offer_status(lab)["used"]["pods"] == "0", what="the tenant's usage back to zero")
 

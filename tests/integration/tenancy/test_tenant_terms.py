@@ -340,34 +340,48 @@ def test_a_tenant_pods_grace_and_annotations_are_the_providers_to_bound(lab, ten
 
 
 def test_pod_level_requests_and_pods_without_requests_are_counted(lab, tenant_kubectl):
-    quota_cpu = quantities.parse(wait_for(lambda: offer(lab).get("status", {}).get("quota", {}).get("cpu")))
-    beyond = quantities.format_quantity("cpu", quota_cpu + 1)
-    pod_level = {"containers": [container("app")], "resources": {"requests": {"cpu": beyond}}}
-    best_effort = {"containers": [container("app")]}
-    assert (
-        apply(tenant_kubectl, shadowpod("pod-level", pod_level), shadowpod("best-effort", best_effort)).returncode == 0
-    )
-    condition = wait_for(
-        lambda: (
-            created_condition(lab, "pod-level").get("reason") == "QuotaExceeded" and created_condition(lab, "pod-level")
+    # A tenth of the nodes: a quota below the largest node, so a pod past it is refused for the quota, not as a pod no
+    # node could hold (which the provider checks first).
+    sharing = offer(lab)["spec"].get("sharingPercentage")
+    federation.grant_terms(lab, CONSUMER, PROVIDER, sharingPercentage=10)
+
+    def quota_at_ten_percent():
+        status = offer(lab).get("status") or {}
+        tenth = quantities.round_down("cpu", quantities.parse(status.get("allocatable", {}).get("cpu", "0")) / 10)
+        quota = status.get("quota", {}).get("cpu")
+        return quota is not None and quantities.parse(quota) == tenth and quantities.parse(quota)
+
+    try:
+        quota_cpu = wait_for(quota_at_ten_percent, what="the quota at 10 %")
+        beyond = quantities.format_quantity("cpu", quota_cpu + 1)
+        pod_level = {"containers": [container("app")], "resources": {"requests": {"cpu": beyond}}}
+        best_effort = {"containers": [container("app")]}
+        written = apply(tenant_kubectl, shadowpod("pod-level", pod_level), shadowpod("best-effort", best_effort))
+        assert written.returncode == 0, written.stderr
+
+        def refused_for_the_quota():
+            found = created_condition(lab, "pod-level")
+            return found.get("reason") == "QuotaExceeded" and found
+
+        condition = wait_for(refused_for_the_quota, what="the pod-level request refused for the quota")
+        assert f"cpu (requested {beyond}" in condition["message"]
+        assert remote_pod(lab, "pod-level") is None
+        pod = wait_for(lambda: remote_pod(lab, "best-effort"), what="the best-effort ShadowPod's pod")
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["requests"] == DEFAULT_CONTAINER_REQUESTS
+        assert pod["status"].get("qosClass") != "BestEffort"
+        wait_for(
+            lambda: (
+                quantities.parse(offer(lab)["status"]["used"].get("cpu", "0"))
+                >= quantities.parse(DEFAULT_CONTAINER_REQUESTS["cpu"])
+            ),
+            what="the defaulted request counted as used",
         )
-    )
-    assert f"cpu (requested {beyond}" in condition["message"]
-    assert remote_pod(lab, "pod-level") is None
-    pod = wait_for(lambda: remote_pod(lab, "best-effort"), what="the best-effort ShadowPod's pod")
-    resources = pod["spec"]["containers"][0]["resources"]
-    assert resources["requests"] == DEFAULT_CONTAINER_REQUESTS
-    assert pod["status"].get("qosClass") != "BestEffort"
-    wait_for(
-        lambda: (
-            quantities.parse(offer(lab)["status"]["used"].get("cpu", "0"))
-            >= quantities.parse(DEFAULT_CONTAINER_REQUESTS["cpu"])
-        ),
-        what="the defaulted request counted as used",
-    )
-    assert pod["spec"]["automountServiceAccountToken"] is False
-    assert not any("kube-api-access" in v["name"] for v in pod["spec"].get("volumes") or [])
-    tenant_kubectl("-n", TWIN, "delete", "shadowpod", "pod-level", "best-effort", "--wait=true")
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        assert not any("kube-api-access" in v["name"] for v in pod["spec"].get("volumes") or [])
+        tenant_kubectl("-n", TWIN, "delete", "shadowpod", "pod-level", "best-effort", "--wait=true")
+    finally:
+        federation.grant_terms(lab, CONSUMER, PROVIDER, **({"sharingPercentage": sharing} if sharing else {}))
 
 
 def test_fields_outside_the_table_are_refused_and_priority_is_the_providers(lab, tenant_kubectl):
