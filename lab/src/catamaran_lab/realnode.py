@@ -274,8 +274,9 @@ class RealNode:
                 self._iptables("-D", *shlex.split(rule)[1:])
 
     def start_policy_engine(self) -> None:
-        """kube-router again, once its first sync has hooked its chains in."""
-        self.start_component("kube-router")
+        """kube-router again (if it is not running), once its first sync has hooked its chains in."""
+        if self.pid("kube-router") is None:
+            self.start_component("kube-router")
         self._wait_for_policy_engine()
 
     def _iptables(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
