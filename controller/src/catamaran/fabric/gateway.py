@@ -55,7 +55,7 @@ from ..constants import (
     TERMINAL_PHASES,
 )
 from ..kube.informer import Informer, changed, enqueue
-from ..kube.ops import patch_status_if_unchanged
+from ..kube.ops import patch_status
 from ..kube.resources import ForeignCluster, NamespaceOffloading, ResourceOffer
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
@@ -336,16 +336,9 @@ class Gateway:
             message,
         ):
             return
-
-        def change(latest: dict) -> dict | None:
-            conditions = (latest.get("status") or {}).get("conditions") or []
-            wanted = set_condition(conditions, NETWORK_READY_CONDITION, status, reason, message)
-            return {"conditions": wanted} if wanted != conditions else None
-
-        # Only over the version read: the virtual kubelet writes other conditions of the same list.
-        meta = foreign["metadata"]
-        await patch_status_if_unchanged(self.client, ForeignCluster, meta["name"], meta.get("namespace"), change)
-        name = meta["name"]
+        conditions = set_condition(current.get("conditions") or [], NETWORK_READY_CONDITION, status, reason, message)
+        await patch_status(self.client, ForeignCluster, foreign["metadata"], {"conditions": conditions})
+        name = foreign["metadata"]["name"]
         log.info("tunnel health", extra=fields(foreign_cluster=name, status=status, reason=reason))
 
 
