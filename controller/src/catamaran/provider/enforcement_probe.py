@@ -61,6 +61,10 @@ def not_probed() -> Callable[[Placement], dict]:
     return lambda placement: condition
 
 
+def _key(placement: Placement) -> str:
+    return enforcement.placement_key(placement.node_selector, placement.tolerations)
+
+
 def _summarize(pod) -> Canary:
     return enforcement.summarize_canary(pod.to_dict())
 
@@ -95,7 +99,7 @@ class EnforcementProbe:
         offers.network_policy_condition = self.condition
 
     def condition(self, placement: Placement) -> dict | None:
-        return self._conditions.get(enforcement.placement_key(placement.node_selector, placement.tolerations))
+        return self._conditions.get(_key(placement))
 
     def tasks(self) -> list:
         return [self._run()]
@@ -120,7 +124,7 @@ class EnforcementProbe:
         placements = {}
         for _, namespace in self.offers.tenants.cache:
             placement = self.offers.placement(namespace)
-            placements[enforcement.placement_key(placement.node_selector, placement.tolerations)] = placement
+            placements[_key(placement)] = placement
         return placements
 
     async def round(self) -> None:
@@ -137,11 +141,13 @@ class EnforcementProbe:
                 failure = f"cannot apply NetworkPolicy {where}: {error_text(error)}"
         conditions = {}
         for key, placement in wanted.items():
-            try:
-                verdict = await self._probe(key, placement, policy_created) if failure is None else None
-            except ApiError as error:  # an admission webhook, a missing namespace, lost rights: said, not hidden
-                verdict = enforcement.Verdict("Unknown", "CanaryFailed", f"canary pod: {error_text(error)}")
-            verdict = verdict or enforcement.Verdict("Unknown", "CanaryFailed", failure or "")
+            if failure is not None:
+                verdict = Verdict("Unknown", "CanaryFailed", failure)
+            else:
+                try:
+                    verdict = await self._probe(key, placement, policy_created)
+                except ApiError as error:  # an admission webhook, a missing namespace, lost rights: said, not hidden
+                    verdict = Verdict("Unknown", "CanaryFailed", f"canary pod: {error_text(error)}")
             previous = self._conditions.get(key)
             same = previous is not None and previous["status"] == verdict.status
             conditions[key] = enforcement.condition(verdict, previous["lastTransitionTime"] if same else now_iso())
