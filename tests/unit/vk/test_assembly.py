@@ -204,6 +204,12 @@ def test_the_providers_network_policy_verdict_is_copied_onto_the_foreign_cluster
     count = len(conditions)
     parts.offer_changed("MODIFIED", ("tenant", "offer"), {"status": {}}, offer)  # a provider that says nothing
     assert len(conditions) == count
+    # What the provider writes is bounded before it reaches the consumer's ForeignCluster.
+    forged = {"type": NETWORK_POLICY_CONDITION, "status": "Maybe", "reason": "Enforced", "message": "x" * 100_000}
+    parts.offer_changed("MODIFIED", ("tenant", "offer"), {"status": {"conditions": [forged]}}, offer)
+    kind, status, reason, message = conditions[-1]
+    assert (kind, status, reason) == (NETWORK_POLICY_CONDITION, "Unknown", "Enforced")
+    assert len(message) < 2000
 
 
 def test_the_echo_of_a_copy_this_process_wrote_is_not_reconciled_again():

@@ -47,6 +47,7 @@ from .pods import PodController, local_pods_informer, shadow_informer
 from .reflection.peering_reflection import PeeringReflection
 from .reflection.policy import ReflectionSettings, settings_from_spec
 from .remote_events import RemoteEventMirror
+from .trust import bounded_text
 from .validation import foreign_spec_problems, home_api_server
 
 # How soon a gateway's lapsed Lease is noticed after it lapses (a local check, no API call).
@@ -333,11 +334,12 @@ class ServedPeering:
     def _copy_network_policy_condition(self, offer_status: dict | None) -> None:
         """Whether the provider confines this tenant's pods by NetworkPolicies, onto the ForeignCluster whenever the
         two differ (level-triggered: a write that failed or was undone is made again on the next event of either)."""
-        found = condition(offer_status, NETWORK_POLICY_CONDITION)
-        if found is None:
+        # The provider writes it: its reason and message bounded, its status one a condition may have.
+        found = bounded_text(condition(offer_status, NETWORK_POLICY_CONDITION))
+        if not found:
             return
         wanted = (
-            found["status"],
+            found.get("status") if found.get("status") in ("True", "False") else "Unknown",
             found.get("reason") or "Unknown",
             f"provider {self.peering.provider_id}: {found.get('message') or ''}",
         )
