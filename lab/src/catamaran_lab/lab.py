@@ -344,8 +344,12 @@ class Lab:
             raise LabError(f"{name} has no real node (the lab was started with CATAMARAN_LAB_REAL_NODES=0)")
         return cluster
 
-    def kubectl(self, cluster: str, *args: str, timeout: float = 60, check: bool = True, **kwargs):
+    def kubectl(self, cluster: str, *args: str, timeout: float | None = None, check: bool = True, **kwargs):
+        """Run kubectl against a cluster. Without a timeout, the process gets 60 s, or 30 s beyond the `--timeout=`
+        kubectl is given (`wait`, `delete`), so kubectl reports its own timeout rather than being killed first."""
         command = [str(self.cache.path("kubectl")), "--kubeconfig", str(self.kubeconfig(cluster)), *args]
+        if timeout is None:
+            timeout = max(60.0, kubectl_timeout(args) + 30)
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
         if check and result.returncode != 0:
             raise LabError(f"{cluster}: kubectl {' '.join(args)} failed: {result.stderr.strip()}")
@@ -579,6 +583,18 @@ class Lab:
             processes,
             metrics_api,
         )
+
+
+def kubectl_timeout(args) -> float:
+    """The seconds of a kubectl `--timeout=<n>s|<n>m` argument, else 0."""
+    for argument in args:
+        if argument.startswith("--timeout="):
+            value = argument.split("=", 1)[1]
+            with contextlib.suppress(ValueError):
+                if value.endswith("m"):
+                    return float(value[:-1]) * 60
+                return float(value.rstrip("s"))
+    return 0.0
 
 
 def _inline(entry: dict) -> dict:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from catamaran_lab.lab import exited_components
+import pytest
+
+from catamaran_lab.lab import exited_components, kubectl_timeout
 
 
 def test_a_component_that_exited_during_the_start_is_started_again_as_kwokctl_started_it():
@@ -19,3 +21,17 @@ def test_a_component_that_exited_during_the_start_is_started_again_as_kwokctl_st
         ("kube-scheduler", ["/lab/bin/sched"], "/lab/c1"),
     ]
     assert exited_components({"kube-apiserver": True}, config) == [], "no pid file: not kwokctl's to start"
+
+
+@pytest.mark.parametrize(
+    ("args", "seconds"),
+    [
+        (("wait", "--for=condition=Ready", "pod/a", "--timeout=90s"), 90.0),
+        (("delete", "ns", "x", "--timeout=2m"), 120.0),
+        (("get", "pods"), 0.0),
+        (("wait", "--timeout=soon"), 0.0),
+    ],
+)
+def test_kubectl_is_given_time_beyond_its_own_timeout(args, seconds):
+    """A `kubectl wait --timeout=90s` must report its own timeout, not be killed by the lab's 60 s first."""
+    assert kubectl_timeout(args) == seconds
