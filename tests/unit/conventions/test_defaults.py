@@ -199,3 +199,12 @@ def test_the_remap_pool_and_kubelet_port_written_elsewhere_are_the_constants():
     assert f"C({DEFAULT_REMAP_POOL})" in pool, f"the peering module's network option does not name {DEFAULT_REMAP_POOL}"
     deployment = yaml.safe_load((ROOT / "roles" / "controller" / "vars" / "deployment.yml").read_text())
     assert deployment["__controller_kubelet_port"] == KUBELET_PORT
+
+
+def test_teardown_assumes_the_controller_roles_default_mode():
+    """teardown.yml reads controller_mode after the role's scope has ended, so it writes the role's default again."""
+    defaults = yaml.safe_load((ROOT / "roles" / "controller" / "defaults" / "main.yml").read_text())
+    teardown = (ROOT / "playbooks" / "teardown.yml").read_text()
+    assumed = re.findall(r"controller_mode \| default\('(\w+)'\)", teardown)
+    assert assumed, "teardown.yml no longer reads controller_mode: drop this test"
+    assert set(assumed) == {defaults["controller_mode"]}
