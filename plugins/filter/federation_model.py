@@ -22,9 +22,11 @@ description:
   - C(catamaran_home_api_server) is where the cluster's providers' pods reach its API server (V(https://host[:port]));
     every peering of the cluster as a consumer passes it on (O(catamaran.federation.peering#module:home_api_server)).
   - C(catamaran_network) says how the cluster's pods reach its peers' (keys C(mode), V(flat) by default or
-    V(fabric); C(gateway_address), where its peers' gateways reach its gateway, required for a provider in
-    V(fabric); C(gateway_port), by default V(51820)). A peering goes through the fabric when both its clusters are
-    in V(fabric), and fails when only one of them is.
+    V(fabric); C(gateway_address), where its peers' gateways reach its gateway; C(gateway_port), by default
+    V(51820); C(gateway_service), its gateway behind a Service, C(type) V(NodePort) or V(LoadBalancer) and an
+    optional first C(node_port), whose address and port the peering reads back; a provider in V(fabric) needs
+    C(gateway_address) or C(gateway_service)). A peering goes through the fabric when both its clusters are in
+    V(fabric), and fails when only one of them is.
   - A peering's C(pod_security) (V(restricted) by default, V(baseline) or V(privileged)) must be one of its
     provider's C(catamaran_allowed_pod_security) (by default V([restricted, baseline])), so only the provider's
     own inventory entry can lend V(privileged).
@@ -345,7 +347,8 @@ def _within_allowances(entry, provider, where):
             )
 
 
-NETWORK_KEYS = ("mode", "gateway_address", "gateway_port")
+NETWORK_KEYS = ("mode", "gateway_address", "gateway_port", "gateway_service")
+GATEWAY_SERVICE_KEYS = ("type", "node_port")
 
 
 def _network(host, variables):
@@ -362,7 +365,33 @@ def _network(host, variables):
     port = given.get("gateway_port", fabric.DEFAULT_GATEWAY_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise AnsibleFilterError("%s.gateway_port: %r is not a UDP port (1-65535)" % (where, port))
-    return dict(mode=mode, gateway_address=given.get("gateway_address"), gateway_port=port)
+    return dict(
+        mode=mode,
+        gateway_address=given.get("gateway_address"),
+        gateway_port=port,
+        gateway_service=_gateway_service(where, given.get("gateway_service")),
+    )
+
+
+def _gateway_service(where, service):
+    where += ".gateway_service"
+    if service is None:
+        return None
+    if not isinstance(service, dict):
+        raise AnsibleFilterError("%s must be a mapping, got %r" % (where, service))
+    unknown = sorted(str(key) for key in service if key not in GATEWAY_SERVICE_KEYS)
+    if unknown:
+        raise AnsibleFilterError(
+            "%s: unknown keys %s (allowed: %s)" % (where, unknown, ", ".join(GATEWAY_SERVICE_KEYS))
+        )
+    if service.get("type") not in fabric.SERVICE_TYPES:
+        raise AnsibleFilterError(
+            "%s.type: %r is not one of %s" % (where, service.get("type"), ", ".join(fabric.SERVICE_TYPES))
+        )
+    node_port = service.get("node_port")
+    if node_port is not None and (isinstance(node_port, bool) or not isinstance(node_port, int)):
+        raise AnsibleFilterError("%s.node_port: %r is not a port" % (where, node_port))
+    return dict(service)
 
 
 def _peering_network(consumer, provider, where):
@@ -375,13 +404,16 @@ def _peering_network(consumer, provider, where):
             "%s: host %s has catamaran_network.mode %s but host %s has %s; a peering's two clusters need the same"
             % (where, consumer["host"], modes[0], provider["host"], modes[1])
         )
-    if not provider["network"]["gateway_address"]:
-        raise AnsibleFilterError(
-            "%s: host %s (provider %s) is in the fabric but sets no catamaran_network.gateway_address"
-            % (where, provider["host"], provider["id"])
-        )
     gateway = provider["network"]
-    return dict(mode="fabric", gateway_address=gateway["gateway_address"], gateway_port=gateway["gateway_port"])
+    if not gateway["gateway_address"] and not gateway["gateway_service"]:
+        raise AnsibleFilterError(
+            "%s: host %s (provider %s) is in the fabric but sets neither catamaran_network.gateway_address nor "
+            "catamaran_network.gateway_service" % (where, provider["host"], provider["id"])
+        )
+    network = dict(mode="fabric", gateway_address=gateway["gateway_address"], gateway_port=gateway["gateway_port"])
+    if gateway["gateway_service"]:
+        network["gateway_service"] = gateway["gateway_service"]
+    return network
 
 
 def _cluster_labels(host, variables):

@@ -7,6 +7,10 @@ Each side's private key stays in a Secret of its own cluster, in catamaran-fabri
 the tenant's reach; on both sides out of reach of the processes that need no key); only public keys
 cross. A key is made once and kept, unless rotation is asked for. Each tenant of a provider gets its
 own UDP port on the provider's gateway, the lowest free one from the configured first port, and keeps it.
+
+The consumer's gateway reaches the provider's at the address the peering gives, or through a Service of the provider
+(NodePort or LoadBalancer, one per tenant in catamaran-fabric, in front of the gateway pod of deployment mode): then
+the address and port are read from the Service and its gateway pod's node, and published to the consumer.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,6 +29,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     FABRIC_KEY_TO_PROVIDER_PREFIX,
     FABRIC_NAMESPACE,
     FABRIC_PRIVATE_KEY,
+    LABEL_REMOTE_CLUSTER_ID,
     LABEL_TYPE,
     OFFLOADING_GROUP,
     RESOURCE_OFFER_NAME,
@@ -32,11 +37,19 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     TYPE_VIRTUAL_NODE,
     VERSION,
 )
-from ansible_collections.catamaran.federation.plugins.module_utils.kube import ClusterError
+from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    ClusterError,
+)
 
 MODES = {"fabric": "Fabric", "flat": "Flat"}
 DEFAULT_MODE = "flat"
 DEFAULT_GATEWAY_PORT = 51820
+SERVICE_TYPES = ("NodePort", "LoadBalancer")
+# The gateway pod of deployment mode, as the controller role labels it (roles/controller/vars/deployment.yml).
+GATEWAY_POD_SELECTOR = {"app.kubernetes.io/name": "catamaran", "app.kubernetes.io/component": "gateway"}
+GATEWAY_SERVICE_PREFIX = "catamaran-gw-"
 OFFLOADING_API = "%s/%s" % (OFFLOADING_GROUP, VERSION)
 FOREIGN_CLUSTER_API = "%s/%s" % (CORE_GROUP, VERSION)
 
@@ -48,11 +61,68 @@ def check(params):
         return
     if not fabric_keys.HAS_CRYPTOGRAPHY:
         raise InvalidInput("network.mode=fabric makes WireGuard keys with the Python package cryptography; install it")
-    if not network.get("gateway_address"):
-        raise InvalidInput("network.gateway_address is required with network.mode=fabric (the provider's gateway)")
+    service = network.get("gateway_service") or {}
+    if not network.get("gateway_address") and not service:
+        raise InvalidInput(
+            "network.gateway_address (or network.gateway_service) is required with network.mode=fabric: where the "
+            "consumer's gateway reaches the provider's"
+        )
     port = network.get("gateway_port", DEFAULT_GATEWAY_PORT)
     if not 1 <= port <= 65535:
         raise InvalidInput("network.gateway_port: %s is not a UDP port (1-65535)" % port)
+    if service and service.get("type") not in SERVICE_TYPES:
+        raise InvalidInput(
+            "network.gateway_service.type: %r is not one of %s" % (service.get("type"), ", ".join(SERVICE_TYPES))
+        )
+    node_port = service.get("node_port")
+    if node_port is not None and not 1 <= node_port <= 65535:
+        raise InvalidInput("network.gateway_service.node_port: %s is not a port (1-65535)" % node_port)
+
+
+def gateway_service_name(consumer_id):
+    return GATEWAY_SERVICE_PREFIX + consumer_id
+
+
+def gateway_service(consumer_id, service, listen_port, first_port):
+    """The provider's Service in front of its gateway pod for one tenant's UDP port. Traffic policy Local: the tunnel
+    sees the consumer's own address, and the node port answers only on the gateway's node, whose address is
+    published. A first node port given, each tenant's is that plus its offset from the first gateway port (stable, so a
+    firewall can name them); else the API server allocates one, kept from then on."""
+    port = {"name": "wireguard", "protocol": "UDP", "port": listen_port, "targetPort": listen_port}
+    if service.get("node_port"):
+        port["nodePort"] = service["node_port"] + listen_port - first_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": gateway_service_name(consumer_id),
+            "namespace": FABRIC_NAMESPACE,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, LABEL_REMOTE_CLUSTER_ID: consumer_id},
+        },
+        "spec": {
+            "type": service["type"],
+            "externalTrafficPolicy": "Local",
+            "selector": dict(GATEWAY_POD_SELECTOR),
+            "ports": [port],
+        },
+    }
+
+
+def node_address(node):
+    """Where a peer reaches a node: its ExternalIP, else its InternalIP."""
+    addresses = (node.get("status") or {}).get("addresses") or []
+    for kind in ("ExternalIP", "InternalIP"):
+        for address in addresses:
+            if address.get("type") == kind and address.get("address"):
+                return address["address"]
+    return None
+
+
+def load_balancer_address(service):
+    for ingress in ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+        if ingress.get("ip") or ingress.get("hostname"):
+            return ingress.get("ip") or ingress.get("hostname")
+    return None
 
 
 def _remapped(pairs):
@@ -62,8 +132,12 @@ def _remapped(pairs):
 class Exchange:
     """The fabric's objects of one peering on both clusters, from what they hold now."""
 
-    def __init__(self, consumer, provider, consumer_id, provider_id, tenant_namespace):
+    def __init__(self, consumer, provider, consumer_id, provider_id, tenant_namespace, warn=None, check_mode=False):
         self.consumer, self.provider = consumer, provider
+        self.warn = warn or (lambda message: None)
+        # A check-mode run may plan a gateway not running yet (the controller role's dry run started none); a real
+        # run's plan must find it, so that a run fails before it changes anything.
+        self.check_mode = check_mode
         self.consumer_id, self.provider_id = consumer_id, provider_id
         self.tenant_namespace = tenant_namespace
 
@@ -94,7 +168,9 @@ class Exchange:
             changes.ensure(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FABRIC_NAMESPACE}})
             changes.apply(cluster, self._secret(name, key))
             changes.delete(cluster, "v1", "Secret", name, SYSTEM_NAMESPACE)  # moved: release 0.2.0 kept it there
-        port = self._port(network.get("gateway_port", DEFAULT_GATEWAY_PORT))
+        first_port = network.get("gateway_port", DEFAULT_GATEWAY_PORT)
+        port = self._port(first_port)
+        endpoint = self._endpoint(changes, network, port, first_port, params.get("wait_timeout"))
         provider_seen, consumer_seen, others_reachable = self._remaps(params, consumer_ranges, provider_ranges)
         offer_network = {
             "mode": "Fabric",
@@ -103,7 +179,7 @@ class Exchange:
         foreign_networking = {
             "mode": "Fabric",
             "gateway": {
-                "endpoint": "%s:%s" % (network["gateway_address"], port),
+                "endpoint": endpoint,
                 "publicKey": fabric_keys.public_key(provider_key),
             },
         }
@@ -162,11 +238,96 @@ class Exchange:
         except ValueError as error:
             raise InvalidInput("%s pod ranges: %s" % (whose, error)) from None
 
+    def _endpoint(self, changes, network, port, first_port, timeout):
+        """Where the consumer's gateway reaches this tenant's port: the given address, or the Service's."""
+        service = network.get("gateway_service")
+        if not service:
+            self._remove_service(changes)
+            return "%s:%s" % (network["gateway_address"], port)
+        live = changes.apply(self.provider, gateway_service(self.consumer_id, service, port, first_port))
+        where = "%s: Service %s/%s" % (self.provider.label, FABRIC_NAMESPACE, gateway_service_name(self.consumer_id))
+        if service["type"] == "LoadBalancer":
+            address = network.get("gateway_address") or self._load_balancer_address(changes, live, timeout, where)
+            return "%s:%s" % (address, port)
+        node_port = ((live.get("spec") or {}).get("ports") or [{}])[0].get("nodePort")
+        if not node_port:  # a dry run that allocates nothing: the port comes with the Service
+            changes.note("%s: publish the node port the API server allocates" % where)
+            node_port = port
+        address = network.get("gateway_address") or self._gateway_node_address(changes, where)
+        return "%s:%s" % (address, node_port)
+
+    def _load_balancer_address(self, changes, live, timeout, where):
+        address = load_balancer_address(live)
+        if address:
+            return address
+        if changes.check_mode:
+            changes.note("%s: publish its load balancer's address once it has one" % where)
+            return "pending.invalid"
+        name = gateway_service_name(self.consumer_id)
+        done, items = self.provider.watch_list_until(
+            "v1",
+            "Service",
+            FABRIC_NAMESPACE,
+            lambda services: any(load_balancer_address(s) for s in services),
+            timeout,
+            fields="metadata.name=%s" % name,
+        )
+        if not done:
+            raise InvalidInput(
+                "%s (LoadBalancer) has no address after %ss: does the cluster have a load balancer controller? "
+                "(or give network.gateway_address)" % (where, timeout)
+            )
+        return load_balancer_address(items[0])
+
+    def _gateway_node_address(self, changes, where):
+        """The address of the node the gateway pod runs on: the node port answers there (traffic policy Local)."""
+        selector = ",".join("%s=%s" % item for item in sorted(GATEWAY_POD_SELECTOR.items()))
+        pods = self.provider.list("v1", "Pod", namespace=FABRIC_NAMESPACE, labels=selector)
+        nodes = sorted(
+            {
+                pod["spec"]["nodeName"]
+                for pod in pods
+                if (pod.get("spec") or {}).get("nodeName")
+                and (pod.get("status") or {}).get("phase") == "Running"
+                and not pod["metadata"].get("deletionTimestamp")
+            }
+        )
+        if len(nodes) == 1:
+            node = self.provider.get("v1", "Node", nodes[0])
+            address = node_address(node or {})
+            if address:
+                return address
+            raise InvalidInput("%s (NodePort): the gateway's node %s reports no address" % (where, nodes[0]))
+        problem = (
+            "no gateway pod runs in %s (NodePort needs the gateway as a pod: controller_mode deployment with "
+            "controller_gateway)" % FABRIC_NAMESPACE
+            if not nodes
+            else "gateway pods run on several nodes (%s)" % ", ".join(nodes)
+        )
+        published = self._published_address()
+        if published:  # a gateway stopped or moving: the consumer keeps what it has until one runs again
+            self.warn("%s (NodePort): %s; the address published before, %s, is kept" % (where, problem, published))
+            return published
+        if self.check_mode:
+            changes.note("%s: publish the gateway node's address once %s" % (where, "it runs" if not nodes else "one"))
+            return "pending.invalid"
+        raise InvalidInput("%s (NodePort): %s; or give network.gateway_address" % (where, problem))
+
+    def _published_address(self):
+        foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE) or {}
+        gateway = (((foreign.get("spec") or {}).get("networking") or {}).get("gateway")) or {}
+        return gateway.get("endpoint", "").rpartition(":")[0]
+
+    def _remove_service(self, changes):
+        if self.provider is not None:
+            changes.delete(self.provider, "v1", "Service", gateway_service_name(self.consumer_id), FABRIC_NAMESPACE)
+
     def remove(self, changes):
         for cluster, name in ((self.consumer, self.consumer_secret), (self.provider, self.provider_secret)):
             if cluster is not None:
                 for namespace in (FABRIC_NAMESPACE, SYSTEM_NAMESPACE):
                     changes.delete(cluster, "v1", "Secret", name, namespace)
+        self._remove_service(changes)
 
     def _key(self, cluster, name, rotate):
         """The key kept (where it is now, else where release 0.2.0 kept it: the peer keeps its public key), else a new

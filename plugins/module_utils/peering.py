@@ -191,7 +191,14 @@ class Peering:
         self.secret_name = credentials_secret_name(provider_id)
         self._consumer_pod_cidrs = None
         self._consented = None
-        self.fabric = fabric.Exchange(consumer, provider, consumer_id, provider_id, self.tenant_namespace)
+        self.fabric = fabric.Exchange(
+            consumer,
+            provider,
+            consumer_id,
+            provider_id,
+            self.tenant_namespace,
+            warn=lambda message: self.module.ansible.warn(message),
+        )
 
     # -- shared checks -------------------------------------------------------------------------
     @staticmethod
@@ -336,6 +343,7 @@ class Peering:
                 "EndpointSlices there may hold no address" % (self.consumer.label, self.provider.label)
             )
         rotate = params.get("rotate_credential")
+        self.fabric.check_mode = self.module.check_mode
         plan = ChangeSet(check_mode=True)
         self._converge(plan, params)
         if rotate:

@@ -514,8 +514,36 @@ options:
         choices: [fabric, flat]
         default: flat
       gateway_address:
-        description: The provider gateway's address as the consumer's gateway reaches it. Required with V(fabric).
+        description:
+          - The provider gateway's address as the consumer's gateway reaches it (its node's address, or a name).
+          - Required with V(fabric) unless O(network.gateway_service) is given; with it, this overrides the address
+            read from the Service.
         type: str
+      gateway_service:
+        description:
+          - Expose the provider's gateway through a Service of its own for this tenant,
+            C(catamaran-fabric/catamaran-gw-<consumer_id>), in front of the gateway pod of deployment mode, as users
+            deploy on clusters whose nodes the consumer cannot reach directly (a cloud's private node addresses).
+          - The Service's traffic policy is C(Local), so the tunnel sees the consumer gateway's own address.
+          - The endpoint published to the consumer is read from the provider. V(LoadBalancer) gives the load
+            balancer's address (waited for up to O(wait_timeout)) and the tenant's UDP port. V(NodePort) gives
+            the node port and the address of the node where the gateway pod runs (its ExternalIP, else its
+            InternalIP), unless O(network.gateway_address) names another.
+          - Unset, the consumer reaches the gateway at O(network.gateway_address) and the tenant's port, and any
+            Service an earlier run made is deleted.
+        type: dict
+        suboptions:
+          type:
+            description: The Service's type.
+            type: str
+            choices: [NodePort, LoadBalancer]
+            required: true
+          node_port:
+            description:
+              - The node port of the tenant on O(network.gateway_port); each other tenant's is this plus its offset
+                from that port, so that a firewall can name them. Unset, the API server allocates one, kept from then
+                on.
+            type: int
       gateway_port:
         description:
           - First UDP port of the provider's gateway for tenants; each tenant keeps the lowest one free when it
@@ -719,6 +747,16 @@ EXAMPLES = r"""
     network:
       mode: fabric
       gateway_address: 192.0.2.10
+
+- name: Peer through the network fabric, the provider's gateway behind a NodePort Service (address and port read back)
+  catamaran.federation.peering:
+    consumer: {kubeconfig: ~/.kube/cluster-1}
+    provider: {kubeconfig: ~/.kube/cluster-2}
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    network:
+      mode: fabric
+      gateway_service: {type: NodePort}
 
 - name: Peer two clusters of one kubeconfig, its path set once for every module of the collection
   module_defaults:
@@ -994,6 +1032,13 @@ def argument_spec():
             options=dict(
                 mode=dict(type="str", choices=sorted(fabric.MODES), default=fabric.DEFAULT_MODE),
                 gateway_address=dict(type="str"),
+                gateway_service=dict(
+                    type="dict",
+                    options=dict(
+                        type=dict(type="str", choices=list(fabric.SERVICE_TYPES), required=True),
+                        node_port=dict(type="int"),
+                    ),
+                ),
                 gateway_port=dict(type="int", default=fabric.DEFAULT_GATEWAY_PORT),
                 rotate_keys=dict(type="bool", default=False, no_log=False),
                 reach_peers=dict(type="list", elements="str"),

@@ -80,9 +80,26 @@ class FakeCluster:
     def apply(self, obj, dry_run=False, force=True):
         meta = obj["metadata"]
         self.path(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        obj = self._with_node_ports(obj)
         if not dry_run:
             self._store(obj)
         return copy.deepcopy(obj)
+
+    def _with_node_ports(self, obj):
+        """As the API server does, a dry run included: a NodePort or LoadBalancer Service's port without a node port
+        keeps the one it has, else gets the lowest free one from 30000."""
+        if obj["kind"] != "Service" or obj["spec"].get("type") not in ("NodePort", "LoadBalancer"):
+            return obj
+        obj = copy.deepcopy(obj)
+        current = self.get("v1", "Service", obj["metadata"]["name"], obj["metadata"].get("namespace")) or {}
+        kept = {p["port"]: p.get("nodePort") for p in (current.get("spec") or {}).get("ports") or []}
+        taken = {
+            p.get("nodePort") for service in self.list("v1", "Service") for p in service["spec"].get("ports") or []
+        }
+        for port in obj["spec"]["ports"]:
+            if not port.get("nodePort"):
+                port["nodePort"] = kept.get(port["port"]) or min(set(range(30000, 32768)) - taken)
+        return obj
 
     def delete(self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None):
         self.path(api_version, kind, name, namespace)

@@ -39,6 +39,18 @@ def test_the_model_makes_a_peerings_network_from_both_clusters():
     assert through["network"] == {"mode": "fabric", "gateway_address": "192.0.2.10", "gateway_port": 51820}
 
 
+def test_a_provider_behind_a_service_needs_no_address_and_passes_the_service_on():
+    service = {"type": "NodePort", "node_port": 31000}
+    provider = {"mode": "fabric", "gateway_service": service}
+    (through,) = federation_model(inventory({"mode": "fabric"}, provider), ["h1", "h2"])["peerings"]["cluster-1"]
+    assert through["network"] == {
+        "mode": "fabric",
+        "gateway_address": None,
+        "gateway_port": 51820,
+        "gateway_service": service,
+    }
+
+
 @pytest.mark.parametrize(
     ("consumer_network", "provider_network", "message"),
     [
@@ -46,11 +58,21 @@ def test_the_model_makes_a_peerings_network_from_both_clusters():
         (
             {"mode": "fabric"},
             {"mode": "fabric"},
-            r"host h2 \(provider cluster-2\) .* sets no catamaran_network.gateway",
+            r"host h2 \(provider cluster-2\) .* sets neither catamaran_network.gateway_address nor",
         ),
         ({"mode": "mesh"}, None, r"host h1: catamaran_network.mode: 'mesh' is not one of fabric, flat"),
         (None, {"gateway_port": 70000}, r"host h2: catamaran_network.gateway_port: 70000 is not a UDP port"),
         (None, {"gateway": "x"}, r"host h2: catamaran_network: unknown keys \['gateway'\]"),
+        (
+            None,
+            {"gateway_service": {"type": "ClusterIP"}},
+            r"host h2: catamaran_network.gateway_service.type: 'ClusterIP' is not one of NodePort, LoadBalancer",
+        ),
+        (
+            None,
+            {"gateway_service": {"type": "NodePort", "nodeport": 31000}},
+            r"host h2: catamaran_network.gateway_service: unknown keys \['nodeport'\]",
+        ),
     ],
 )
 def test_the_model_refuses_a_network_the_two_clusters_cannot_share(consumer_network, provider_network, message):

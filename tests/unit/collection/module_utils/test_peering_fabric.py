@@ -9,12 +9,13 @@ import json
 import sys
 
 import pytest
+import yaml
 
 from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
-from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric, fabric_keys
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering
 
@@ -143,8 +144,162 @@ def test_flat_peerings_carry_no_key_and_leaving_the_fabric_removes_them():
 
 
 def test_fabric_without_the_providers_gateway_address_fails_before_any_change():
-    with pytest.raises(InvalidInput, match=r"network\.gateway_address is required"):
+    with pytest.raises(InvalidInput, match=r"network\.gateway_address \(or network\.gateway_service\) is required"):
         Peering.validate(params(network={"mode": "fabric"}))
+
+
+SERVICE = "p1: Service catamaran-fabric/catamaran-gw-c1"
+
+
+def gateway_pod(node_name, phase="Running"):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "catamaran-gateway-x",
+            "namespace": "catamaran-fabric",
+            "labels": {"app.kubernetes.io/name": "catamaran", "app.kubernetes.io/component": "gateway"},
+        },
+        "spec": {"nodeName": node_name},
+        "status": {"phase": phase},
+    }
+
+
+def addressed_node(name, **addresses):
+    return {
+        **node(name),
+        "status": {"addresses": [{"type": kind, "address": address} for kind, address in addresses.items()]},
+    }
+
+
+def behind_a_service(service, address=None):
+    return {"network": {**FABRIC["network"], "gateway_address": address, "gateway_service": service}}
+
+
+def present_behind(consumer, provider, service, address=None, check_mode=False, consumer_id="c1"):
+    """A peering whose provider's gateway is behind a Service."""
+    return Peering(FakeModule(check_mode), consumer, provider, consumer_id, "p1").present(
+        params(consumer_id=consumer_id, **behind_a_service(service, address))
+    )
+
+
+def test_a_gateway_behind_a_node_port_is_published_at_its_nodes_address_and_the_allocated_port():
+    consumer, provider = fabric_clusters()
+    provider._store(gateway_pod("gw-node"))
+    provider._store(addressed_node("gw-node", InternalIP="10.0.0.7"))
+    provider._store(addressed_node("other", InternalIP="10.0.0.8"))
+    changes = present_behind(consumer, provider, {"type": "NodePort"})
+    service = changes.after[SERVICE]
+    assert service["spec"]["type"] == "NodePort"
+    assert service["spec"]["externalTrafficPolicy"] == "Local"
+    assert service["spec"]["selector"] == {
+        "app.kubernetes.io/name": "catamaran",
+        "app.kubernetes.io/component": "gateway",
+    }
+    assert service["spec"]["ports"] == [
+        {"name": "wireguard", "protocol": "UDP", "port": 51820, "targetPort": 51820, "nodePort": 30000}
+    ]
+    assert changes.after[FOREIGN]["spec"]["networking"]["gateway"]["endpoint"] == "10.0.0.7:30000"
+    assert changes.after[OFFER]["spec"]["network"]["gateway"]["listenPort"] == 51820  # the gateway's own port
+    again = present_behind(consumer, provider, {"type": "NodePort"}, check_mode=True)
+    assert not again.changed, again.actions  # the allocated port is kept
+
+
+def test_an_external_address_is_preferred_and_a_given_address_overrides_the_discovered_one():
+    consumer, provider = fabric_clusters()
+    provider._store(gateway_pod("gw-node"))
+    provider._store(addressed_node("gw-node", InternalIP="10.0.0.7", ExternalIP="203.0.113.7"))
+    changes = present_behind(consumer, provider, {"type": "NodePort"})
+    assert changes.after[FOREIGN]["spec"]["networking"]["gateway"]["endpoint"] == "203.0.113.7:30000"
+    given = present_behind(consumer, provider, {"type": "NodePort"}, address="gw.example.org")
+    assert given.after[FOREIGN]["spec"]["networking"]["gateway"]["endpoint"] == "gw.example.org:30000"
+
+
+def test_a_first_node_port_given_each_tenant_gets_it_plus_its_offset():
+    consumer, provider = fabric_clusters()
+    provider._store(gateway_pod("gw-node"))
+    provider._store(addressed_node("gw-node", InternalIP="10.0.0.7"))
+    present_behind(consumer, provider, {"type": "NodePort", "node_port": 31000})
+    second = present_behind(clusters()[0], provider, {"type": "NodePort", "node_port": 31000}, consumer_id="c2")
+    assert second.after["p1: Service catamaran-fabric/catamaran-gw-c2"]["spec"]["ports"][0]["nodePort"] == 31001
+    assert second.after["c1: ForeignCluster catamaran-system/p1"]["spec"]["networking"]["gateway"]["endpoint"] == (
+        "10.0.0.7:31001"
+    )
+
+
+def test_a_node_port_without_a_running_gateway_pod_fails_before_any_change_and_a_check_run_plans_it():
+    consumer, provider = fabric_clusters()
+    provider._store(gateway_pod("gw-node", phase="Pending"))
+    with pytest.raises(InvalidInput, match=r"catamaran-gw-c1 \(NodePort\): no gateway pod runs in catamaran-fabric"):
+        present_behind(consumer, provider, {"type": "NodePort"})
+    assert provider.get("v1", "Service", "catamaran-gw-c1", "catamaran-fabric") is None
+    assert provider.get("v1", "Secret", "catamaran-fabric-from-c1", "catamaran-fabric") is None
+    plan = present_behind(consumer, provider, {"type": "NodePort"}, check_mode=True)
+    assert any("publish the gateway node's address once it runs" in action for action in plan.actions)
+
+
+def test_a_gateway_stopped_after_its_address_was_published_keeps_that_address_with_a_warning():
+    consumer, provider = fabric_clusters()
+    provider._store(gateway_pod("gw-node"))
+    provider._store(addressed_node("gw-node", InternalIP="10.0.0.7"))
+    present_behind(consumer, provider, {"type": "NodePort"})
+    provider.objects.pop(("v1", "Pod", "catamaran-fabric", "catamaran-gateway-x"))
+    module = FakeModule(False)
+    again = Peering(module, consumer, provider, "c1", "p1").present(params(**behind_a_service({"type": "NodePort"})))
+    assert not again.changed
+    assert module.ansible.warnings[1:] == [
+        "p1: Service catamaran-fabric/catamaran-gw-c1 (NodePort): no gateway pod runs in catamaran-fabric (NodePort "
+        "needs the gateway as a pod: controller_mode deployment with controller_gateway); the address published "
+        "before, 10.0.0.7, is kept"
+    ]
+
+
+def test_a_load_balancer_is_published_at_its_address_and_the_tenants_port():
+    consumer, provider = fabric_clusters()
+    provider._store(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "catamaran-gw-c1", "namespace": "catamaran-fabric"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 51820, "nodePort": 30500}]},
+            "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}]}},
+        }
+    )
+    original_apply = provider.apply
+    provider.apply = lambda obj, dry_run=False, force=True: {
+        **original_apply(obj, dry_run, force),
+        "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}]}},
+    }
+    changes = present_behind(consumer, provider, {"type": "LoadBalancer"})
+    assert changes.after[FOREIGN]["spec"]["networking"]["gateway"]["endpoint"] == "lb.example.net:51820"
+
+
+def test_a_load_balancer_without_an_address_fails_naming_the_service():
+    consumer, provider = fabric_clusters()
+    with pytest.raises(InvalidInput, match=r"catamaran-gw-c1 \(LoadBalancer\) has no address after 5s"):
+        present_behind(consumer, provider, {"type": "LoadBalancer"})
+
+
+def test_leaving_the_service_for_the_nodes_address_deletes_it():
+    consumer, provider = fabric_clusters()
+    provider._store(gateway_pod("gw-node"))
+    provider._store(addressed_node("gw-node", InternalIP="10.0.0.7"))
+    present_behind(consumer, provider, {"type": "NodePort"})
+    changes = present(consumer, provider)
+    assert SERVICE in changes.before
+    assert changes.after[SERVICE] is None
+    assert changes.after[FOREIGN]["spec"]["networking"]["gateway"]["endpoint"] == "192.0.2.10:51820"
+
+
+def test_the_services_selector_is_the_gateway_pods_labels_the_controller_role_writes():
+    deployment = yaml.safe_load((REPO_ROOT / "roles" / "controller" / "vars" / "deployment.yml").read_text())
+    assert deployment["__controller_gateway_selector"] == fabric.GATEWAY_POD_SELECTOR
+    assert deployment["__controller_gateway_namespace"] == "catamaran-fabric"
+
+
+def test_a_service_type_outside_the_two_fails_before_any_change():
+    with pytest.raises(InvalidInput, match=r"network\.gateway_service\.type: 'ClusterIP' is not one of"):
+        Peering.validate(params(**behind_a_service({"type": "ClusterIP"})))
 
 
 def test_overlapping_pod_ranges_are_remapped_each_way_and_the_mapping_is_kept():
