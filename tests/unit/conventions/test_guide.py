@@ -1,10 +1,12 @@
 """The user guide stays true: its inventory (docs/guide/inventory.yml) is one the collection accepts and declares what
-the guide says, and the page that shows it shows it unchanged."""
+the guide says, the page that shows it shows it unchanged, and every relative Markdown link of the docs resolves."""
 
 from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
+from urllib.parse import unquote
 
 import yaml
 
@@ -19,6 +21,17 @@ from ansible_collections.catamaran.federation.plugins.filter.federation_model im
 
 GUIDE = REPO_ROOT / "docs" / "guide"
 INVENTORY = GUIDE / "inventory.yml"
+# The Markdown a reader of the checkout follows links in.
+MARKDOWN = [
+    REPO_ROOT / "README.md",
+    *sorted((REPO_ROOT / "docs").rglob("*.md")),
+    *sorted((REPO_ROOT / "examples").rglob("*.md")),
+]
+FENCED_BLOCK = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
+# [text](target) and ![alt](target), with an optional "title"; the text may span lines.
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+NOT_A_PATH = re.compile(r"^(https?:|mailto:|#)")
 
 
 def guide_hostvars() -> tuple[dict, list[str]]:
@@ -70,3 +83,37 @@ def test_the_peering_page_shows_the_inventory_file_unchanged():
     shown = re.search(r"^```yaml\n(.*?)^```$", page, re.MULTILINE | re.DOTALL)
     assert shown, "docs/guide/peer.md shows no YAML block"
     assert shown.group(1) == INVENTORY.read_text(), "copy docs/guide/inventory.yml into docs/guide/peer.md again"
+
+
+def relative_links(path: Path) -> list[tuple[int, str]]:
+    """(line, target) of every link to a path in a Markdown file, code left out (it shows syntax, not links)."""
+    text = path.read_text()
+    # Blanked, not removed, so that line numbers stay those of the file.
+    text = FENCED_BLOCK.sub(lambda match: re.sub(r"[^\n]", " ", match.group(0)), text)
+    text = CODE_SPAN.sub(lambda match: re.sub(r"[^\n]", " ", match.group(0)), text)
+    return [
+        (text.count("\n", 0, match.start()) + 1, match.group(1))
+        for match in LINK.finditer(text)
+        if not NOT_A_PATH.match(match.group(1))
+    ]
+
+
+def test_the_link_scan_finds_links_to_paths_and_only_those(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "See [the guide](guide/README.md#peer) and\n"
+        '![a chart](../bench/chart.png "title"), [a\nsplit text](other.md), [web](https://example.com),\n'
+        "[here](#anchor), `[code](not-a-link.md)`.\n"
+        "```yaml\n[fenced](not-a-link-either.md)\n```\n"
+    )
+    assert relative_links(page) == [(1, "guide/README.md#peer"), (2, "../bench/chart.png"), (2, "other.md")]
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    broken = [
+        f"{path.relative_to(REPO_ROOT)}:{line}: {target}"
+        for path in MARKDOWN
+        for line, target in relative_links(path)
+        if not (path.parent / unquote(target.partition("#")[0])).exists()
+    ]
+    assert broken == [], "links to nothing in the checkout:\n" + "\n".join(broken)
