@@ -197,8 +197,11 @@ class Peering:
             consumer_id,
             provider_id,
             self.tenant_namespace,
-            warn=lambda message: self.module.ansible.warn(message),
+            warn=self._warn,
         )
+
+    def _warn(self, message):
+        self.module.ansible.warn(message)
 
     # -- shared checks -------------------------------------------------------------------------
     @staticmethod
