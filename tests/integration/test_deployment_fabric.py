@@ -5,6 +5,8 @@ pod on its cluster's real node, the gateways included: one pod each, on the host
 selects, as root with only NET_ADMIN (not privileged), in namespace catamaran-fabric, whose only Secrets are their
 keys. The lab's underlay routes no pod range, so every request below that crosses clusters went through the tunnel
 the two gateway pods built:
+  - the provider's gateway is exposed through a NodePort Service: the peering publishes the node's address and the
+    node port it read back, and the tunnel comes through kube-proxy's node port rule;
   - a consumer pod reaches offloaded pods through their Service, by name;
   - an offloaded pod reaches the consumer's Service through its reflected copy, by short name;
   - a gateway whose process is killed is restarted by the kubelet, and traffic resumes;
@@ -55,9 +57,12 @@ def fabric_inventory(lab) -> dict:
         clusters[name].update(
             controller_node_selector=first_node,
             # The lab's inventory turns the gateway on (mode fabric) where a cluster has a real node: here its pod goes
-            # to that node, whose underlay address the peering gives the consumer (catamaran_network.gateway_address).
+            # to that node.
             controller_gateway_node_selector=first_node,
         )
+    # The provider's gateway behind a NodePort Service, as users expose it: no address given, the peering reads the
+    # gateway node's address and the node port back.
+    clusters[PROVIDER]["catamaran_network"] = {"mode": "fabric", "gateway_service": {"type": "NodePort"}}
     inventory["catamaran_clusters"]["vars"].update(
         controller_mode="deployment",
         controller_image_pull_policy="Never",  # imported into the real nodes, never pulled
@@ -113,6 +118,9 @@ def deployed(lab, lab_config_in_use, installed_collections, controller_image_arc
             assert teardown.returncode == 0, teardown.failures()
             for cluster in CLUSTERS:
                 assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
+            # The peering's Service in front of the provider's gateway went with the peering.
+            services = get_json(lab, PROVIDER, "services", "-n", FABRIC_NAMESPACE)["items"]
+            assert [service["metadata"]["name"] for service in services] == []
             assert nothing_of_the_fabric_left(lab, CONSUMER, second_node(lab).layout.netns) == {}, "second node"
         finally:
             lab.remove_second_real_node(CONSUMER)
@@ -178,6 +186,35 @@ def test_each_gateway_is_one_pod_on_its_node_with_net_admin_only(lab, deployed):
         lambda: (c := network_ready(lab)).get("status") == "True" and c, timeout=90, what="NetworkReady=True"
     )
     assert condition["reason"] == "TunnelUp"
+
+
+def test_the_providers_gateway_is_reached_through_its_node_port(lab, deployed):
+    """The consumer was told the node's address and the node port, never the gateway's own UDP port: a handshake can
+    only have come through kube-proxy's rule for the node port, whose translation the node's conntrack holds."""
+    service = get_json(lab, PROVIDER, "service", "-n", FABRIC_NAMESPACE, f"catamaran-gw-{CONSUMER}")
+    assert (service["spec"]["type"], service["spec"]["externalTrafficPolicy"]) == ("NodePort", "Local")
+    (port,) = service["spec"]["ports"]
+    assert port["protocol"] == "UDP"
+    assert port["nodePort"] != port["port"]
+    # The gateway node's InternalIP, which the lab routes between clusters' nodes as one network does.
+    endpoint = f"{lab.recorded_config().cluster(PROVIDER).real_node.node_ip}:{port['nodePort']}"
+    assert foreign(lab)["spec"]["networking"]["gateway"]["endpoint"] == endpoint
+    condition = wait_for(
+        lambda: (c := network_ready(lab)).get("status") == "True" and c, timeout=90, what="NetworkReady=True"
+    )
+    assert endpoint in condition["message"], condition
+    # The tunnel's flow: sent to the node port, answered from the gateway's own port (kube-proxy's DNAT, undone on
+    # the way back, so the consumer's gateway keeps the endpoint it was given): replied, not UNREPLIED.
+    flows = in_netns(
+        node_network(lab, PROVIDER)[0], "conntrack", "-L", "-p", "udp", "--orig-port-dst", str(port["nodePort"])
+    ).splitlines()
+    answered_from_the_gateway = [
+        flow
+        for flow in flows
+        if f"sport={port['port']} dport=" in flow.split(f"dport={port['nodePort']}", 1)[-1]
+        and "[UNREPLIED]" not in flow
+    ]
+    assert answered_from_the_gateway, flows
 
 
 def test_a_consumer_pod_reaches_offloaded_pods_by_service_name(lab, deployed):

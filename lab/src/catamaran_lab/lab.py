@@ -201,6 +201,11 @@ class Lab:
             self.log("lab: start failed; removing what was started")
             self.down(quiet=True)
             raise
+        nodes = [self.real_node(c) for c in wanted.clusters if c.real_node and c.real_node.underlay_ip]
+        for node in nodes:
+            for other in nodes:
+                if other is not node:
+                    node.route_node_address_to(other)
         (self.root / STATE_FILE).write_text(json.dumps(wanted.to_dict(), indent=2))
         self._write_merged_kubeconfig(wanted)
         for name, seconds in timings.items():

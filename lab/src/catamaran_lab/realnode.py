@@ -313,6 +313,16 @@ class RealNode:
         for destination, via in _routes_to(other.spec):
             host.run("ip", "-n", self.layout.netns, "route", "replace", destination, "via", via)
 
+    def route_node_address_to(self, other: RealNode) -> None:
+        """Reach `other`'s InternalIP (a node of another cluster) through the underlay, from this node's InternalIP, as
+        nodes of clusters in one network reach each other at their InternalIPs: a node port of `other` answers there,
+        and the answer leaves `other` from the address kube-proxy translated (its InternalIP), so it is un-translated
+        on the way back. Pod ranges stay unrouted between clusters: the fabric carries them."""
+        host.run(
+            "ip", "-n", self.layout.netns, "route", "replace", f"{other.spec.node_ip}/32",
+            "via", other.spec.underlay_ip, "src", self.spec.node_ip,
+        )  # fmt: skip
+
     def unroute(self, other: RealNode) -> None:
         for destination, via in _routes_to(other.spec):
             host.run("ip", "-n", self.layout.netns, "route", "delete", destination, "via", via, check=False)
