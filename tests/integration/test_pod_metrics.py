@@ -139,7 +139,11 @@ def test_an_hpa_on_cpu_scales_an_offloaded_deployment_up_under_load_and_back_dow
     def desired() -> int:
         return get_json(lab, CONSUMER, "hpa", "-n", NAMESPACE, "spinner").get("status", {}).get("desiredReplicas", 0)
 
-    wait_for(lambda: desired() == 2, timeout=120, interval=3, what="the HPA to scale up under load")
+    try:
+        wait_for(lambda: desired() == 2, timeout=120, interval=3, what="the HPA to scale up under load")
+    except AssertionError as error:  # say why: the HPA's conditions and events, the pods' state (run 23 could not)
+        described = lab.kubectl(CONSUMER, "-n", NAMESPACE, "describe", "hpa,pods", check=False).stdout
+        raise AssertionError(f"{error}\n{described[-6000:]}") from None
     nodes = {
         p["spec"].get("nodeName")
         for p in get_json(lab, CONSUMER, "pods", "-n", NAMESPACE, "-l", "app=spinner")["items"]
