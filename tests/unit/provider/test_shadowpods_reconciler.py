@@ -423,3 +423,31 @@ def test_a_pod_of_the_name_is_waited_out_only_when_the_manager_made_it_for_a_sha
     assert made_for_a_shadowpod(made_pod(provider_shadow(uid="shadow-uid-old"), deleting=True))
     assert not made_for_a_shadowpod({"metadata": {"name": "web", "labels": {LABEL_MANAGED_BY: "catamaran"}}})
     assert not made_for_a_shadowpod({"metadata": {"name": "web"}})
+
+
+def test_a_cordoned_tenant_gets_no_new_pod_and_keeps_its_running_ones():
+    """spec.cordon: the new ShadowPod is refused with the provider's reason; one whose pod runs is left as it is."""
+    cordon = {"cordon": {"reason": "maintenance until Monday"}}
+
+    async def scenario():
+        fresh = Provider(offer_spec=cordon)
+        fresh.cluster.add(ShadowPod, SHADOW)
+        await fresh.start()
+        refused_returns = await fresh.reconcile()
+        running = Provider(offer_spec=cordon)
+        running.cluster.add(ShadowPod, provider_shadow(status=CURRENT))
+        running.cluster.add(Pod, POD)
+        await running.start()
+        since = len(running.cluster.actions)
+        await running.reconcile()
+        return fresh, refused_returns, running, writes(running.cluster, since)
+
+    fresh, refused_returns, running, running_writes = run(scenario)
+    assert refused_returns == 300
+    (created,) = [c for c in fresh.shadow()["status"]["conditions"] if c["type"] == "PodCreated"]
+    assert (created["status"], created["reason"]) == ("False", "TenantCordoned")
+    assert created["message"] == "the provider lends this tenant nothing new: maintenance until Monday"
+    assert fresh.pod() is None
+    assert fresh.events() == frozenset({("Warning", "TenantCordoned")})
+    assert running.pod() is not None
+    assert running_writes == []

@@ -140,6 +140,9 @@ class TenantTerms:
     egress_namespaces: tuple = ()
     egress_cidrs: tuple = ()
     egress_to_api_server: bool = False
+    # spec.cordon: no new pod for the tenant (its virtual kubelet drains the running ones when asked).
+    cordoned: bool = False
+    cordon_reason: str = ""
 
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
@@ -186,6 +189,8 @@ class TenantTerms:
             egress_namespaces=tuple(sorted(isolation.get("egressToNamespaces") or ())),
             egress_cidrs=tuple(sorted(isolation.get("egressToCIDRs") or ())),
             egress_to_api_server=bool(isolation.get("egressToAPIServer")),
+            cordoned=spec.get("cordon") is not None,
+            cordon_reason=(spec.get("cordon") or {}).get("reason") or "",
         )
 
 

@@ -1,10 +1,11 @@
 """ShadowPod enforcement: keep a Pod of the same name running, even with the consumer away.
 
-Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: the pod spec is rewritten
-and checked field by field (provider/terms.py), must meet the tenant's Pod Security level, fit one node its placement
-admits and fit its quota (its requests after the terms' defaults). A refusal is the ShadowPod's `PodCreated=False`
-condition (reason FieldNotAllowed, PodSecurityViolation, Infeasible or QuotaExceeded) and a Warning Event; the
-ShadowPod is tried again when the tenant's terms or the nodes change or its pods free some of its quota. A ShadowPod
+Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: no pod while the provider cordons
+the tenant, and the pod spec is rewritten and checked field by field (provider/terms.py), must meet the tenant's Pod
+Security level, fit one node its placement admits and fit its quota (its requests after the terms' defaults). A
+refusal is the ShadowPod's `PodCreated=False` condition (reason TenantCordoned, FieldNotAllowed,
+PodSecurityViolation, Infeasible or QuotaExceeded) and a Warning Event; the ShadowPod is tried again when the
+tenant's terms or the nodes change or its pods free some of its quota. A ShadowPod
 whose local pod is of another consumer namespace than its twin's origin gets no Pod either (reason ForeignNamespace).
 """
 
@@ -394,6 +395,10 @@ class ShadowPodController:
 
         The level is the tenant's, or the twin's label while that is stricter (not relabelled yet), so the
         pod is never sent to be refused by Pod Security Admission."""
+        if consumer is not None and terms.cordoned:
+            return "TenantCordoned", "the provider lends this tenant nothing new: " + (
+                terms.cordon_reason or "cordoned"
+            )
         refused = tenant_terms.refused_fields(pod["spec"])
         if refused:
             return "FieldNotAllowed", f"the provider's terms refuse pod spec fields: {', '.join(refused)}"
