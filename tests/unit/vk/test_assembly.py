@@ -146,7 +146,10 @@ def test_the_served_peering_builds_its_parts_from_the_foreign_cluster(tmp_path, 
     assert parts.kubelet.local_pod == offloading.local_pods.get
     assert parts.kubelet.twin_of == offloading.twins.ready_twin
     assert parts.credential is None
-    loops, of_parts = parts.tasks(), [*parts.node.tasks(), *offloading.tasks(), *parts.kubelet.tasks()]
+    loops, of_parts = (
+        parts.tasks(),
+        [*parts.node.tasks(), *offloading.tasks(), *parts.drain.tasks(), *parts.kubelet.tasks()],
+    )
     try:
         own = [loop.cr_code.co_qualname for loop in loops[:4]]
         assert own == ["Informer.run", "ServedPeering.until_removed", "Informer.run", "ServedPeering.follow_gateway"]

@@ -10,8 +10,12 @@ import pytest
 
 from catamaran.constants import ANNOTATION_OWNED_TAINTS, VIRTUAL_NODE_TAINT
 from catamaran.vk.node import (
+    CORDON_TAINT,
+    PROVIDER_CORDONED,
     ROUNDED_TO_ZERO,
+    Cordon,
     NodeSettings,
+    cordon_of,
     merged_taints,
     node_status,
     node_taints,
@@ -127,3 +131,33 @@ def test_a_changed_value_replaces_the_taint_and_the_registration_taint_is_never_
     assert merged_taints(current, owned, [COSTLY]) == [VIRTUAL_NODE_TAINT, UNREACHABLE, COSTLY]
     # Removed by hand (the conformance bench does), the registration taint is not put back.
     assert merged_taints([COSTLY], owned, [COSTLY]) is None
+
+
+def test_the_providers_cordon_is_read_from_the_offers_spec_its_reason_bounded():
+    assert cordon_of(None) is None
+    assert cordon_of({"spec": {}}) is None
+    assert cordon_of({"spec": {"cordon": {}}}) == Cordon(drain=False, reason="")
+    assert cordon_of({"spec": {"cordon": {"drain": True, "reason": "budget spent"}}}) == Cordon(True, "budget spent")
+    assert cordon_of({"spec": {"cordon": {"drain": "yes"}}}) == Cordon(drain=False)  # only true drains
+    assert len(cordon_of({"spec": {"cordon": {"reason": "x" * 100_000}}}).reason) < 2000
+
+
+def test_a_cordoned_node_says_so_and_carries_the_cordon_taint_which_goes_with_it():
+    settings = NodeSettings(provider_id="p", node_ip="10.0.0.9")
+    offer = {"free": {"cpu": "4", "pods": "10"}}
+    for cordon, expected in (
+        (None, ("False", "NotCordoned")),
+        (Cordon(reason="maintenance"), ("True", "Cordoned")),
+        (Cordon(drain=True), ("True", "Drained")),
+    ):
+        status, _ = node_status(settings, offer, True, "", [], cordon=cordon)
+        (condition,) = [c for c in status["conditions"] if c["type"] == PROVIDER_CORDONED]
+        assert (condition["status"], condition["reason"]) == expected
+    assert "provider p lends this tenant nothing new: maintenance" in str(
+        node_status(settings, offer, True, "", [], cordon=Cordon(reason="maintenance"))[0]["conditions"]
+    )
+    # The cordon's taint is one the virtual kubelet owns: added next to the others, and removed once uncordoned.
+    with_cordon = merged_taints([VIRTUAL_NODE_TAINT, UNREACHABLE], set(), [COSTLY, CORDON_TAINT])
+    assert with_cordon == [VIRTUAL_NODE_TAINT, UNREACHABLE, COSTLY, CORDON_TAINT]
+    owned = owned_taints(owned_taints_annotation([COSTLY, CORDON_TAINT]))
+    assert merged_taints(with_cordon, owned, [COSTLY]) == [VIRTUAL_NODE_TAINT, UNREACHABLE, COSTLY]

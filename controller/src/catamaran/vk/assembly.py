@@ -39,7 +39,7 @@ from .kubelet.certificate import ServingCertificate
 from .kubelet.channel import ProviderChannel
 from .kubelet.server import KubeletServer
 from .namespaces import TwinManager
-from .node import HealthSettings, NodeSettings, VirtualNode
+from .node import HealthSettings, NodeSettings, VirtualNode, cordon_of
 from .peering import CredentialFollower, PeeringWatch
 from .pod_ips import PodIPs
 from .pod_status import PodStatus
@@ -47,6 +47,7 @@ from .pods import PodController, local_pods_informer, shadow_informer
 from .reflection.peering_reflection import PeeringReflection
 from .reflection.policy import ReflectionSettings, settings_from_spec
 from .remote_events import RemoteEventMirror
+from .tenant_drain import TenantDrain
 from .trust import bounded_text
 from .validation import foreign_spec_problems, home_api_server
 
@@ -255,6 +256,7 @@ class ServedPeering:
             home_api_server=home_api_server(spec),
             workers=workers,
         )
+        self.drain = TenantDrain(self.peering, self.offloading.pods_on_node)
         self._start_network(foreign)
         self.gateway = GatewayLease(local)
         self.kubelet = self._kubelet_server(listener, channel, options)
@@ -313,7 +315,7 @@ class ServedPeering:
 
     def tasks(self) -> list:
         loops = [self.offers.run(), self.until_removed(), self.gateway.informer.run(), self.follow_gateway()]
-        loops += self.node.tasks() + self.offloading.tasks()
+        loops += self.node.tasks() + self.offloading.tasks() + self.drain.tasks()
         loops += self.credential.tasks() if self.credential else []
         return loops + self.kubelet.tasks()
 
@@ -325,6 +327,9 @@ class ServedPeering:
     def offer_changed(self, event, key, new, old) -> None:
         status = (new or {}).get("status") if new else None
         self.node.update_offer(status)
+        cordon = cordon_of(new)  # the provider's spec: no new pod here, and with drain, none left
+        self.node.update_cordon(cordon)
+        self.drain.update(cordon)
         if status:
             self.offloading.ips.update_pod_cidrs(status.get("podCIDRs") or [])
         if new:

@@ -39,10 +39,15 @@ from ..kube.ops import tolerating
 from ..logs import fields
 from ..objects import now_iso, set_condition
 from .context import PeeringContext
+from .trust import sanitised_message
 
 log = logging.getLogger(__name__)
 
 ROUNDED_TO_ZERO = "catamaran.io/ResourcesRoundedToZero"
+PROVIDER_CORDONED = "catamaran.io/ProviderCordoned"
+# While the provider lends nothing new: the scheduler sends no pod here (kubectl cordon's spec.unschedulable stays the
+# consumer's own to set).
+CORDON_TAINT = {"key": "catamaran.io/provider-cordoned", "effect": "NoSchedule"}
 PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
 KUBELET_VERSION = f"catamaran-v{__version__}"  # the node's nodeInfo.kubeletVersion
 WATCHES_FAILING = "WatchesFailing"
@@ -66,6 +71,29 @@ class NodeSettings:
     suggested_labels: dict = field(default_factory=dict)
     taints: list = field(default_factory=list)  # spec.nodeTaints, besides VIRTUAL_NODE_TAINT
     kubelet_port: int = 0
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """The provider's cordon of this tenant (its ResourceOffer's spec.cordon), its reason bounded as provider text."""
+
+    drain: bool = False
+    reason: str = ""
+
+
+def cordon_of(offer: dict | None) -> Cordon | None:
+    cordon = ((offer or {}).get("spec") or {}).get("cordon")
+    if not isinstance(cordon, dict):
+        return None
+    return Cordon(drain=cordon.get("drain") is True, reason=sanitised_message(str(cordon.get("reason") or "")))
+
+
+def cordon_condition(provider_id: str, cordon: Cordon | None) -> tuple[str, str, str]:
+    if cordon is None:
+        return "False", "NotCordoned", ""
+    state = "drains this tenant (its pods here are evicted)" if cordon.drain else "lends this tenant nothing new"
+    why = f": {cordon.reason}" if cordon.reason else ""
+    return "True", "Drained" if cordon.drain else "Cordoned", f"provider {provider_id} {state}{why}"
 
 
 def node_labels(settings: NodeSettings) -> dict:
@@ -154,6 +182,7 @@ def node_status(
     unhealthy_reason: str,
     previous: list[dict],
     problems: dict[str, str] | None = None,
+    cordon: Cordon | None = None,
 ) -> tuple[dict, list[str]]:
     """Node status from the provider's offer, health and problems; also the resources that rounded to zero."""
     offer = offer or {}
@@ -187,6 +216,7 @@ def node_status(
         conditions = set_condition(conditions, ROUNDED_TO_ZERO, "True", "IntegerResourceRoundedDown", message)
     else:
         conditions = set_condition(conditions, ROUNDED_TO_ZERO, "False", "NothingRoundedToZero")
+    conditions = set_condition(conditions, PROVIDER_CORDONED, *cordon_condition(settings.provider_id, cordon))
     now = now_iso()
     for condition in conditions:
         condition["lastHeartbeatTime"] = now
@@ -219,6 +249,8 @@ class VirtualNode:
         self.settings = settings
         self.health = health
         self.offer: dict | None = None
+        self.cordon: Cordon | None = None
+        self._reported_cordon: tuple[str, str, str] | None = None
         self.healthy = True
         self.unhealthy_reason = ""
         self.failures = 0
@@ -243,6 +275,16 @@ class VirtualNode:
     def update_offer(self, offer: dict | None) -> None:
         self.offer = offer
         self._changed.set()
+
+    def update_cordon(self, cordon: Cordon | None) -> None:
+        if cordon != self.cordon:
+            self.cordon = cordon
+            self._changed.set()
+
+    @property
+    def wanted_taints(self) -> list[dict]:
+        """spec.nodeTaints, and the cordon's while the provider lends nothing new."""
+        return [*self.settings.taints, *([CORDON_TAINT] if self.cordon else [])]
 
     def update_settings(self, settings: NodeSettings) -> None:
         self.settings = settings
@@ -390,11 +432,11 @@ class VirtualNode:
             if error.status.code != 404:
                 raise
             metadata = {"name": self.name, "labels": node_labels(self.settings)}
-            if owned := owned_taints_annotation(self.settings.taints):
+            if owned := owned_taints_annotation(self.wanted_taints):
                 metadata["annotations"] = {ANNOTATION_OWNED_TAINTS: owned}
             node = await self.peering.local.create(
                 Node.from_dict(
-                    {"metadata": metadata, "spec": {"taints": [VIRTUAL_NODE_TAINT, *node_taints(self.settings.taints)]}}
+                    {"metadata": metadata, "spec": {"taints": [VIRTUAL_NODE_TAINT, *node_taints(self.wanted_taints)]}}
                 )
             )
             log.info("virtual node created", extra=fields(node=self.name))
@@ -417,7 +459,7 @@ class VirtualNode:
             self._status_published.set()
             return
         status, vanished = node_status(
-            self.settings, self.offer, self.healthy, self.unhealthy_reason, previous, self.problems
+            self.settings, self.offer, self.healthy, self.unhealthy_reason, previous, self.problems, self.cordon
         )
         await self.peering.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
         self._status_published.set()
@@ -429,13 +471,29 @@ class VirtualNode:
                 next(c["message"] for c in status["conditions"] if c["type"] == ROUNDED_TO_ZERO),
             )
         self._reported_zero = set(vanished)
+        await self._report_cordon()
+
+    async def _report_cordon(self) -> None:
+        """An Event on the Node whenever the provider's cordon changes (a Warning while it holds)."""
+        reported = cordon_condition(self.settings.provider_id, self.cordon)
+        if reported == self._reported_cordon or (self._reported_cordon is None and self.cordon is None):
+            self._reported_cordon = reported
+            return
+        self._reported_cordon = reported
+        status, reason, message = reported
+        await self.peering.events.record(
+            {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"},
+            "Warning" if status == "True" else "Normal",
+            f"Provider{reason}" if status == "True" else "ProviderUncordoned",
+            message or f"provider {self.settings.provider_id} lends this tenant again",
+        )
 
     async def _sync_taints(self, node: Node) -> None:
         """Put spec.nodeTaints on the node, and take off those the virtual kubelet set that left it."""
         annotations = node.metadata.annotations or {}
         current = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
-        taints = merged_taints(current, owned_taints(annotations.get(ANNOTATION_OWNED_TAINTS)), self.settings.taints)
-        owned = owned_taints_annotation(self.settings.taints)
+        taints = merged_taints(current, owned_taints(annotations.get(ANNOTATION_OWNED_TAINTS)), self.wanted_taints)
+        owned = owned_taints_annotation(self.wanted_taints)
         if taints is None and annotations.get(ANNOTATION_OWNED_TAINTS) == owned:
             return
         # The whole list is replaced: the resourceVersion makes the API server refuse the patch (409) when the
