@@ -50,6 +50,9 @@ description:
     V(*) covers every host); an address range lent covers the ranges within it of the same IP family
     (V(10.0.0.0/8) covers V(10.1.0.0/16); V(0.0.0.0/0) covers every IPv4 range, the provider's nodes and metadata
     addresses included); the other allowances are lent name by name.
+  - A provider's C(catamaran_cordoned_tenants) maps a consumer's cluster id to C(state) (V(cordoned) by default,
+    V(drained) or V(uncordoned)) and an optional C(reason); that consumer's peering passes it as
+    O(catamaran.federation.peering#module:cordon), so the provider stops lending without un-peering.
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
@@ -155,6 +158,7 @@ CLUSTER_VARIABLES = (
     "catamaran_allowed_pod_security",
     "catamaran_tenant_allowances",
     "catamaran_network",
+    "catamaran_cordoned_tenants",
     "catamaran_home_api_server",
     "catamaran_peerings",
     "catamaran_offloaded_namespaces",
@@ -438,6 +442,36 @@ def _home_api_server(host, variables):
     return _checked(validation.home_api_server, given, "host %s: catamaran_home_api_server" % host)
 
 
+CORDON_STATES = ("cordoned", "drained", "uncordoned")
+CORDON_KEYS = ("state", "reason")
+
+
+def _cordoned_tenants(host, variables):
+    """catamaran_cordoned_tenants: consumer cluster id -> its cordon (state, reason), as the provider declares it."""
+    where = "host %s: catamaran_cordoned_tenants" % host
+    given = variables.get("catamaran_cordoned_tenants") or {}
+    if not isinstance(given, dict):
+        raise AnsibleFilterError("%s must be a mapping of consumer cluster ids, got %r" % (where, given))
+    tenants = {}
+    for consumer_id, cordon in given.items():
+        here = "%s.%s" % (where, consumer_id)
+        _label(consumer_id, here)
+        cordon = cordon or {}
+        if not isinstance(cordon, dict):
+            raise AnsibleFilterError("%s must be a mapping (state, reason), got %r" % (here, cordon))
+        unknown = sorted(str(key) for key in cordon if key not in CORDON_KEYS)
+        if unknown:
+            raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (here, unknown, ", ".join(CORDON_KEYS)))
+        state = cordon.get("state", "cordoned")
+        if state not in CORDON_STATES:
+            raise AnsibleFilterError("%s.state: %r is not one of %s" % (here, state, ", ".join(CORDON_STATES)))
+        reason = cordon.get("reason")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 256):
+            raise AnsibleFilterError("%s.reason: a text of at most 256 characters, got %r" % (here, reason))
+        tenants[consumer_id] = dict(state=state, **({"reason": reason} if reason else {}))
+    return tenants
+
+
 # A cluster's fields, each read from its variables on its own so that every wrong one is reported.
 CLUSTER_FIELDS = (
     ("id", lambda host, v: _label(v.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)),
@@ -448,6 +482,7 @@ CLUSTER_FIELDS = (
     ("allowed_pod_security", _allowed_pod_security),
     ("allowances", _tenant_allowances),
     ("network", _network),
+    ("cordoned_tenants", _cordoned_tenants),
     ("home_api_server", _home_api_server),
     (
         "reflection",
@@ -545,6 +580,11 @@ def _peering(consumer, entry, clusters, where, broken=()):
         reflection=reflection.merge(provider["reflection"], settings),
         pod_security=pod_security,
         credential_lifetime=lifetime,
+        **(
+            {"cordon": provider["cordoned_tenants"][consumer["id"]]}
+            if consumer["id"] in provider["cordoned_tenants"]
+            else {}
+        ),
         # The provider's other terms as the entry sets them; unset ones are left out (the role omits them), so the
         # peering module's defaults apply.
         **dict((option, entry[option]) for option in validation.TERMS_OPTIONS if entry.get(option) is not None),

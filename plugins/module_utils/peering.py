@@ -80,12 +80,14 @@ MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs ho
 CONSENT_FIELD = ("spec", "networking", "podCIDRs")
 RESOURCE_OFFER_CRD = "resourceoffers.%s" % OFFLOADING_GROUP
 # Terms a release added to the ResourceOffer, and what they are the terms of (for the plan of an upgrade).
+MAX_CORDON_REASON = 256  # the CRD's maxLength
 ADDED_TERMS_FIELDS = (
     (("spec", "pods"), "the tenant's pods"),
     (("spec", "storage"), "the tenant's PersistentVolumeClaims"),
     (("spec", "ingress"), "the tenant's Ingresses"),
     (("spec", "isolation"), "the tenant's network"),
     (("spec", "consumerAPIServer"), "the tenant's network (the consumer's API server)"),
+    (("spec", "cordon"), "the tenant's cordon"),
 )
 
 
@@ -234,6 +236,8 @@ class Peering:
             for side in ("consumer", "provider"):
                 validation.positive((params.get(side) or {}).get("request_timeout"), "%s.request_timeout" % side)
             validation.peering_terms(params)
+            if len((params.get("cordon") or {}).get("reason") or "") > MAX_CORDON_REASON:
+                raise validation.InvalidSetting("cordon.reason: at most %d characters" % MAX_CORDON_REASON)
             agreed = terms(params)
             validation.pod_security(agreed["podSecurity"], "pod_security")
             validation.credential_lifetime(agreed["credentialLifetimeSeconds"], "credential_lifetime")
@@ -434,6 +438,11 @@ class Peering:
         if params.get("home_api_server"):
             # Where the tenant's pods reach it: the provider's manager lets them (the twins' NetworkPolicy).
             spec["consumerAPIServer"] = params["home_api_server"]
+        cordon = params.get("cordon")
+        if cordon and cordon.get("state", "cordoned") != "uncordoned":
+            spec["cordon"] = {"drain": cordon.get("state") == "drained"}
+            if cordon.get("reason"):
+                spec["cordon"]["reason"] = cordon["reason"]
         return {
             "apiVersion": OFFLOADING_API,
             "kind": "ResourceOffer",

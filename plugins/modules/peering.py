@@ -561,6 +561,27 @@ options:
             ones, so a provider being removed is no longer announced before it is un-peered.
         type: list
         elements: str
+  cordon:
+    description:
+      - The provider stops lending to this tenant without un-peering (maintenance, a budget spent), written to the
+        ResourceOffer's C(spec.cordon).
+      - V(cordoned) - the provider's manager refuses the pods of new ShadowPods (reason C(TenantCordoned), which the
+        consumer's pod shows); pods running stay. The consumer's virtual node turns unschedulable (taint
+        C(catamaran.io/provider-cordoned:NoSchedule), condition C(catamaran.io/ProviderCordoned) with O(cordon.reason)).
+      - V(drained) - as V(cordoned), and the consumer's virtual kubelet evicts the pods running on the virtual node
+        through the consumer's Eviction API, so the consumer's PodDisruptionBudgets hold and its controllers make the
+        pods again elsewhere.
+      - V(uncordoned), or no O(cordon) - all returns.
+    type: dict
+    suboptions:
+      state:
+        description: What the provider lends.
+        type: str
+        choices: [cordoned, drained, uncordoned]
+        default: cordoned
+      reason:
+        description: Why, shown to the consumer (at most 256 characters).
+        type: str
   home_api_server:
     description:
       - Where the provider's pods reach the consumer's API server, V(https://host[:port]), written to the
@@ -747,6 +768,16 @@ EXAMPLES = r"""
     network:
       mode: fabric
       gateway_address: 192.0.2.10
+
+- name: Stop lending to cluster-1 for a maintenance, and move its running pods back to it (PodDisruptionBudgets hold)
+  catamaran.federation.peering:
+    consumer: {kubeconfig: ~/.kube/cluster-1}
+    provider: {kubeconfig: ~/.kube/cluster-2}
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    cordon:
+      state: drained
+      reason: node maintenance until Monday
 
 - name: Peer through the network fabric, the provider's gateway behind a NodePort Service (address and port read back)
   catamaran.federation.peering:
@@ -985,6 +1016,13 @@ def argument_spec():
         object_quota=dict(type="dict", default=dict(DEFAULT_OBJECT_QUOTA)),
         max_termination_grace_period=dict(type="int", default=DEFAULT_MAX_TERMINATION_GRACE_SECONDS),
         allowed_pod_annotations=dict(type="list", elements="str", default=list(DEFAULT_ALLOWED_POD_ANNOTATIONS)),
+        cordon=dict(
+            type="dict",
+            options=dict(
+                state=dict(type="str", choices=["cordoned", "drained", "uncordoned"], default="cordoned"),
+                reason=dict(type="str"),
+            ),
+        ),
         allowed_storage_classes=dict(type="list", elements="str", default=[]),
         allowed_ingress_classes=dict(type="list", elements="str", default=[]),
         allowed_ingress_hosts=dict(type="list", elements="str", default=[]),

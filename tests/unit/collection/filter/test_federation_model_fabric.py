@@ -78,3 +78,28 @@ def test_a_provider_behind_a_service_needs_no_address_and_passes_the_service_on(
 def test_the_model_refuses_a_network_the_two_clusters_cannot_share(consumer_network, provider_network, message):
     with pytest.raises(AnsibleFilterError, match=message):
         federation_model(inventory(consumer_network, provider_network), ["h1", "h2"])
+
+
+def test_a_provider_cordons_one_of_its_tenants_and_only_that_peering_carries_it():
+    model = inventory()
+    model["h2"]["catamaran_cordoned_tenants"] = {"cluster-1": {"state": "drained", "reason": "maintenance"}}
+    (peering,) = federation_model(model, ["h1", "h2"])["peerings"]["cluster-1"]
+    assert peering["cordon"] == {"state": "drained", "reason": "maintenance"}
+    model["h2"]["catamaran_cordoned_tenants"] = {"cluster-9": {}}
+    (peering,) = federation_model(model, ["h1", "h2"])["peerings"]["cluster-1"]
+    assert "cordon" not in peering
+
+
+@pytest.mark.parametrize(
+    ("cordoned", "message"),
+    [
+        ({"cluster-1": {"state": "paused"}}, r"catamaran_cordoned_tenants.cluster-1.state: 'paused' is not one of"),
+        ({"cluster-1": {"why": "x"}}, r"catamaran_cordoned_tenants.cluster-1: unknown keys \['why'\]"),
+        (["cluster-1"], r"catamaran_cordoned_tenants must be a mapping of consumer cluster ids"),
+    ],
+)
+def test_a_wrong_cordon_is_refused_naming_it(cordoned, message):
+    model = inventory()
+    model["h2"]["catamaran_cordoned_tenants"] = cordoned
+    with pytest.raises(AnsibleFilterError, match=message):
+        federation_model(model, ["h1", "h2"])

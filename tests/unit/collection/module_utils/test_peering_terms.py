@@ -515,3 +515,22 @@ def test_the_network_terms_fit_the_resource_offer_crd():
         assert fields["ingressFromNamespaces"]["items"]["maxLength"] == 63
         assert fields["egressToNamespaces"]["items"]["maxLength"] == 63
         assert fields["egressToCIDRs"]["items"]["maxLength"] >= len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")
+
+
+@pytest.mark.parametrize(
+    ("cordon", "expected"),
+    [
+        (None, None),
+        ({"state": "uncordoned", "reason": "back"}, None),
+        ({"state": "cordoned"}, {"drain": False}),
+        ({"state": "drained", "reason": "maintenance"}, {"drain": True, "reason": "maintenance"}),
+    ],
+)
+def test_the_providers_cordon_of_the_tenant_is_in_its_offer(cordon, expected):
+    spec = Peering(None, None, None, "c1", "p1").resource_offer(params(cordon=cordon))["spec"]
+    assert spec.get("cordon") == expected
+
+
+def test_a_cordon_reason_longer_than_the_crd_allows_fails_before_any_change():
+    with pytest.raises(InvalidInput, match=r"cordon\.reason: at most 256 characters"):
+        Peering.validate(params(cordon={"state": "cordoned", "reason": "x" * 257}))
