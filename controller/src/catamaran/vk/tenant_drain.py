@@ -6,6 +6,7 @@ controllers make the pods again on other nodes (the virtual node is tainted whil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 BLOCKED_RETRY_S = 5  # kubectl drain's interval between evictions a PodDisruptionBudget refused
 EVICTED_RECHECK_S = 1
+DRAINING_RECHECK_S = 30
 
 
 def evictable(pods: list[dict]) -> list[dict]:
@@ -53,7 +55,9 @@ class TenantDrain:
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
+            # While draining, a pod bound here meanwhile (by name, past the taint) is found within a while.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), DRAINING_RECHECK_S if self.draining else None)
             self._wake.clear()
             while self.draining and (pods := evictable(self.pods_on_node())):
                 blocked = 0
