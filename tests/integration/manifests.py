@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+from catamaran.constants import VIRTUAL_NODE_TAINT_KEY
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 IMAGE = "registry.invalid/app:1"  # never pulled: kwok and the provider's kwok run nothing
@@ -25,6 +26,14 @@ def container(name: str = "app", cpu: str | None = None, memory: str | None = No
         "image": image,
         "securityContext": copy.deepcopy(RESTRICTED_SECURITY_CONTEXT),
         **({"resources": {"requests": requests}} if requests else {}),
+    }
+
+
+def to_virtual_node(node: str) -> dict:
+    """Pod spec fields that send a pod to virtual node `node` (its name, and its registration taint tolerated)."""
+    return {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": [{"key": VIRTUAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"}],
     }
 
 

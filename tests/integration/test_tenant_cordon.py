@@ -20,7 +20,7 @@ from catamaran.constants import tenant_namespace, virtual_node_name
 
 from . import federation
 from .lab_access import get_json, wait_for
-from .manifests import container, deployment
+from .manifests import container, deployment, to_virtual_node
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,7 @@ NAMESPACE = "cordon"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 NODE = virtual_node_name(PROVIDER)
 CORDON_TAINT = "catamaran.io/provider-cordoned"
-TO_VIRTUAL_NODE = {
-    "nodeSelector": {"kubernetes.io/hostname": NODE},
-    "tolerations": [{"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}],
-}
+TO_VIRTUAL_NODE = to_virtual_node(NODE)
 REASON = "node maintenance until Monday"
 
 
