@@ -388,14 +388,7 @@ def _gateway_service(where, service):
         raise AnsibleFilterError(
             "%s: unknown keys %s (allowed: %s)" % (where, unknown, ", ".join(GATEWAY_SERVICE_KEYS))
         )
-    if service.get("type") not in fabric.SERVICE_TYPES:
-        raise AnsibleFilterError(
-            "%s.type: %r is not one of %s" % (where, service.get("type"), ", ".join(fabric.SERVICE_TYPES))
-        )
-    node_port = service.get("node_port")
-    if node_port is not None and (isinstance(node_port, bool) or not isinstance(node_port, int)):
-        raise AnsibleFilterError("%s.node_port: %r is not a port" % (where, node_port))
-    return dict(service)
+    return dict(_checked(validation.gateway_service, service, where))
 
 
 def _peering_network(consumer, provider, where):
@@ -442,7 +435,6 @@ def _home_api_server(host, variables):
     return _checked(validation.home_api_server, given, "host %s: catamaran_home_api_server" % host)
 
 
-CORDON_STATES = ("cordoned", "drained", "uncordoned")
 CORDON_KEYS = ("state", "reason")
 
 
@@ -462,13 +454,9 @@ def _cordoned_tenants(host, variables):
         unknown = sorted(str(key) for key in cordon if key not in CORDON_KEYS)
         if unknown:
             raise AnsibleFilterError("%s: unknown keys %s (allowed: %s)" % (here, unknown, ", ".join(CORDON_KEYS)))
-        state = cordon.get("state", "cordoned")
-        if state not in CORDON_STATES:
-            raise AnsibleFilterError("%s.state: %r is not one of %s" % (here, state, ", ".join(CORDON_STATES)))
+        _checked(validation.cordon, cordon, here)
         reason = cordon.get("reason")
-        if reason is not None and (not isinstance(reason, str) or len(reason) > 256):
-            raise AnsibleFilterError("%s.reason: a text of at most 256 characters, got %r" % (here, reason))
-        tenants[consumer_id] = dict(state=state, **({"reason": reason} if reason else {}))
+        tenants[consumer_id] = dict(state=cordon.get("state", "cordoned"), **({"reason": reason} if reason else {}))
     return tenants
 
 

@@ -20,7 +20,7 @@ __metaclass__ = type
 import base64
 import ipaddress
 
-from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys, networks
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric_keys, networks, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     CORE_GROUP,
@@ -46,7 +46,6 @@ from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
 MODES = {"fabric": "Fabric", "flat": "Flat"}
 DEFAULT_MODE = "flat"
 DEFAULT_GATEWAY_PORT = 51820
-SERVICE_TYPES = ("NodePort", "LoadBalancer")
 # The gateway pod of deployment mode, as the controller role labels it (roles/controller/vars/deployment.yml).
 GATEWAY_POD_SELECTOR = {"app.kubernetes.io/name": "catamaran", "app.kubernetes.io/component": "gateway"}
 GATEWAY_SERVICE_PREFIX = "catamaran-gw-"
@@ -70,13 +69,11 @@ def check(params):
     port = network.get("gateway_port", DEFAULT_GATEWAY_PORT)
     if not 1 <= port <= 65535:
         raise InvalidInput("network.gateway_port: %s is not a UDP port (1-65535)" % port)
-    if service and service.get("type") not in SERVICE_TYPES:
-        raise InvalidInput(
-            "network.gateway_service.type: %r is not one of %s" % (service.get("type"), ", ".join(SERVICE_TYPES))
-        )
-    node_port = service.get("node_port")
-    if node_port is not None and not 1 <= node_port <= 65535:
-        raise InvalidInput("network.gateway_service.node_port: %s is not a port (1-65535)" % node_port)
+    if service:
+        try:
+            validation.gateway_service(service, "network.gateway_service")
+        except validation.InvalidSetting as error:
+            raise InvalidInput(str(error)) from None
 
 
 def gateway_service_name(consumer_id):
@@ -132,12 +129,13 @@ def _remapped(pairs):
 class Exchange:
     """The fabric's objects of one peering on both clusters, from what they hold now."""
 
-    def __init__(self, consumer, provider, consumer_id, provider_id, tenant_namespace, warn=None, check_mode=False):
+    def __init__(self, consumer, provider, consumer_id, provider_id, tenant_namespace, warn=None):
         self.consumer, self.provider = consumer, provider
         self.warn = warn or (lambda message: None)
-        # A check-mode run may plan a gateway not running yet (the controller role's dry run started none); a real
-        # run's plan must find it, so that a run fails before it changes anything.
-        self.check_mode = check_mode
+        # The module's check mode, set by the peering's run: a check-mode run may plan a gateway not running yet (the
+        # controller role's dry run started none); a real run's plan must find it, so that it fails before it changes
+        # anything.
+        self.check_mode = False
         self.consumer_id, self.provider_id = consumer_id, provider_id
         self.tenant_namespace = tenant_namespace
 

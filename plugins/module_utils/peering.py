@@ -80,7 +80,6 @@ MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs ho
 CONSENT_FIELD = ("spec", "networking", "podCIDRs")
 RESOURCE_OFFER_CRD = "resourceoffers.%s" % OFFLOADING_GROUP
 # Terms a release added to the ResourceOffer, and what they are the terms of (for the plan of an upgrade).
-MAX_CORDON_REASON = 256  # the CRD's maxLength
 ADDED_TERMS_FIELDS = (
     (("spec", "pods"), "the tenant's pods"),
     (("spec", "storage"), "the tenant's PersistentVolumeClaims"),
@@ -194,12 +193,7 @@ class Peering:
         self._consumer_pod_cidrs = None
         self._consented = None
         self.fabric = fabric.Exchange(
-            consumer,
-            provider,
-            consumer_id,
-            provider_id,
-            self.tenant_namespace,
-            warn=self._warn,
+            consumer, provider, consumer_id, provider_id, self.tenant_namespace, warn=self._warn
         )
 
     def _warn(self, message):
@@ -236,8 +230,8 @@ class Peering:
             for side in ("consumer", "provider"):
                 validation.positive((params.get(side) or {}).get("request_timeout"), "%s.request_timeout" % side)
             validation.peering_terms(params)
-            if len((params.get("cordon") or {}).get("reason") or "") > MAX_CORDON_REASON:
-                raise validation.InvalidSetting("cordon.reason: at most %d characters" % MAX_CORDON_REASON)
+            if params.get("cordon"):
+                validation.cordon(params["cordon"], "cordon")
             agreed = terms(params)
             validation.pod_security(agreed["podSecurity"], "pod_security")
             validation.credential_lifetime(agreed["credentialLifetimeSeconds"], "credential_lifetime")

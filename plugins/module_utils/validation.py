@@ -320,6 +320,39 @@ def grace_seconds(value, where):
     return value
 
 
+GATEWAY_SERVICE_TYPES = ("NodePort", "LoadBalancer")
+CORDON_STATES = ("cordoned", "drained", "uncordoned")
+MAX_CORDON_REASON = 256  # the ResourceOffer CRD's spec.cordon.reason maxLength
+
+
+def gateway_service(service, where):
+    """network.gateway_service: its `type`, and the first `node_port` if given (checked by the module and the
+    inventory model alike; unknown keys are each caller's to refuse)."""
+    if service.get("type") not in GATEWAY_SERVICE_TYPES:
+        raise InvalidSetting(
+            "%s.type: %r is not one of %s" % (where, service.get("type"), ", ".join(GATEWAY_SERVICE_TYPES))
+        )
+    node_port = service.get("node_port")
+    if node_port is not None and (isinstance(node_port, bool) or not isinstance(node_port, int)):
+        raise InvalidSetting("%s.node_port: %r is not a port" % (where, node_port))
+    if node_port is not None and not 1 <= node_port <= 65535:
+        raise InvalidSetting("%s.node_port: %s is not a port (1-65535)" % (where, node_port))
+    return service
+
+
+def cordon(settings, where):
+    """A provider's cordon of a tenant: its `state`, and a `reason` the ResourceOffer can hold."""
+    state = settings.get("state", CORDON_STATES[0])
+    if state not in CORDON_STATES:
+        raise InvalidSetting("%s.state: %r is not one of %s" % (where, state, ", ".join(CORDON_STATES)))
+    reason = settings.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidSetting("%s.reason must be text, got %r" % (where, reason))
+    if reason is not None and len(reason) > MAX_CORDON_REASON:
+        raise InvalidSetting("%s.reason: at most %d characters, got %d" % (where, MAX_CORDON_REASON, len(reason)))
+    return settings
+
+
 def annotation_keys(values, where):
     """Annotation keys a tenant's pods or Ingresses keep on the provider: exact keys, or a prefix followed by /*."""
     for index, value in enumerate(_strings(values, where)):

@@ -939,7 +939,7 @@ actions:
   sample: ["create cluster-2: Namespace catamaran-tenant-cluster-1"]
 """
 
-from ansible_collections.catamaran.federation.plugins.module_utils import fabric
+from ansible_collections.catamaran.federation.plugins.module_utils import fabric, validation
 from ansible_collections.catamaran.federation.plugins.module_utils.common import CatamaranModule, connection_spec
 from ansible_collections.catamaran.federation.plugins.module_utils.constants import (
     DEFAULT_ALLOWED_POD_ANNOTATIONS,
@@ -1019,7 +1019,7 @@ def argument_spec():
         cordon=dict(
             type="dict",
             options=dict(
-                state=dict(type="str", choices=["cordoned", "drained", "uncordoned"], default="cordoned"),
+                state=dict(type="str", choices=list(validation.CORDON_STATES), default="cordoned"),
                 reason=dict(type="str"),
             ),
         ),
@@ -1073,7 +1073,7 @@ def argument_spec():
                 gateway_service=dict(
                     type="dict",
                     options=dict(
-                        type=dict(type="str", choices=list(fabric.SERVICE_TYPES), required=True),
+                        type=dict(type="str", choices=list(validation.GATEWAY_SERVICE_TYPES), required=True),
                         node_port=dict(type="int"),
                     ),
                 ),

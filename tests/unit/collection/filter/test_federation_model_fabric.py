@@ -70,6 +70,11 @@ def test_a_provider_behind_a_service_needs_no_address_and_passes_the_service_on(
         ),
         (
             None,
+            {"gateway_service": {"type": "NodePort", "node_port": 70000}},
+            r"host h2: catamaran_network.gateway_service.node_port: 70000 is not a port \(1-65535\)",
+        ),
+        (
+            None,
             {"gateway_service": {"type": "NodePort", "nodeport": 31000}},
             r"host h2: catamaran_network.gateway_service: unknown keys \['nodeport'\]",
         ),
@@ -96,6 +101,7 @@ def test_a_provider_cordons_one_of_its_tenants_and_only_that_peering_carries_it(
         ({"cluster-1": {"state": "paused"}}, r"catamaran_cordoned_tenants.cluster-1.state: 'paused' is not one of"),
         ({"cluster-1": {"why": "x"}}, r"catamaran_cordoned_tenants.cluster-1: unknown keys \['why'\]"),
         (["cluster-1"], r"catamaran_cordoned_tenants must be a mapping of consumer cluster ids"),
+        ({"cluster-1": {"reason": "x" * 257}}, r"catamaran_cordoned_tenants.cluster-1.reason: at most 256 characters"),
     ],
 )
 def test_a_wrong_cordon_is_refused_naming_it(cordoned, message):
