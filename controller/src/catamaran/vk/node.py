@@ -250,7 +250,7 @@ class VirtualNode:
         self.health = health
         self.offer: dict | None = None
         self.cordon: Cordon | None = None
-        self._reported_cordon: tuple[str, str, str] | None = None
+        self._reported_cordon = cordon_condition(settings.provider_id, None)  # no Event for a node never cordoned
         self.healthy = True
         self.unhealthy_reason = ""
         self.failures = 0
@@ -275,6 +275,11 @@ class VirtualNode:
     def update_offer(self, offer: dict | None) -> None:
         self.offer = offer
         self._changed.set()
+
+    @property
+    def _event_target(self) -> dict:
+        """The Node as Events name it (Events of cluster-scoped objects live in `default`)."""
+        return {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"}
 
     def update_cordon(self, cordon: Cordon | None) -> None:
         if cordon != self.cordon:
@@ -465,7 +470,7 @@ class VirtualNode:
         self._status_published.set()
         if set(vanished) - self._reported_zero:
             await self.peering.events.record(
-                {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"},
+                self._event_target,
                 "Warning",
                 "ResourceRoundedToZero",
                 next(c["message"] for c in status["conditions"] if c["type"] == ROUNDED_TO_ZERO),
@@ -476,13 +481,12 @@ class VirtualNode:
     async def _report_cordon(self) -> None:
         """An Event on the Node whenever the provider's cordon changes (a Warning while it holds)."""
         reported = cordon_condition(self.settings.provider_id, self.cordon)
-        if reported == self._reported_cordon or (self._reported_cordon is None and self.cordon is None):
-            self._reported_cordon = reported
+        if reported == self._reported_cordon:
             return
         self._reported_cordon = reported
         status, reason, message = reported
         await self.peering.events.record(
-            {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"},
+            self._event_target,
             "Warning" if status == "True" else "Normal",
             f"Provider{reason}" if status == "True" else "ProviderUncordoned",
             message or f"provider {self.settings.provider_id} lends this tenant again",

@@ -41,10 +41,10 @@ class TenantDrain:
         self._told_blocked: set[str] = set()  # pod UIDs whose refused eviction was reported
 
     def update(self, cordon: Cordon | None) -> None:
-        draining = bool(cordon and cordon.drain)
-        if draining != bool(self.cordon and self.cordon.drain):
-            self._wake.set()
+        was_draining = self.draining
         self.cordon = cordon
+        if self.draining != was_draining:
+            self._wake.set()
 
     @property
     def draining(self) -> bool:
@@ -60,6 +60,7 @@ class TenantDrain:
                 await asyncio.wait_for(self._wake.wait(), DRAINING_RECHECK_S if self.draining else None)
             self._wake.clear()
             while self.draining and (pods := evictable(self.pods_on_node())):
+                self._told_blocked &= {pod["metadata"]["uid"] for pod in pods}  # bounded by the pods still here
                 blocked = 0
                 for pod in pods:
                     blocked += not await self._evict(pod)
