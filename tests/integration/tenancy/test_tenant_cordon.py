@@ -18,13 +18,13 @@ import pytest
 
 from catamaran.constants import tenant_namespace, virtual_node_name
 
-from . import federation
-from .lab_access import get_json, wait_for
-from .manifests import container, deployment, to_virtual_node
+from .. import federation
+from ..lab_access import get_json, wait_for
+from ..manifests import container, deployment, to_virtual_node
+from . import CONSUMER, PROVIDER
 
 pytestmark = pytest.mark.integration
 
-CONSUMER, PROVIDER = "cluster-1", "cluster-3"
 NAMESPACE = "cordon"
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 NODE = virtual_node_name(PROVIDER)
@@ -34,9 +34,14 @@ REASON = "node maintenance until Monday"
 
 
 @pytest.fixture(scope="module")
-def fed(lab):
-    with federation.one_peering(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
-        yield processes
+def fed(lab, peering):
+    """The package's peering, with a namespace of this module's offloaded; the tenant uncordoned after, whatever
+    happened (the package's other modules share the tenant)."""
+    with federation.offloaded(lab, CONSUMER, PROVIDER, NAMESPACE):
+        try:
+            yield
+        finally:
+            cordon(lab)
 
 
 def cordon(lab, **spec) -> None:
