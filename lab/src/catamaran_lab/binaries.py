@@ -2,11 +2,11 @@
 
 The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module), metrics-server's
 in `lab/gomod-metrics-server/go.mod`, CoreDNS's in `lab/gomod-coredns/go.mod`, wireguard-go's in
-`lab/gomod-wireguard/go.mod` and kube-router's in `lab/gomod-kube-router/go.mod` (wrapper modules of their
-own); kwok's pin lives here. The cache directory name is derived from the pins plus a digest of the module
-files, so changing a pin builds into a fresh directory and never mixes versions. CoreDNS, wireguard-go and
-kube-router (the companions) are each cached in a directory of their own: their pins move without
-rebuilding Kubernetes.
+`lab/gomod-wireguard/go.mod`, kube-router's in `lab/gomod-kube-router/go.mod` and CNCF Distribution's registry's
+in `lab/gomod-registry/go.mod` (wrapper modules of their own); kwok's pin lives here. The cache directory name is
+derived from the pins plus a digest of the module files, so changing a pin builds into a fresh directory and never
+mixes versions. CoreDNS, wireguard-go, kube-router and the registry (the companions) are each cached in a directory
+of their own: their pins move without rebuilding Kubernetes.
 A build is staged in a sibling `.partial` directory and renamed into place only when every
 binary is present; a manifest with sizes and digests lets a later run detect a half-built
 or damaged cache and rebuild it.
@@ -31,6 +31,7 @@ from .paths import (
     GO_MODULE_DIR,
     KUBE_ROUTER_MODULE_DIR,
     METRICS_SERVER_MODULE_DIR,
+    REGISTRY_MODULE_DIR,
     WIREGUARD_MODULE_DIR,
     cache_root,
 )
@@ -52,6 +53,7 @@ E2E_ONLY_MODULES = ("k8s.io/sample-apiserver", "github.com/ishidawataru/sctp")
 COREDNS_MODULE = "github.com/coredns/coredns"
 WIREGUARD_MODULE = "golang.zx2c4.com/wireguard"
 KUBE_ROUTER_MODULE = "github.com/cloudnativelabs/kube-router/v2"
+REGISTRY_MODULE = "github.com/distribution/distribution/v3"
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,12 @@ COMPANIONS = (
         Target("kube-router", f"{KUBE_ROUTER_MODULE}/cmd/kube-router", module_dir=KUBE_ROUTER_MODULE_DIR),
         KUBE_ROUTER_MODULE,
         version_variable=f"{KUBE_ROUTER_MODULE}/pkg/version.Version",
+    ),
+    # The lab's OCI registry (registry.py), which the real nodes' containerd trusts; stamped as upstream's Makefile.
+    Companion(
+        Target("registry", f"{REGISTRY_MODULE}/cmd/registry", module_dir=REGISTRY_MODULE_DIR),
+        REGISTRY_MODULE,
+        version_variable=f"{REGISTRY_MODULE}/version.version",
     ),
 )
 KUBE_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
@@ -285,7 +293,8 @@ class BinaryCache:
 
     @staticmethod
     def _companion_build(companion: Companion, version: str):
-        # Most companions read their version from the module they were built from; kube-router's is stamped.
+        # Most companions read their version from the module they were built from; kube-router's and the registry's are
+        # stamped.
         ldflags = "-s -w" + (f" -X '{companion.version_variable}={version}'" if companion.version_variable else "")
 
         def build(bin_dir: Path, log, started: float) -> None:

@@ -115,8 +115,16 @@ def _print_status(lab: Lab) -> bool:
             )
         if not status.ready:
             _log(f"  {status.detail}")
+    registry_up = True
+    recorded = lab.recorded_config()
+    if recorded is not None and recorded.registry_port is not None:
+        registry_up = lab.registry(recorded).running()
+        _log(
+            f"registry: https://127.0.0.1:{recorded.registry_port} {'up' if registry_up else 'DOWN'} "
+            f"(per cluster: address, CA and credentials in {lab.root}/<cluster>/registry.json)"
+        )
     _log(f"all contexts: {lab.merged_kubeconfig}   binaries: {lab.root / 'bin'}")
-    return all(status.ready for status in statuses)
+    return all(status.ready for status in statuses) and registry_up
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ PORT_OFFSETS = {
     "kwok-controller": 5,
     "metrics-server": 6,
 }
+# Cluster i's ports are basePort + 10 * i + offset (i >= 1): basePort + 0..9 are the lab's own, for lab-wide services.
+# The lab's OCI registry (registry.py), run when the lab has real nodes:
+REGISTRY_PORT_OFFSET = 1
 # kwok serves each fake node's resource metrics under its own path; metrics-server reads it from this
 # annotation (nodes without it, like real and virtual kubelets, are scraped at /metrics/resource).
 RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
@@ -226,8 +229,27 @@ class LabConfig:
             control_plane=ControlPlaneSettings(**(data.get("control_plane") or {})),
         )
 
+    @property
+    def registry_port(self) -> int | None:
+        """The lab's registry's port (registry.py): a lab with real nodes runs one, on every address of the host."""
+        return self.base_port + REGISTRY_PORT_OFFSET if self.real_nodes else None
+
+    def registry_address(self, cluster: str) -> str:
+        """`<host>:<port>` where the real node of `cluster` (and its pods' images) reaches the lab's registry."""
+        spec = self.cluster(cluster)
+        if self.registry_port is None or spec.real_node is None:
+            raise LabError(f"{cluster} has no real node, so the lab runs no registry for it")
+        return f"{spec.real_node.host_ip}:{self.registry_port}"
+
+    def registry_addresses(self) -> tuple[str, ...]:
+        """Every cluster's registry address: a node may pull an image reference that names another cluster's."""
+        return tuple(self.registry_address(c.name) for c in self.clusters if c.real_node and self.real_nodes)
+
     def all_ports(self) -> dict[int, str]:
-        return {port: f"{cluster.name} {use}" for cluster in self.clusters for use, port in cluster.ports.items()}
+        ports = {port: f"{cluster.name} {use}" for cluster in self.clusters for use, port in cluster.ports.items()}
+        if self.registry_port is not None:
+            ports[self.registry_port] = "lab registry"
+        return ports
 
     def cluster(self, name: str) -> ClusterSpec:
         for cluster in self.clusters:

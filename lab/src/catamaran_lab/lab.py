@@ -30,15 +30,17 @@ from .kwok import (
     metrics_server_endpoint,
     metrics_server_manifests,
 )
-from .nodeconfig import NodeLayout, underlay_bridge
+from .nodeconfig import NodeLayout, RegistryTrust, underlay_bridge
 from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
 from .pki import COREDNS_USER, ClusterPKI
 from .preflight import check_disk, check_ports_free, check_real_node_host, raise_inotify_limits
 from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
+from .registry import Registry, RegistryLayout, cluster_facts
 
 STATE_FILE = "lab.json"
 GATEWAY_FACTS = "gateway.json"
+REGISTRY_FACTS = "registry.json"
 KWOK_WORKDIR = "kwok"
 START_TIMEOUT_S = 240
 METRICS_API_TIMEOUT_S = 90
@@ -99,17 +101,70 @@ class Lab:
         """The cluster CA: clients, kubelets and kubelet-serving CSRs are all certified by it."""
         return ClusterPKI(self.pki_dir(name)).ca_cert
 
-    def real_node(self, cluster: ClusterSpec) -> RealNode:
+    def real_node(self, cluster: ClusterSpec, lab: LabConfig | None = None) -> RealNode:
+        """The cluster's real node; to start it, pass the lab's configuration: its containerd then trusts the lab's
+        registry."""
         layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node", lab_id=self.lab_id, cluster=cluster.name)
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
-        return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl)
+        trust = self._registry_trust(lab)
+        return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl, registry=trust)
 
-    def second_node_of(self, cluster: ClusterSpec) -> RealNode:
+    def second_node_of(self, cluster: ClusterSpec, lab: LabConfig | None = None) -> RealNode:
         spec = second_real_node(cluster)
         layout = NodeLayout(root=self.cluster_dir(cluster.name) / "node-2", lab_id=self.lab_id, cluster=spec.name)
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
         number = cluster.number + SECOND_NODE_LINK_NUMBER
-        return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl, spec, number)
+        trust = self._registry_trust(lab)
+        return RealNode(cluster, layout, binaries, self.pki_dir(cluster.name), self.kubectl, spec, number, trust)
+
+    # -- the lab's registry (registry.py) -----------------------------------------------------
+
+    def registry(self, lab: LabConfig | None = None) -> Registry:
+        """The lab's OCI registry (a lab with real nodes runs one); `lab` defaults to the running lab's."""
+        lab = lab or self.recorded_config()
+        if lab is None or lab.registry_port is None:
+            raise LabError(f"no lab with real nodes in {self.root}, so no registry; start one first (make lab-up)")
+        return Registry(self.root, self.cache.path("registry"), lab.registry_port)
+
+    def _registry_trust(self, lab: LabConfig | None) -> RegistryTrust | None:
+        if lab is None or lab.registry_port is None:
+            return None
+        return RegistryTrust(lab.registry_addresses(), RegistryLayout(self.root).ca_cert)
+
+    def registry_facts_file(self, name: str) -> Path:
+        return self.cluster_dir(name) / REGISTRY_FACTS
+
+    def registry_facts(self, cluster: str) -> dict:
+        """The lab's registry as cluster `cluster`'s nodes reach it: `address` (`<host>:<port>`, what image references
+        name), `ca` (the CA certificate's path), `username` and `password` (for pushes and imagePullSecrets)."""
+        path = self.registry_facts_file(cluster)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise LabError(f"{cluster}: no registry facts in {path} ({error}); is a lab with real nodes up?") from None
+
+    def push_image(self, image: Image, repository: str, tag: str | None = None) -> str:
+        """Push `image`'s OCI archive to the lab's registry as `<repository>:<tag>` (its own tag by default); the tag
+        pushed. Images are content-addressed: a pod of any cluster pulls it as
+        `<registry_facts(cluster)["address"]>/<repository>:<tag>`, with an imagePullSecret."""
+        return self.registry().push(image, repository, tag)
+
+    def _start_registry(self, lab: LabConfig) -> None:
+        """Before the clusters, so their real nodes' containerd trusts it from its start; writes each cluster's
+        registry facts."""
+        lab_registry = self.registry(lab)
+        link_ips = tuple(c.real_node.host_ip for c in lab.clusters if c.real_node)
+        lab_registry.start(link_ips, self.log)
+        password = lab_registry.password()
+        for cluster in lab.clusters:
+            if cluster.real_node is None:
+                continue
+            path = self.registry_facts_file(cluster.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600, exist_ok=True)
+            path.chmod(0o600)
+            facts = cluster_facts(lab.registry_address(cluster.name), lab_registry.ca_cert, password)
+            path.write_text(json.dumps(facts, indent=2))
 
     def add_second_real_node(self, name: str, images: tuple[Image, ...] = ()) -> RealNode:
         """A second real node in running cluster `name`, with the lab's images and `images`, its network joined to the
@@ -122,7 +177,7 @@ class Lab:
                 "a second real node needs a lab whose pod ranges do not overlap (unset CATAMARAN_LAB_OVERLAP)"
             )
         base_images = ensure_images(self.cache.dir, self.cache.pins.kubernetes, GO_MODULE_DIR, self.log)
-        first, node = self.real_node(cluster), self.second_node_of(cluster)
+        first, node = self.real_node(cluster), self.second_node_of(cluster, lab)
         if node.layout.root.exists() or node.layout.netns_path.exists():  # a crashed run's
             self.remove_second_real_node(name)
         try:
@@ -175,7 +230,7 @@ class Lab:
         """Bring the lab to `wanted`; an identical healthy lab is reused as is."""
         images = self.prepare(wanted)
         current = self.recorded_config()
-        if current == wanted and all(status.ready for status in self.status(current)):
+        if current == wanted and all(status.ready for status in self.status(current)) and self._registry_up(wanted):
             self.log(f"lab: {len(wanted.clusters)} clusters already up")
             return current
         if current is not None or self.root.exists():
@@ -189,6 +244,8 @@ class Lab:
             host.create_bridge(underlay_bridge(self.lab_id))
         started = time.monotonic()
         try:
+            if wanted.registry_port is not None:
+                self._start_registry(wanted)
             with ThreadPoolExecutor(max_workers=len(wanted.clusters)) as pool:
                 timings = dict(
                     zip(
@@ -212,6 +269,9 @@ class Lab:
             self.log(f"lab: {name} ready in {seconds:.1f}s, kubeconfig {self.kubeconfig(name)}")
         self.log(f"lab: {len(wanted.clusters)} clusters up in {time.monotonic() - started:.1f}s")
         return wanted
+
+    def _registry_up(self, lab: LabConfig) -> bool:
+        return lab.registry_port is None or self.registry(lab).running()
 
     def import_images(self, images: list[Image]) -> None:
         """Into the running lab's real nodes, as `up` does at their start: for images built after `up`."""
@@ -378,7 +438,7 @@ class Lab:
         (cluster_dir / "exec").mkdir(parents=True, exist_ok=True)
         (cluster_dir / "container.log").write_text(container_log_file(cluster))
         binaries = {name: self.cache.path(name) for name in ALL_BINARIES}
-        node = self.real_node(cluster) if cluster.real_node else None
+        node = self.real_node(cluster, lab) if cluster.real_node else None
         if node:
             node.create_network(lab.overlapping_pod_cidrs, self.log)
         # The lab's own PKI, in place before kwokctl looks (it keeps an existing pki directory). The API

@@ -81,8 +81,43 @@ def underlay_bridge(lab_id: str) -> str:
     return f"cm{lab_id}ul"
 
 
-def containerd_config(layout: NodeLayout, pause_image: str) -> str:
-    """containerd 1.6 (CRI plugin), rooted entirely under the node's directory."""
+@dataclass(frozen=True)
+class RegistryTrust:
+    """The lab's registry (registry.py) as a node's containerd trusts it: every address it is reached at
+    (`<host>:<port>`) and the CA that signed its serving certificate. No credentials: pods bring imagePullSecrets."""
+
+    addresses: tuple[str, ...]
+    ca_file: Path
+
+
+def registry_config_dir(layout: NodeLayout) -> Path:
+    """containerd's registry host directory (`config_path`): one `<host>:<port>/hosts.toml` per registry."""
+    return layout.path("containerd", "certs.d")
+
+
+def hosts_toml(address: str, ca_file: Path) -> str:
+    """containerd's hosts.toml for the registry at `address`: HTTPS, its certificate verified against `ca_file`."""
+    return (
+        "# The lab's registry (catamaran-lab registry.py), verified against the lab registry's CA. No credentials\n"
+        "# here: the kubelet passes a pod's imagePullSecrets.\n"
+        f"server = {json.dumps(f'https://{address}')}\n"
+        f"ca = {json.dumps(str(ca_file))}\n"
+        "\n"
+        '# containerd 1.6 rejects a hosts.toml without a `host` table ("invalid `host` tree") and falls back to\n'
+        "# no CA at all; an empty one keeps `server` above the only endpoint.\n"
+        "[host]\n"
+    )
+
+
+def registry_hosts(layout: NodeLayout, trust: RegistryTrust) -> dict[Path, str]:
+    """The hosts.toml files of the node's containerd, by path."""
+    directory = registry_config_dir(layout)
+    return {directory / address / "hosts.toml": hosts_toml(address, trust.ca_file) for address in trust.addresses}
+
+
+def containerd_config(layout: NodeLayout, pause_image: str, registry: RegistryTrust | None = None) -> str:
+    """containerd 1.6 (CRI plugin), rooted entirely under the node's directory; trusting the lab's registry, if
+    given, through the host directory `registry_hosts` fills."""
     runc_options = {"SystemdCgroup": False, "BinaryName": RUNC, "Root": str(layout.path("runc"))}
     config = {
         "version": 2,
@@ -117,6 +152,8 @@ def containerd_config(layout: NodeLayout, pause_image: str) -> str:
             },
         },
     }
+    if registry is not None:
+        config["plugins"]["io.containerd.grpc.v1.cri"]["registry"] = {"config_path": str(registry_config_dir(layout))}
     return _toml(config)
 
 

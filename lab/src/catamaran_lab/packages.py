@@ -30,6 +30,8 @@ REAL_NODE_PACKAGES = {
     # tests/integration/test_image.py reads it with skopeo, which also pushes it.
     "mmdebstrap": "/usr/bin/mmdebstrap",
     "skopeo": "/usr/bin/skopeo",
+    # The lab's registry (registry.py) takes bcrypt password hashes only: `htpasswd -B` makes them.
+    "apache2-utils": "/usr/bin/htpasswd",
 }
 
 

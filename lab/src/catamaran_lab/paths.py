@@ -17,6 +17,8 @@ COREDNS_MODULE_DIR = LAB_DIR / "gomod-coredns"
 WIREGUARD_MODULE_DIR = LAB_DIR / "gomod-wireguard"
 # And kube-router, whose network policy controller enforces NetworkPolicies on the real nodes (its tools.go).
 KUBE_ROUTER_MODULE_DIR = LAB_DIR / "gomod-kube-router"
+# And CNCF Distribution's registry, the lab's OCI registry that the real nodes pull from (registry.py, its tools.go).
+REGISTRY_MODULE_DIR = LAB_DIR / "gomod-registry"
 
 
 def state_dir() -> Path:

@@ -6,6 +6,7 @@ kwokctl would not make: the kube-apiserver's kubelet client and front-proxy clie
 certificates of kwok's kubelet server and of metrics-server, and metrics-server's kubelet client.
 Every kubelet endpoint (kwok's, the real node's, Catamaran's virtual kubelets') is verified by the
 kube-apiserver and metrics-server against this one CA, and kube-controller-manager signs CSRs with it.
+The lab's registry has a CA of its own (registry.py, `create_ca`).
 """
 
 from __future__ import annotations
@@ -71,9 +72,7 @@ class ClusterPKI:
     def create(self, cluster_name: str, apiserver_ips: tuple[str, ...]) -> None:
         """The CA and every certificate the lab's control plane, kwok and metrics-server start with."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        write_key(ca_key, self.ca_key)
-        self.ca_cert.write_bytes(_ca_certificate(ca_key, f"catamaran-lab {cluster_name} CA"))
+        create_ca(self.ca_cert, self.ca_key, f"catamaran-lab {cluster_name} CA")
         # kwokctl's one certificate for everything: kube-apiserver's serving certificate, the admin
         # client, and (its key) the service account signing key, so RSA like kwokctl's own.
         self.issue(
@@ -152,6 +151,13 @@ def issue(
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     write_key(key, key_path)
     return cert_path, key_path
+
+
+def create_ca(cert_path: Path, key_path: Path, common_name: str) -> None:
+    """A new self-signed CA (RSA, CA_VALIDITY): its certificate and its key (0600)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    write_key(key, key_path)
+    cert_path.write_bytes(_ca_certificate(key, common_name))
 
 
 def write_key(key, path: Path) -> None:

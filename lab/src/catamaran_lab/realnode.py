@@ -68,8 +68,10 @@ class RealNode:
         kubectl,
         spec: RealNodeSpec | None = None,
         link_number: int | None = None,
+        registry: nodeconfig.RegistryTrust | None = None,
     ):
-        """The cluster's real node, or `spec` (a second one) with its links numbered `link_number`."""
+        """The cluster's real node, or `spec` (a second one) with its links numbered `link_number`; its containerd
+        trusts `registry` (the lab's, registry.py) when given."""
         if (spec or cluster.real_node) is None:
             raise LabError(f"{cluster.name} has no real node in its configuration")
         self.cluster = cluster
@@ -79,6 +81,7 @@ class RealNode:
         self.binaries = binaries
         self.pki_dir = pki_dir
         self.kubectl = kubectl  # (cluster, *args, **kwargs) -> CompletedProcess
+        self.registry = registry
 
     # -- start --------------------------------------------------------------------------
 
@@ -164,7 +167,7 @@ class RealNode:
         )
         server = self.cluster.node_facing_server
         files = {
-            "containerd.toml": nodeconfig.containerd_config(layout, _pause(images)),
+            "containerd.toml": nodeconfig.containerd_config(layout, _pause(images), self.registry),
             "cni/net.d/10-lab.conflist": nodeconfig.cni_config(layout, spec),
             "kubelet.yaml": nodeconfig.kubelet_config(layout, spec, ca_cert),
             "kube-proxy.yaml": nodeconfig.kube_proxy_config(layout, spec, self.cluster),
@@ -172,8 +175,12 @@ class RealNode:
             "kube-proxy.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, proxy_cert, proxy_key, "kube-proxy"),
             "kube-router.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, router_cert, router_key, "kube-router"),
         }
+        if self.registry is not None:  # containerd's hosts.toml per address of the lab's registry
+            for path, text in nodeconfig.registry_hosts(layout, self.registry).items():
+                files[str(path.relative_to(layout.root))] = text
         for name, text in files.items():
             path = layout.path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             path.chmod(0o600)
 

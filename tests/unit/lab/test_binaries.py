@@ -23,12 +23,13 @@ def test_pins_come_from_the_wrapper_module():
     assert pins.companion_version("coredns").startswith("v1.")
     assert pins.companion_version("wireguard-go").startswith("v0.")
     assert pins.companion_version("kube-router") == "v2.1.0"
+    assert pins.companion_version("registry") == "v3.1.2"
     cache = binaries.BinaryCache(pins, Path("/cache"))
-    for name in ("coredns", "wireguard-go", "kube-router"):
+    for name in ("coredns", "wireguard-go", "kube-router", "registry"):
         assert cache.companion_dirs[name].name.startswith(f"{name}-{pins.companion_version(name)}_")
 
 
-@pytest.mark.parametrize("companion", ["coredns", "wireguard-go", "kube-router"])
+@pytest.mark.parametrize("companion", ["coredns", "wireguard-go", "kube-router", "registry"])
 def test_a_companion_is_cached_apart_so_its_pin_moves_alone(tmp_path, companion):
     cache = _fake_complete_cache(tmp_path)
     assert cache.path(companion).parent.parent == cache.companion_dirs[companion] != cache.dir
