@@ -1,0 +1,122 @@
+"""The controller's image pulled from a registry, as users deploy it: the role in deployment mode on cluster-2, the
+image pushed to the lab's registry (TLS, basic auth), the credentials given to the role (a pull Secret of every
+controller pod). A wrong password fails the role at once, naming the image and the reason; the right one runs the
+manager from the registry's image."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+import yaml
+
+from catamaran.constants import SYSTEM_NAMESPACE
+from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
+
+from .lab_access import get_json, require_real_node, wait_for
+from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = "cluster-2"
+REPOSITORY = "catamaran/controller"
+ROLLOUT_TASK = "Deployment | Wait for the manager"
+
+
+@pytest.fixture(scope="module")
+def pushed(lab, lab_config_in_use, controller_image_archive) -> dict:
+    """The controller's image in the lab's registry, and cluster-2's address and credentials for it."""
+    require_real_node(lab_config_in_use.cluster(CLUSTER))
+    tag = lab.push_image(controller_image_archive, REPOSITORY)
+    facts = lab.registry_facts(CLUSTER)
+    return {**facts, "image": f"{facts['address']}/{REPOSITORY}:{tag}"}
+
+
+def inventory(lab, directory, pushed: dict, password: str):
+    declared = lab_inventory()
+    settings = declared["catamaran_clusters"]["vars"]
+    settings.update(
+        controller_mode="deployment",
+        controller_image=pushed["image"],
+        controller_image_pull_policy="Always",  # from the registry every time: nothing imported by hand
+        controller_image_pull_credentials=[
+            {"registry": pushed["address"], "username": pushed["username"], "password": password}
+        ],
+        controller_node_selector={NODE_KIND_LABEL: "real"},
+        controller_tolerations=[{**REAL_NODE_TAINT, "operator": "Equal"}],
+        controller_gateway=False,
+        catamaran_network={"mode": "flat"},
+    )
+    hosts(declared)[CLUSTER]["catamaran_peerings"] = []
+    directory.mkdir(exist_ok=True)
+    return write_inventory(directory, declared, lab)
+
+
+def role_playbook(directory, state: str):
+    path = directory / f"controller-{state}.yml"
+    play = {
+        "name": f"The CRDs and the controller in deployment mode, {state}",
+        "hosts": CLUSTER,
+        "gather_facts": False,
+        "roles": [{"role": "catamaran.federation.crds"}, {"role": "catamaran.federation.controller"}],
+        "vars": {"controller_state": state},
+    }
+    path.write_text(yaml.safe_dump([play]))
+    return path
+
+
+def task_seconds(run, name: str) -> float:
+    """How long the task of that name took (the json callback's task duration)."""
+    document = json.loads(run.stdout[run.stdout.index("{") :])
+    for play in document["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].endswith(name):
+                duration = task["task"]["duration"]
+                start, end = (datetime.fromisoformat(duration[k].replace("Z", "+00:00")) for k in ("start", "end"))
+                return (end - start).total_seconds()
+    raise AssertionError(f"no task {name!r} ran")
+
+
+def test_a_wrong_registry_password_fails_the_role_at_once_naming_image_and_reason(lab, pushed, tmp_path):
+    wrong = inventory(lab, tmp_path / "wrong", pushed, "not-the-password")
+    try:
+        run = run_playbook(wrong, playbook=role_playbook(tmp_path, "started"))
+        assert run.returncode != 0, "the role succeeded with a wrong registry password"
+        (failure,) = [f for f in run.failures() if ROLLOUT_TASK in f]
+        assert pushed["image"] in failure, failure
+        assert "ErrImagePull" in failure or "ImagePullBackOff" in failure, failure
+        assert "401 Unauthorized" in failure, failure
+        assert "not-the-password" not in run.output  # the credential is never printed
+        seconds = task_seconds(run, ROLLOUT_TASK)
+        print(f"wrong registry password: the role failed {seconds:.1f}s into waiting for the manager")
+        assert seconds < 60, f"the role took {seconds:.0f}s to fail on an image it cannot pull"
+    finally:
+        assert run_playbook(wrong, playbook=role_playbook(tmp_path, "stopped")).returncode == 0
+
+
+def test_the_right_password_runs_the_manager_from_the_registry(lab, pushed, tmp_path):
+    right = inventory(lab, tmp_path / "right", pushed, pushed["password"])
+    try:
+        run = run_playbook(right, playbook=role_playbook(tmp_path, "started"))
+        assert run.returncode == 0, run.failures()
+        assert pushed["password"] not in run.output
+
+        def manager() -> dict | None:
+            pods = get_json(lab, CLUSTER, "-n", SYSTEM_NAMESPACE, "pods", "-l", "app.kubernetes.io/component=manager")
+            running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+            return running[0] if running else None
+
+        pod = wait_for(manager, timeout=60, what="the manager pod Running")
+        assert {"name": "catamaran-image-pull"} in pod["spec"]["imagePullSecrets"]
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["image"] == pushed["image"], status
+        assert status["imageID"].startswith(f"{pushed['address']}/{REPOSITORY}@sha256:"), status
+        secret = get_json(lab, CLUSTER, "-n", SYSTEM_NAMESPACE, "secret", "catamaran-image-pull")
+        assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    finally:
+        stop = run_playbook(right, playbook=role_playbook(tmp_path, "stopped"))
+        assert stop.returncode == 0, stop.failures()
+    # Stopped, the controller takes its credentials with it.
+    assert lab.kubectl(CLUSTER, "-n", SYSTEM_NAMESPACE, "get", "secret", "catamaran-image-pull", check=False).returncode
+
