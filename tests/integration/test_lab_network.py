@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from catamaran_lab.config import CLUSTER_DNS_IP
+from catamaran_lab.errors import LabError
 
 from .lab_access import get_json, require_real_node, wait_for
 from .manifests import REAL_NODE_SELECTOR, http_service, real_pod
@@ -227,4 +228,10 @@ def test_a_network_policy_admits_only_its_namespace_clients_on_a_real_node(lab, 
 
 
 def all_pods_ready(lab, cluster: str, namespace: str) -> None:
-    lab.kubectl(cluster, "-n", namespace, "wait", "--for=condition=Ready", "pod", "--all", "--timeout=90s", timeout=120)
+    """Every pod of `namespace` Ready within 90 s; else the error carries the pods' description (their events say
+    whether the sandbox, the image or the network is stuck)."""
+    try:
+        lab.kubectl(cluster, "-n", namespace, "wait", "--for=condition=Ready", "pod", "--all", "--timeout=90s")
+    except LabError as error:
+        described = lab.kubectl(cluster, "-n", namespace, "describe", "pods", check=False)
+        raise LabError(f"{error}\n{described.stdout[-6000:]}{described.stderr[-1000:]}") from None
