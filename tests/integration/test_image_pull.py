@@ -119,4 +119,3 @@ def test_the_right_password_runs_the_manager_from_the_registry(lab, pushed, tmp_
         assert stop.returncode == 0, stop.failures()
     # Stopped, the controller takes its credentials with it.
     assert lab.kubectl(CLUSTER, "-n", SYSTEM_NAMESPACE, "get", "secret", "catamaran-image-pull", check=False).returncode
-
