@@ -58,6 +58,8 @@ def test_kubelet_config_carries_the_required_settings(tmp_path):
     assert kubelet["authorization"]["mode"] == "Webhook"
     assert kubelet["readOnlyPort"] == 0
     assert kubelet["imageGCHighThresholdPercent"] == 100, "lab images cannot be pulled again"
+    # An imported image stays usable after a test pulls the same image ID from the registry with credentials.
+    assert kubelet["imagePullCredentialsVerificationPolicy"] == "NeverVerify"
     assert kubelet["podLogsDir"].startswith(str(tmp_path))
 
 
