@@ -85,10 +85,18 @@ def test_a_watch_closes_its_connection_however_it_ends(established_at):
 
 @pytest.fixture
 def tls_server(tmp_path):
-    """A real HTTPS server on 127.0.0.1 that answers GET /api as an API server would."""
+    """A real HTTPS server on 127.0.0.1 that answers GET /api as an API server would, and 404 (`page not found`, as
+    an API server for a group it does not serve) under /apis/offloading.catamaran.io."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path.startswith("/apis/offloading.catamaran.io/"):
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", "19")
+                self.end_headers()
+                self.wfile.write(b"404 page not found\n")
+                return
             body = json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -164,3 +172,13 @@ def test_the_right_ca_or_insecure_skip_tls_verify_connects_and_a_closed_port_is_
         closed = f"https://127.0.0.1:{probe.getsockname()[1]}"
     with pytest.raises(ClusterUnreachable, match="east: cannot reach"):
         Cluster("east", resolve({"kubeconfig": kubeconfig_for(tmp_path / "cl", closed)}, environ={})).check()
+
+
+def test_a_kind_the_server_does_not_serve_has_no_objects(tls_server, tmp_path):
+    """A plan (check mode) of a new federation reads the provider before the crds step has installed anything."""
+    server, ca = tls_server
+    cluster = Cluster(
+        "east", resolve({"kubeconfig": kubeconfig_for(tmp_path / "kc", server, **{"certificate-authority": str(ca)})})
+    )
+    assert cluster.list("offloading.catamaran.io/v1alpha1", "ResourceOffer") == []
+    assert cluster.get("offloading.catamaran.io/v1alpha1", "ResourceOffer", "offer", "tenant") is None
