@@ -1,10 +1,16 @@
-"""The network fabric in deployment mode: each cluster's gateway is a pod, from the engine-less image (`make image`).
+"""The user guide's federation, run by the guide's commands, and its network fabric in deployment mode.
 
-site.yml, from the installed artifact, runs every Catamaran process of consumer cluster-1 and provider cluster-2 as a
-pod on its cluster's real node, the gateways included: one pod each, on the host network of the node the inventory
-selects, as root with only NET_ADMIN (not privileged), in namespace catamaran-fabric, whose only Secrets are their
-keys. The lab's underlay routes no pod range, so every request below that crosses clusters went through the tunnel
-the two gateway pods built:
+The fixture runs docs/guide's shell blocks in order (tests/integration/guide.py) from a fresh user's home: the
+collection installed from its artifact, the controller's image pushed to the lab's registry with skopeo, the gateway
+nodes labelled, the guide's inventory validated, planned and converged by site.yml (no controller_mode: deployment,
+the default), the guide's Deployment offloaded and checked with kubectl; after the tests, the guide's uninstall
+(un-peering through site.yml, then teardown.yml). The inventory is the guide's file with what only the lab needs
+(`guide_inventory` says each). Then, for consumer cluster-1 and provider cluster-2:
+  - every Catamaran process is a pod on its cluster's real node, its image pulled from the registry with the role's
+    pull Secret;
+  - each gateway is one pod on the host network of the labelled node, as root with only NET_ADMIN (not privileged),
+    in namespace catamaran-fabric, whose only Secrets are their keys. The lab's underlay routes no pod range, so
+    every request below that crosses clusters went through the tunnel the two gateway pods built;
   - the provider's gateway is exposed through a NodePort Service: the peering publishes the node's address and the
     node port it read back, and the tunnel comes through kube-proxy's node port rule;
   - a consumer pod reaches offloaded pods through their Service, by name;
@@ -12,25 +18,34 @@ the two gateway pods built:
   - a gateway whose process is killed is restarted by the kubelet, and traffic resumes;
   - a gateway turned off (controller_gateway: false) is gone, with its rights, and its node keeps nothing of it;
     without its Lease, the virtual kubelet turns the offloaded endpoints not ready;
-  - teardown.yml leaves no gateway, interface, route or rule on the nodes (checked by the fixture, after it).
+  - the uninstall leaves no gateway, interface, route or rule on the nodes (checked by the fixture, after it).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+import shutil
 import subprocess
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+import yaml
 
 from catamaran.constants import FABRIC_NAMESPACE, NETWORK_READY_CONDITION, SYSTEM_NAMESPACE, virtual_node_name
 from catamaran.fabric.plan import NODE_CHAIN, ROUTE_PROTOCOL
 from catamaran_lab.config import REAL_NODE_TAINT, SECOND_NODE_TAINT
+from catamaran_lab.images import Image
+from catamaran_lab.paths import REPO_ROOT
 
 from . import federation
+from .guide import GUIDE, Guide, StandIn, fenced_blocks, user_environment
 from .lab_access import get_json, kill_container_process, require_real_node, wait_for
-from .manifests import http_service, real_pod
-from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
+from .manifests import BUSYBOX, REAL_NODE_SELECTOR, REAL_NODE_TOLERATION, http_service, real_pod
+from .playbooks import ansible_env, hosts, run_playbook, write_inventory
 from .test_fabric import TO_VIRTUAL_NODE, answered, apply, backends_and_client, fetch, foreign, web_pod
 
 pytestmark = pytest.mark.integration
@@ -41,34 +56,40 @@ NAMESPACE = "fabric-deployed"  # offloaded to the provider: its Services are ref
 TWIN = f"{NAMESPACE}-{CONSUMER}"
 LOCAL = "fabric-deployed-local"  # the consumer's own pods
 GATEWAY_SELECTOR = "app.kubernetes.io/component=gateway"
+GUIDE_INVENTORY = GUIDE / "inventory.yml"
+GUIDE_NAMESPACE = "shop"  # the guide's offloaded namespace
+GUIDE_IMAGE = "busybox:1.36"  # the guide's Deployment's image, from Docker Hub
+GATEWAY_NODE_LABEL = "catamaran.example.com/gateway"  # the guide's controller_gateway_node_selector
 ROUTE_AGENT_SELECTOR = "app.kubernetes.io/component=route-agent"
 
 
-def fabric_inventory(lab) -> dict:
-    """The lab's inventory for cluster-1 and cluster-2 only, every process a pod on its cluster's (first) real node."""
-    inventory = lab_inventory()
+def guide_inventory(lab, image: str, registry: dict, gateway: bool = True) -> dict:
+    """The guide's inventory (docs/guide/inventory.yml) with what only the lab needs, each said why; the guide's
+    kubeconfigs (`~/.kube/<cluster>.kubeconfig`) are the user's home's."""
+    inventory = yaml.safe_load(GUIDE_INVENTORY.read_text())
     clusters = hosts(inventory)
-    del clusters["cluster-3"]
-    consumer = clusters[CONSUMER]
-    consumer["catamaran_peerings"] = [p for p in consumer["catamaran_peerings"] if p["provider"] == PROVIDER]
-    consumer["catamaran_offloaded_namespaces"] = [{"namespace": NAMESPACE, "pod_offloading_strategy": "LocalAndRemote"}]
-    for name in CLUSTERS:
-        first_node = {"kubernetes.io/hostname": first_real_node(lab, name)}
-        clusters[name].update(
-            controller_node_selector=first_node,
-            # The lab's inventory turns the gateway on (mode fabric) where a cluster has a real node: here its pod goes
-            # to that node.
-            controller_gateway_node_selector=first_node,
-        )
-    # The provider's gateway behind a NodePort Service, as users expose it: no address given, the peering reads the
-    # gateway node's address and the node port back.
-    clusters[PROVIDER]["catamaran_network"] = {"mode": "fabric", "gateway_service": {"type": "NodePort"}}
     inventory["catamaran_clusters"]["vars"].update(
-        controller_mode="deployment",
-        controller_image_pull_policy="Never",  # imported into the real nodes, never pulled
-        controller_tolerations=[{**REAL_NODE_TAINT, "operator": "Equal"}],
-        # A pod reaches its API server where the real nodes reach theirs (as test_deployment_federation says).
-        catamaran_api_server="{{ catamaran_home_api_server }}",
+        controller_image=image,  # where install.md's commands pushed it
+        # The guide's commented line: the lab's registry wants credentials.
+        controller_image_pull_credentials=[
+            {"registry": registry["address"], "username": registry["username"], "password": registry["password"]}
+        ],
+        # The lab's real nodes are tainted (its kwok nodes run no container): the controller asks for them.
+        controller_tolerations=[REAL_NODE_TOLERATION],
+        controller_gateway=gateway,
+    )
+    for name in CLUSTERS:
+        clusters[name]["controller_node_selector"] = {"kubernetes.io/hostname": first_real_node(lab, name)}
+    # The guide's commented lines: the kubeconfigs name 127.0.0.1, which pods do not reach.
+    clusters[CONSUMER]["catamaran_home_api_server"] = lab.recorded_config().cluster(CONSUMER).node_facing_server
+    clusters[PROVIDER]["catamaran_api_server"] = lab.recorded_config().cluster(PROVIDER).node_facing_server
+    consumer = clusters[CONSUMER]
+    # Offloaded pods run on the provider's real node (its kwok nodes run no container).
+    (peering,) = consumer["catamaran_peerings"]
+    peering.update(provider_node_selector=REAL_NODE_SELECTOR, provider_tolerations=[REAL_NODE_TOLERATION])
+    # The tests' own namespace beside the guide's `shop`: pods there run on either side.
+    consumer["catamaran_offloaded_namespaces"].append(
+        {"namespace": NAMESPACE, "pod_offloading_strategy": "LocalAndRemote"}
     )
     return inventory
 
@@ -95,27 +116,134 @@ def node_network(lab, cluster: str) -> tuple[str, str]:
     return facts["network_namespace"], facts["interface_prefix"]
 
 
+@dataclass
+class Deployed:
+    """The guide's federation: its inventory (as run), the user's home and the lab's registry facts."""
+
+    inventory: dict = field(repr=False)  # credentials: never in a test report
+    home: Path
+    image: str
+    registry: dict = field(repr=False)
+
+
+def user_home(lab, home: Path, registry: dict) -> None:
+    """What the guide assumes a user has: a kubeconfig per cluster (contexts named after the clusters), the
+    registry's CA where skopeo looks (install.md), a password file."""
+    (home / ".kube").mkdir(parents=True)
+    for name in CLUSTERS:
+        shutil.copy(lab.kubeconfig(name), home / ".kube" / f"{name}.kubeconfig")
+    trust = home / ".config" / "containers" / "certs.d" / registry["address"]
+    trust.mkdir(parents=True)
+    shutil.copy(registry["ca"], trust / "ca.crt")
+    password = home / "registry-password"
+    password.touch(mode=0o600)
+    password.write_text(registry["password"])
+
+
+def checkout(workdir: Path, artifact: Path, image: Image) -> None:
+    """The directory install.md's commands run in, as `make collection` and `make image` leave a checkout."""
+    (workdir / "dist").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "galaxy.yml", workdir)
+    (workdir / "dist" / artifact.name).symlink_to(artifact)
+    (workdir / "dist" / image.archive.name).symlink_to(image.archive)
+
+
+def selector(labels: dict) -> str:
+    return ",".join(f"{key}={value}" for key, value in labels.items())
+
+
+def unlabel_gateway_node(lab, cluster: str, node: str) -> None:
+    lab.kubectl(cluster, "label", "node", node, f"{GATEWAY_NODE_LABEL}-", check=False)
+
+
 @pytest.fixture(scope="module")
-def deployed(lab, lab_config_in_use, installed_collections, controller_image_archive, tmp_path_factory):
+def deployed(lab, lab_config_in_use, collection_artifact, controller_image_archive, tmp_path_factory):
+    """docs/guide's commands, in order, against cluster-1 and cluster-2 of the lab: the collection installed into a
+    fresh home, the controller's image pushed to the lab's registry and pulled from it with credentials, site.yml
+    with the guide's inventory (deployment mode, as the guide leaves it, the default), a Deployment offloaded; after
+    the module's tests, the guide's uninstall."""
     for name in CLUSTERS:
         require_real_node(lab_config_in_use.cluster(name))
     if lab_config_in_use.overlapping_pod_cidrs:
         pytest.fail("deployment mode needs a lab whose pod ranges do not overlap: the host, where the API servers run, "
                     "routes to the pods only then (unset CATAMARAN_LAB_OVERLAP)", pytrace=False)  # fmt: skip
-    # The consumer's second node, where no gateway runs: its pods reach the provider through its route agent.
-    lab.add_second_real_node(CONSUMER, (controller_image_archive,))
-    inventory = write_inventory(tmp_path_factory.mktemp("fabric-deployed"), fabric_inventory(lab), lab)
+    registry = lab.registry_facts(CONSUMER)  # the address cluster-1's node reaches it at; every node trusts it
+    version = controller_image_archive.name.rpartition(":")[2]
+    image = f"{registry['address']}/catamaran/controller:{version}"
+    home = tmp_path_factory.mktemp("guide-home")
+    workdir = home / "catamaran"
+    user_home(lab, home, registry)
+    checkout(workdir, collection_artifact, controller_image_archive)
+    inventory = guide_inventory(lab, image, registry)
+    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    gateway_nodes = {name: first_real_node(lab, name) for name in CLUSTERS}
+    built_once_by_make = "the run builds it once, with the same script (tests/integration/conftest.py), into dist/"
+    kubeconfigs = [home / ".kube" / f"{name}.kubeconfig" for name in CLUSTERS]
+    environment = user_environment(home, lab.cache.path("kubectl"), kubeconfigs, Path(ansible_env()["TMPDIR"]))
+    guide = Guide(
+        home,
+        workdir,
+        environment,
+        substitutions={
+            "<registry>": registry["address"],
+            "<user>": registry["username"],
+            "<password file>": str(home / "registry-password"),
+            **{f"<node of {name}>": node for name, node in gateway_nodes.items()},
+        },
+        stand_ins={
+            "make collection": StandIn(built_once_by_make),
+            "make image": StandIn(built_once_by_make),
+            "ansible-playbook -i inventory.yml catamaran.federation.teardown -e catamaran_teardown_crds=true": StandIn(
+                "the lab's clusters serve this worker's other tests, whose CRDs stay (the crds role's removal is "
+                "proven by its Molecule scenario)"
+            ),
+        },
+    )
+    # The consumer's second node, where no gateway runs: its pods reach the provider through its route agent. It
+    # pulls the controller's image from the registry like the first.
+    lab.add_second_real_node(CONSUMER)
     try:
-        run = run_playbook(inventory, collections=installed_collections)
-        assert run.returncode == 0, f"site.yml: {run.failures()}"
+        guide.run("install.md")  # the collection, into the home's collections path
+        guide.run("install.md")  # its Python libraries
+        guide.run("install.md")  # the image, pushed to the lab's registry
+        guide.run("peer.md")  # the gateway nodes labelled
+        guide.run("peer.md")  # validate, plan, converge
+        guide.run("peer.md", retry_for=60)  # the checks
+        (web,) = [body for body in fenced_blocks("offload.md", "yaml") if "kind: Deployment" in body]
+        (workdir / "web.yaml").write_text(web.replace(GUIDE_IMAGE, BUSYBOX))  # the lab has no Docker Hub
+        guide.run("offload.md")  # applied, rolled out
+        pods = get_json(lab, CONSUMER, "pods", "-n", GUIDE_NAMESPACE, "-l", "app=web")["items"]
+        guide.substitutions["<pod>"] = pods[0]["metadata"]["name"]
+        guide.run("offload.md", retry_for=90)  # the consumer's view (top once metrics have a sample)
+        guide.run("offload.md", retry_for=30)  # the provider's
+        guide.substitutions.update({"<provider>": PROVIDER, "<namespace>": GUIDE_NAMESPACE})
+        for _ in range(3):  # the troubleshooting page's looks, on a federation that works
+            guide.run("troubleshooting.md")
+        assert registry["password"] not in "".join(guide.transcript), "the registry's password was printed"
         lab.kubectl(CONSUMER, "create", "namespace", LOCAL)
         wait_for(lambda: lab.kubectl(CONSUMER, "-n", LOCAL, "get", "sa", "default", check=False).returncode == 0)
-        yield inventory
+        yield Deployed(inventory, home, image, registry)
     finally:
         lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, LOCAL, "--timeout=120s", check=False, timeout=150)
-        teardown = run_playbook(inventory, playbook="teardown.yml", collections=installed_collections)
         try:
-            assert teardown.returncode == 0, teardown.failures()
+            # uninstall.md: the provider removed from the consumer's peerings (and its namespaces, which need one).
+            uninstalled = yaml.safe_load((workdir / "inventory.yml").read_text())
+            consumer = hosts(uninstalled)[CONSUMER]
+            consumer["catamaran_peerings"] = []
+            del consumer["catamaran_offloaded_namespaces"]
+            (workdir / "inventory.yml").write_text(yaml.safe_dump(uninstalled, sort_keys=False))
+            # Every peering of the host going is refused, before any change, until the host says it means it.
+            refused = guide.shell("ansible-playbook -i inventory.yml catamaran.federation.site --check", "no switch")
+            assert refused.returncode != 0, "site.yml would remove every peering without catamaran_allow_prune_all"
+            assert f"This run would remove every peering ({PROVIDER})" in refused.stdout, refused.stdout[-3000:]
+            consumer["catamaran_allow_prune_all"] = True
+            (workdir / "inventory.yml").write_text(yaml.safe_dump(uninstalled, sort_keys=False))
+            plan = guide.run("uninstall.md")  # un-peer: the plan, then the run
+            # The plan showed the ForeignCluster going (after: null).
+            removal = rf"^\+\s+['\"]{CONSUMER}: ForeignCluster {SYSTEM_NAMESPACE}/{PROVIDER}['\"]: null"
+            assert re.search(removal, plan, re.MULTILINE), plan[-6000:]
+            guide.run("uninstall.md")  # teardown.yml
+            guide.finish()
             for cluster in CLUSTERS:
                 assert nothing_of_the_fabric_left(lab, cluster) == {}, cluster
             # The peering's Service in front of the provider's gateway went with the peering.
@@ -123,6 +251,9 @@ def deployed(lab, lab_config_in_use, installed_collections, controller_image_arc
             assert [service["metadata"]["name"] for service in services] == []
             assert nothing_of_the_fabric_left(lab, CONSUMER, second_node(lab).layout.netns) == {}, "second node"
         finally:
+            lab.kubectl(CONSUMER, "delete", "namespace", GUIDE_NAMESPACE, "--wait=false", check=False)
+            for name, node in gateway_nodes.items():
+                unlabel_gateway_node(lab, name, node)
             lab.remove_second_real_node(CONSUMER)
 
 
@@ -186,6 +317,45 @@ def test_each_gateway_is_one_pod_on_its_node_with_net_admin_only(lab, deployed):
         lambda: (c := network_ready(lab)).get("status") == "True" and c, timeout=90, what="NetworkReady=True"
     )
     assert condition["reason"] == "TunnelUp"
+
+
+def test_every_catamaran_pod_runs_from_the_registrys_image_pulled_with_its_secret(lab, deployed):
+    """No mode given (deployment, the default): every process is a pod of its cluster, its image pulled from the lab's
+    registry (the digest the registry serves, not an image imported by hand) with the role's pull Secret."""
+    repository = deployed.image.rpartition(":")[0]  # an imageID in it: pulled from the registry, not imported
+    seen: dict = {}
+
+    def every_pod_running() -> set | None:
+        seen.clear()
+        for cluster in CLUSTERS:
+            # The route agents' DaemonSet covers the kwok nodes too, whose pods run no container.
+            real_nodes = get_json(lab, cluster, "nodes", "-l", selector(REAL_NODE_SELECTOR))["items"]
+            real_node_names = {node["metadata"]["name"] for node in real_nodes}
+            for namespace in (SYSTEM_NAMESPACE, FABRIC_NAMESPACE):
+                for pod in get_json(lab, cluster, "pods", "-n", namespace)["items"]:
+                    if pod["spec"].get("nodeName") not in real_node_names | {None}:
+                        continue
+                    statuses = pod["status"].get("containerStatuses") or []
+                    seen[f"{cluster}/{namespace}/{pod['metadata']['name']}"] = {
+                        "component": pod["metadata"]["labels"].get("app.kubernetes.io/component"),
+                        "phase": pod["status"].get("phase"),
+                        "secrets": pod["spec"].get("imagePullSecrets", []),
+                        "images": {(s["image"], s["imageID"].partition("@sha256:")[0]) for s in statuses},
+                    }
+        running = all(
+            pod["phase"] == "Running" and pod["images"] and all(i for _, i in pod["images"]) for pod in seen.values()
+        )
+        return {(name.split("/")[0], pod["component"]) for name, pod in seen.items()} if running else None
+
+    try:
+        components = wait_for(every_pod_running, timeout=60, what="every Catamaran pod Running")
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {seen}") from None
+    for name, pod in seen.items():
+        assert {"name": "catamaran-image-pull"} in pod["secrets"], (name, pod)
+        assert pod["images"] == {(deployed.image, repository)}, (name, pod)
+    expected = {"manager", "gateway", "route-agent"}
+    assert {(CONSUMER, c) for c in (*expected, "virtual-kubelet")} | {(PROVIDER, c) for c in expected} <= components
 
 
 def test_the_providers_gateway_is_reached_through_its_node_port(lab, deployed):
@@ -362,8 +532,10 @@ def test_a_killed_gateway_is_restarted_by_the_kubelet_and_traffic_resumes(lab, d
 def test_a_gateway_turned_off_goes_with_its_rights_and_leaves_its_node_clean(
     lab, deployed, installed_collections, tmp_path
 ):
-    inventory = fabric_inventory(lab)
+    inventory = copy.deepcopy(deployed.inventory)
     inventory["catamaran_clusters"]["vars"]["controller_gateway"] = False
+    for name in CLUSTERS:  # the guide's home's kubeconfigs, for a run outside that home
+        hosts(inventory)[name]["catamaran_kubeconfig"] = str(deployed.home / ".kube" / f"{name}.kubeconfig")
     run = run_playbook(write_inventory(tmp_path, inventory, lab), collections=installed_collections)
     assert run.returncode == 0, f"site.yml: {run.failures()}"
     assert nothing_of_the_fabric_left(lab, CONSUMER, second_node(lab).layout.netns) == {}, "second node"

@@ -1,7 +1,7 @@
 """The controller's image pulled from a registry, as users deploy it: the role in deployment mode on cluster-2, the
 image pushed to the lab's registry (TLS, basic auth), the credentials given to the role (a pull Secret of every
-controller pod). A wrong password fails the role at once, naming the image and the reason; the right one runs the
-manager from the registry's image."""
+controller pod). A wrong password fails the role at once, naming the image and the reason. The right one is the
+guide's way, which test_deployment_fabric runs: every controller pod pulls from the registry with the pull Secret."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from datetime import datetime
 import pytest
 import yaml
 
-from catamaran.constants import SYSTEM_NAMESPACE
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
-from .lab_access import get_json, require_real_node, wait_for
+from .lab_access import require_real_node
 from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -93,29 +92,3 @@ def test_a_wrong_registry_password_fails_the_role_at_once_naming_image_and_reaso
         assert seconds < 60, f"the role took {seconds:.0f}s to fail on an image it cannot pull"
     finally:
         assert run_playbook(wrong, playbook=role_playbook(tmp_path, "stopped")).returncode == 0
-
-
-def test_the_right_password_runs_the_manager_from_the_registry(lab, pushed, tmp_path):
-    right = inventory(lab, tmp_path / "right", pushed, pushed["password"])
-    try:
-        run = run_playbook(right, playbook=role_playbook(tmp_path, "started"))
-        assert run.returncode == 0, run.failures()
-        assert pushed["password"] not in run.output
-
-        def manager() -> dict | None:
-            pods = get_json(lab, CLUSTER, "-n", SYSTEM_NAMESPACE, "pods", "-l", "app.kubernetes.io/component=manager")
-            running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
-            return running[0] if running else None
-
-        pod = wait_for(manager, timeout=60, what="the manager pod Running")
-        assert {"name": "catamaran-image-pull"} in pod["spec"]["imagePullSecrets"]
-        (status,) = pod["status"]["containerStatuses"]
-        assert status["image"] == pushed["image"], status
-        assert status["imageID"].startswith(f"{pushed['address']}/{REPOSITORY}@sha256:"), status
-        secret = get_json(lab, CLUSTER, "-n", SYSTEM_NAMESPACE, "secret", "catamaran-image-pull")
-        assert secret["type"] == "kubernetes.io/dockerconfigjson"
-    finally:
-        stop = run_playbook(right, playbook=role_playbook(tmp_path, "stopped"))
-        assert stop.returncode == 0, stop.failures()
-    # Stopped, the controller takes its credentials with it.
-    assert lab.kubectl(CLUSTER, "-n", SYSTEM_NAMESPACE, "get", "secret", "catamaran-image-pull", check=False).returncode
