@@ -10,7 +10,6 @@ no Secret at all, is refused: the registry answers 401 and the kubelet reports t
 from __future__ import annotations
 
 import base64
-import json
 import ssl
 import urllib.error
 import urllib.request
@@ -24,6 +23,7 @@ from catamaran_lab.registry import USERNAME, dockerconfigjson
 
 from .lab_access import get_json, require_real_node, wait_for
 from .manifests import BUSYBOX, real_pod
+from .test_fabric import apply
 
 pytestmark = pytest.mark.integration
 
@@ -127,15 +127,7 @@ def test_a_pod_pulls_a_pushed_image_with_an_image_pull_secret(lab, cluster, push
     image = f"{facts['address']}/{repository}:{tag}"
     secret = _pull_secret("registry-credentials", facts["address"], facts["username"], facts["password"])
     items = [secret, _pod("pulled", image, "registry-credentials")]
-    lab.kubectl(
-        cluster.name,
-        "-n",
-        namespace,
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-    )
+    apply(lab, cluster.name, namespace, *items)
     lab.kubectl(
         cluster.name, "-n", namespace, "wait", "--for=condition=Ready", "pod/pulled", "--timeout=120s", timeout=150
     )
@@ -158,15 +150,7 @@ def test_a_pull_without_the_right_credentials_is_refused(lab, cluster, pushed, n
     items = [_pod(name, image, secret)]
     if secret:
         items.insert(0, _pull_secret(secret, facts["address"], facts["username"], facts["password"] + "-wrong"))
-    lab.kubectl(
-        cluster.name,
-        "-n",
-        namespace,
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-    )
+    apply(lab, cluster.name, namespace, *items)
 
     seen: list[dict] = []
 
@@ -197,15 +181,7 @@ def test_a_node_trusts_the_registry_under_another_clusters_address(lab, lab_conf
         _pull_secret("other-address", address, facts["username"], facts["password"]),
         _pod("other-address", f"{address}/{repository}:{tag}", "other-address"),
     ]
-    lab.kubectl(
-        cluster.name,
-        "-n",
-        namespace,
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-    )
+    apply(lab, cluster.name, namespace, *items)
     lab.kubectl(
         cluster.name,
         "-n",
