@@ -55,7 +55,6 @@ class Guide:
     install.md says); `substitutions` fill placeholders and lab-only values; `stand_ins` map a guide command (its
     text without comment) to what runs instead."""
 
-    home: Path
     workdir: Path
     env: dict[str, str]
     substitutions: dict[str, str] = field(default_factory=dict)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -31,23 +32,51 @@ class PlaybookRun:
     def output(self) -> str:
         return self.stdout + self.stderr
 
+    def document(self) -> dict:
+        """What the ansible.posix.json callback printed."""
+        return json.loads(self.stdout[self.stdout.index("{") :])
+
     def stats(self) -> dict:
         """Per-host counters from the ansible.posix.json callback."""
-        return json.loads(self.stdout[self.stdout.index("{") :])["stats"]
+        return self.document()["stats"]
 
     def changed(self) -> dict[str, int]:
         return {host: counts["changed"] for host, counts in self.stats().items()}
 
+    def task_seconds(self, name: str) -> float:
+        """How long the first task whose name ends with `name` took (the json callback's task duration)."""
+        for play in self.document()["plays"]:
+            for task in play["tasks"]:
+                if task["task"]["name"].endswith(name):
+                    duration = task["task"]["duration"]
+                    start, end = (datetime.fromisoformat(duration[k].replace("Z", "+00:00")) for k in ("start", "end"))
+                    return (end - start).total_seconds()
+        raise AssertionError(f"no task {name!r} ran")
+
     def failures(self) -> list[str]:
         """Every failed task's message (json callback)."""
-        document = json.loads(self.stdout[self.stdout.index("{") :])
         messages = []
-        for play in document["plays"]:
+        for play in self.document()["plays"]:
             for task in play["tasks"]:
                 for host, result in task["hosts"].items():
                     if result.get("failed"):
                         messages.append(f"{host}: {task['task']['name']}: {result.get('msg')}")
         return messages
+
+
+def controller_playbook(directory: Path, cluster: str, state: str = "started") -> Path:
+    """A playbook of the crds and controller roles alone for `cluster`, as site.yml runs them (the manager's
+    informers need the CRDs, which a fresh lab lacks), with `controller_state`."""
+    path = directory / f"controller-{state}.yml"
+    play = {
+        "name": f"The CRDs and the controller, {state}",
+        "hosts": cluster,
+        "gather_facts": False,
+        "roles": [{"role": "catamaran.federation.crds"}, {"role": "catamaran.federation.controller"}],
+        "vars": {"controller_state": state},
+    }
+    path.write_text(yaml.safe_dump([play]))
+    return path
 
 
 def lab_inventory() -> dict:

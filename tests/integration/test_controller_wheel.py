@@ -21,7 +21,7 @@ import yaml
 from catamaran_lab.paths import REPO_ROOT
 
 from .lab_access import wait_for
-from .playbooks import lab_inventory, run_playbook, write_inventory
+from .playbooks import controller_playbook, lab_inventory, run_playbook, write_inventory
 
 CLUSTER = "cluster-2"
 MANAGER = f"manager-{CLUSTER}"
@@ -97,24 +97,6 @@ def test_a_wheel_builds_from_the_installed_collection(installed_collections, tmp
     ]
 
 
-def role_playbook(directory: Path) -> Path:
-    path = directory / "controller.yml"
-    path.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "The CRDs and the controller, local mode",
-                    "hosts": CLUSTER,
-                    "gather_facts": False,
-                    # As site.yml does: the manager's informers need the CRDs, which a fresh lab lacks.
-                    "roles": [{"role": "catamaran.federation.crds"}, {"role": "catamaran.federation.controller"}],
-                }
-            ]
-        )
-    )
-    return path
-
-
 def cmdline(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
@@ -147,7 +129,7 @@ def own_collections(installed_collections, tmp_path):
 
 def test_local_mode_runs_the_installed_wheel(lab, own_collections, tmp_path):
     inventory = write_inventory(tmp_path, lab_inventory(), lab)
-    playbook = role_playbook(tmp_path)
+    playbook = controller_playbook(tmp_path, CLUSTER)
     state_dir = lab.root / "controller"  # the lab inventory's controller_state_dir
     venv = state_dir / "venv"
     processes = state_dir / CLUSTER

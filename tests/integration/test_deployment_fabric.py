@@ -126,12 +126,21 @@ class Deployed:
     registry: dict = field(repr=False)
 
 
+def guide_kubeconfig(home: Path, cluster: str) -> Path:
+    """Where the guide's inventory has the cluster's kubeconfig: `~/.kube/<cluster>.kubeconfig`."""
+    return home / ".kube" / f"{cluster}.kubeconfig"
+
+
+def write_guide_inventory(workdir: Path, inventory: dict) -> None:
+    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+
+
 def user_home(lab, home: Path, registry: dict) -> None:
     """What the guide assumes a user has: a kubeconfig per cluster (contexts named after the clusters), the
     registry's CA where skopeo looks (install.md), a password file."""
     (home / ".kube").mkdir(parents=True)
     for name in CLUSTERS:
-        shutil.copy(lab.kubeconfig(name), home / ".kube" / f"{name}.kubeconfig")
+        shutil.copy(lab.kubeconfig(name), guide_kubeconfig(home, name))
     trust = home / ".config" / "containers" / "certs.d" / registry["address"]
     trust.mkdir(parents=True)
     shutil.copy(registry["ca"], trust / "ca.crt")
@@ -175,13 +184,12 @@ def deployed(lab, lab_config_in_use, collection_artifact, controller_image_archi
     user_home(lab, home, registry)
     checkout(workdir, collection_artifact, controller_image_archive)
     inventory = guide_inventory(lab, image, registry)
-    (workdir / "inventory.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    write_guide_inventory(workdir, inventory)
     gateway_nodes = {name: first_real_node(lab, name) for name in CLUSTERS}
     built_once_by_make = "the run builds it once, with the same script (tests/integration/conftest.py), into dist/"
-    kubeconfigs = [home / ".kube" / f"{name}.kubeconfig" for name in CLUSTERS]
+    kubeconfigs = [guide_kubeconfig(home, name) for name in CLUSTERS]
     environment = user_environment(home, lab.cache.path("kubectl"), kubeconfigs, Path(ansible_env()["TMPDIR"]))
     guide = Guide(
-        home,
         workdir,
         environment,
         substitutions={
@@ -231,13 +239,13 @@ def deployed(lab, lab_config_in_use, collection_artifact, controller_image_archi
             consumer = hosts(uninstalled)[CONSUMER]
             consumer["catamaran_peerings"] = []
             del consumer["catamaran_offloaded_namespaces"]
-            (workdir / "inventory.yml").write_text(yaml.safe_dump(uninstalled, sort_keys=False))
+            write_guide_inventory(workdir, uninstalled)
             # Every peering of the host going is refused, before any change, until the host says it means it.
             refused = guide.shell("ansible-playbook -i inventory.yml catamaran.federation.site --check", "no switch")
             assert refused.returncode != 0, "site.yml would remove every peering without catamaran_allow_prune_all"
             assert f"This run would remove every peering ({PROVIDER})" in refused.stdout, refused.stdout[-3000:]
             consumer["catamaran_allow_prune_all"] = True
-            (workdir / "inventory.yml").write_text(yaml.safe_dump(uninstalled, sort_keys=False))
+            write_guide_inventory(workdir, uninstalled)
             plan = guide.run("uninstall.md")  # un-peer: the plan, then the run
             # The plan showed the ForeignCluster going (after: null).
             removal = rf"^\+\s+['\"]{CONSUMER}: ForeignCluster {SYSTEM_NAMESPACE}/{PROVIDER}['\"]: null"
@@ -535,7 +543,7 @@ def test_a_gateway_turned_off_goes_with_its_rights_and_leaves_its_node_clean(
     inventory = copy.deepcopy(deployed.inventory)
     inventory["catamaran_clusters"]["vars"]["controller_gateway"] = False
     for name in CLUSTERS:  # the guide's home's kubeconfigs, for a run outside that home
-        hosts(inventory)[name]["catamaran_kubeconfig"] = str(deployed.home / ".kube" / f"{name}.kubeconfig")
+        hosts(inventory)[name]["catamaran_kubeconfig"] = str(guide_kubeconfig(deployed.home, name))
     run = run_playbook(write_inventory(tmp_path, inventory, lab), collections=installed_collections)
     assert run.returncode == 0, f"site.yml: {run.failures()}"
     assert nothing_of_the_fabric_left(lab, CONSUMER, second_node(lab).layout.netns) == {}, "second node"

@@ -5,16 +5,12 @@ guide's way, which test_deployment_fabric runs: every controller pod pulls from 
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-
 import pytest
-import yaml
 
 from catamaran_lab.config import NODE_KIND_LABEL, REAL_NODE_TAINT
 
 from .lab_access import require_real_node
-from .playbooks import hosts, lab_inventory, run_playbook, write_inventory
+from .playbooks import controller_playbook, hosts, lab_inventory, run_playbook, write_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -52,43 +48,18 @@ def inventory(lab, directory, pushed: dict, password: str):
     return write_inventory(directory, declared, lab)
 
 
-def role_playbook(directory, state: str):
-    path = directory / f"controller-{state}.yml"
-    play = {
-        "name": f"The CRDs and the controller in deployment mode, {state}",
-        "hosts": CLUSTER,
-        "gather_facts": False,
-        "roles": [{"role": "catamaran.federation.crds"}, {"role": "catamaran.federation.controller"}],
-        "vars": {"controller_state": state},
-    }
-    path.write_text(yaml.safe_dump([play]))
-    return path
-
-
-def task_seconds(run, name: str) -> float:
-    """How long the task of that name took (the json callback's task duration)."""
-    document = json.loads(run.stdout[run.stdout.index("{") :])
-    for play in document["plays"]:
-        for task in play["tasks"]:
-            if task["task"]["name"].endswith(name):
-                duration = task["task"]["duration"]
-                start, end = (datetime.fromisoformat(duration[k].replace("Z", "+00:00")) for k in ("start", "end"))
-                return (end - start).total_seconds()
-    raise AssertionError(f"no task {name!r} ran")
-
-
 def test_a_wrong_registry_password_fails_the_role_at_once_naming_image_and_reason(lab, pushed, tmp_path):
     wrong = inventory(lab, tmp_path / "wrong", pushed, "not-the-password")
     try:
-        run = run_playbook(wrong, playbook=role_playbook(tmp_path, "started"))
+        run = run_playbook(wrong, playbook=controller_playbook(tmp_path, CLUSTER))
         assert run.returncode != 0, "the role succeeded with a wrong registry password"
         (failure,) = [f for f in run.failures() if ROLLOUT_TASK in f]
         assert pushed["image"] in failure, failure
         assert "ErrImagePull" in failure or "ImagePullBackOff" in failure, failure
         assert "401 Unauthorized" in failure, failure
         assert "not-the-password" not in run.output  # the credential is never printed
-        seconds = task_seconds(run, ROLLOUT_TASK)
+        seconds = run.task_seconds(ROLLOUT_TASK)
         print(f"wrong registry password: the role failed {seconds:.1f}s into waiting for the manager")
         assert seconds < 60, f"the role took {seconds:.0f}s to fail on an image it cannot pull"
     finally:
-        assert run_playbook(wrong, playbook=role_playbook(tmp_path, "stopped")).returncode == 0
+        assert run_playbook(wrong, playbook=controller_playbook(tmp_path, CLUSTER, "stopped")).returncode == 0
