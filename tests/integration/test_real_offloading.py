@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+from fractions import Fraction
 
 import pytest
 
-from catamaran.constants import virtual_node_name
+from catamaran import quantities
+from catamaran.constants import tenant_namespace, virtual_node_name
 
 from . import federation
 from .lab_access import get_json, kill_container_process, require_real_node, wait_for
@@ -236,3 +238,148 @@ def test_a_pod_ignoring_sigterm_for_ten_years_stops_within_the_providers_bound(l
     finally:
         federation.grant_terms(lab, CONSUMER, PROVIDER)
         lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "stubborn", "--grace-period=0", "--force", check=False)
+
+
+def container_resources(status: dict) -> dict:
+    return main_container(status).get("resources") or {}
+
+
+def resize(lab, name: str, requests: dict, limits: dict | None = None) -> None:
+    """`kubectl patch --subresource resize` of the local pod's container, as a user resizes a pod in place."""
+    resources = {"requests": requests, **({"limits": limits} if limits else {})}
+    body = {"spec": {"containers": [{"name": "main", "resources": resources}]}}
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "patch", "pod", name, "--subresource", "resize", "-p", json.dumps(body))
+
+
+def offer_cpu(lab) -> tuple[Fraction, Fraction]:
+    """The tenant's CPU quota on the provider and what its pods use of it, as its ResourceOffer says."""
+    offer = get_json(lab, PROVIDER, "resourceoffer", "resources", "-n", tenant_namespace(CONSUMER))["status"]
+    return quantities.parse(offer["quota"]["cpu"]), quantities.parse(offer["used"]["cpu"])
+
+
+def test_a_resize_reaches_the_remote_container_in_place_as_its_resize_policy_says(lab, fed):
+    """CPU and memory up and down on a running offloaded pod: the same remote pod each time, its container restarted
+    only for memory (its resizePolicy), the local pod showing what the remote kubelet applied, the tenant's usage on
+    the provider following."""
+    pod = offloaded_pod(
+        "resizable",
+        ["sleep", "3600"],
+        container={
+            "resources": {"requests": {"cpu": "5m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
+            "resizePolicy": [
+                {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+            ],
+        },
+    )
+    create(lab, pod)
+    wait_for(
+        lambda: main_container(pod_status(lab, CONSUMER, NAMESPACE, "resizable")).get("ready"),
+        timeout=90,
+        what="resizable Ready on the consumer",
+    )
+    remote_uid = pod_status(lab, PROVIDER, TWIN, "resizable")["metadata"]["uid"]
+
+    steps = [
+        ({"cpu": "15m", "memory": "16Mi"}, {"memory": "32Mi"}, 0),  # cpu up: no restart
+        ({"cpu": "15m", "memory": "24Mi"}, {"memory": "48Mi"}, 1),  # memory up: restarted, as its policy says
+        ({"cpu": "10m", "memory": "24Mi"}, {"memory": "48Mi"}, 1),  # cpu down
+        ({"cpu": "10m", "memory": "20Mi"}, {"memory": "40Mi"}, 2),  # memory down
+    ]
+    for requests, limits, restarts in steps:
+        resize(lab, "resizable", requests, limits)
+
+        def applied(requests=requests, limits=limits, restarts=restarts):
+            local = pod_status(lab, CONSUMER, NAMESPACE, "resizable")
+            shown = container_resources(local)
+            conditions = {c["type"] for c in local["status"].get("conditions") or []}
+            return (
+                shown.get("requests", {}).get("cpu") == requests["cpu"]
+                and shown.get("requests", {}).get("memory") == requests["memory"]
+                and shown.get("limits", {}).get("memory") == limits["memory"]
+                and main_container(local).get("restartCount") == restarts
+                and main_container(local).get("ready")
+                and not conditions & {"PodResizePending", "PodResizeInProgress"}
+                and local
+            )
+
+        local = wait_for(applied, timeout=60, what=f"the resize to {requests} applied and shown on the consumer")
+        assert main_container(local)["allocatedResources"]["cpu"] == requests["cpu"]
+        remote = pod_status(lab, PROVIDER, TWIN, "resizable")
+        assert remote["metadata"]["uid"] == remote_uid, "resized in place, never recreated"
+        assert remote["spec"]["containers"][0]["resources"]["requests"]["cpu"] == requests["cpu"]
+        assert main_container(remote)["restartCount"] == restarts
+
+    # What the tenant's pods request on the provider, the resized one at its new 10m, is what its offer says it uses.
+    def requested_by_the_tenants_pods() -> Fraction:
+        pods = get_json(lab, PROVIDER, "pods", "-A", "-l", f"catamaran.io/origin-cluster-id={CONSUMER}")["items"]
+        live = [p for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")]
+        return sum((quantities.pod_requests(p["spec"]).get("cpu", Fraction(0)) for p in live), Fraction(0))
+
+    wait_for(
+        lambda: offer_cpu(lab)[1] == requested_by_the_tenants_pods(),
+        timeout=30,
+        what="the tenant's used CPU on the ResourceOffer following the resize",
+    )
+
+
+def test_a_resize_past_the_tenants_quota_waits_saying_why_and_happens_once_the_quota_frees(lab, fed):
+    """The provider holds a resize to the tenant's quota: while another pod of the tenant holds it, the local pod shows
+    PodResizePending (Deferred) with the provider's reason and keeps its resources; once that pod goes, the resize
+    happens."""
+    create(lab, offloaded_pod("grows", ["sleep", "3600"], container={"resources": {"requests": {"cpu": "10m"}}}))
+    wait_for(
+        lambda: main_container(pod_status(lab, CONSUMER, NAMESPACE, "grows")).get("ready"),
+        timeout=90,
+        what="grows Ready on the consumer",
+    )
+    quota, used = offer_cpu(lab)
+    half = (quota - used) / 2
+    hog = offloaded_pod(
+        "hog", ["sleep", "3600"], container={"resources": {"requests": {"cpu": f"{int(half * 1000)}m"}}}
+    )
+    create(lab, hog)
+    try:
+        wait_for(
+            lambda: main_container(pod_status(lab, CONSUMER, NAMESPACE, "hog")).get("ready"),
+            timeout=90,
+            what="hog Ready on the consumer",
+        )
+        wanted = f"{int(half * 1000) + 100}m"  # with hog's half, past the quota; alone, well within it
+        resize(lab, "grows", {"cpu": wanted})
+
+        def pending():
+            local = pod_status(lab, CONSUMER, NAMESPACE, "grows")
+            return next((c for c in local["status"]["conditions"] if c["type"] == "PodResizePending"), None)
+
+        condition = wait_for(pending, timeout=30, what="PodResizePending on the consumer's pod")
+        assert condition["status"] == "True"
+        assert condition["reason"] == "Deferred"
+        assert f"exceeds the quota of tenant {CONSUMER}" in condition["message"]
+        remote = pod_status(lab, PROVIDER, TWIN, "grows")
+        assert remote["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "10m", "the remote pod is as it was"
+        event = wait_for(
+            lambda: get_json(
+                lab,
+                CONSUMER,
+                "events",
+                "-n",
+                NAMESPACE,
+                "--field-selector",
+                "involvedObject.name=grows,reason=ResizeRefused",
+            )["items"],
+            timeout=30,
+            what="the provider's ResizeRefused Event mirrored onto the consumer's pod",
+        )[0]
+        assert event["type"] == "Warning"
+    finally:
+        lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "hog", "--wait=false")
+
+    wait_for(
+        lambda: (
+            container_resources(pod_status(lab, CONSUMER, NAMESPACE, "grows")).get("requests", {}).get("cpu") == wanted
+        ),
+        timeout=60,
+        what="the resize applied once hog freed the quota",
+    )
+    wait_for(lambda: pending() is None, timeout=30, what="PodResizePending gone from the consumer's pod")

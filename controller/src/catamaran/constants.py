@@ -208,3 +208,7 @@ NETWORK_READY_CONDITION = "NetworkReady"
 # Whether the provider's network plugin enforces NetworkPolicies where the tenant's pods run (provider/enforcement.py):
 # on the tenant's ResourceOffer, and copied onto the consumer's ForeignCluster.
 NETWORK_POLICY_CONDITION = "NetworkPolicyEnforced"
+# On a ShadowPod (False, reason Infeasible or Deferred) while the provider's manager does not resize its pod in
+# place as the ShadowPod asks (provider/shadowpods.py); the consumer shows it as the pod's PodResizePending
+# (vk/status_back.py).
+SHADOWPOD_RESIZE_CONDITION = "PodResized"

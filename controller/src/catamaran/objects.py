@@ -81,6 +81,17 @@ def changeable_pod_fields(template: dict) -> dict:
     }
 
 
+def container_resources(spec: dict) -> dict[str, dict]:
+    """Each container's resources by name, the part of a running pod's spec an in-place resize (`pods/resize`)
+    changes: its containers' and its sidecars' (init containers that keep running); other init containers never
+    resize."""
+    containers = [
+        *(spec.get("containers") or []),
+        *(c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"),
+    ]
+    return {c["name"]: c.get("resources") or {} for c in containers}
+
+
 def deletion_grace(annotations: dict | None) -> int | None:
     """The grace period a ShadowPod's ANNOTATION_DELETION_GRACE asks for; None when unset or not a whole number."""
     value = (annotations or {}).get(ANNOTATION_DELETION_GRACE) or ""

@@ -20,7 +20,8 @@ it unchanged and a test asserts on the objects it leaves:
   (lists of dicts merged by the keys in STRATEGIC_MERGE_KEYS, others replaced; no $patch directives) on built-in
   kinds only. A resourceVersion in the patch is a precondition. The status subresource changes only the status, the
   main resource never does (for kinds with a status subresource: lightkube gives their class a `.Status`); the
-  ephemeralcontainers subresource changes only spec.ephemeralContainers, and only by adding. A pod's spec changes
+  ephemeralcontainers subresource changes only spec.ephemeralContainers, and only by adding; the resize subresource
+  only containers' resources (requests never removed), counting the pod's generation. A pod's spec changes
   only as ValidatePodUpdate allows (images, activeDeadlineSeconds lowered, tolerations added). A patch changing
   nothing writes nothing. Server-side apply and replace are not modelled (NotImplementedError).
 - list and watch: namespace, label selector and field selector (equalities, on any dotted path); a watch (through
@@ -278,6 +279,23 @@ def pod_update_problem(old: Obj, new: Obj) -> str | None:
         if after["tolerations"] is None:
             after.pop("tolerations")
     return None if after == before else POD_UPDATE_FORBIDDEN
+
+
+def pod_resize_problem(old: Obj, new: Obj) -> str | None:
+    """Why the API server refuses a `pods/resize` (only containers' resources change, requests stay, QoS class
+    aside), for the changes the tests make."""
+    before, after = copy.deepcopy(old.get("spec") or {}), copy.deepcopy(new.get("spec") or {})
+    for kind in ("containers", "initContainers"):
+        for container, previous in zip(after.get(kind) or [], before.get(kind) or [], strict=False):
+            was = previous.get("resources") or {}
+            now = container.get("resources") or {}
+            if set(was.get("requests") or {}) - set(now.get("requests") or {}):
+                where = f"spec.{kind}[{previous['name']}].resources.requests"
+                return f"{where}: Forbidden: resource requests cannot be removed"
+            container["resources"] = was
+    if after != before:
+        return "spec: Forbidden: only cpu and memory resources are mutable"
+    return None
 
 
 # -- watches and lists ------------------------------------------------------------------------------------------------
@@ -726,6 +744,17 @@ class FakeCluster:
                     kind, name, "spec.ephemeralContainers: Forbidden: existing ephemeral containers may not be changed"
                 )
             result.setdefault("spec", {})["ephemeralContainers"] = after
+        elif subresource == "resize":
+            result = copy.deepcopy(old)
+            if problem := pod_resize_problem(old, new):
+                raise invalid(kind, name, problem)
+            for kind_name in ("containers", "initContainers"):
+                for container, changed in zip(
+                    result["spec"].get(kind_name) or [], new["spec"].get(kind_name) or [], strict=False
+                ):
+                    container["resources"] = changed.get("resources") or {}
+            if result != old:
+                result["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
         elif subresource is None:
             result = new
             for immutable in ("uid", "name", "namespace", "creationTimestamp", "deletionTimestamp", "resourceVersion"):

@@ -437,6 +437,7 @@ def test_a_view_follows_its_source_and_reports_objects_entering_and_leaving_it()
             "annotations": {},
             "activeDeadlineSeconds": None,
         },
+        "resources": {"app": {}},
         "ephemeralContainers": [],
         "status": {"phase": "Running", "podIP": "10.0.0.1"},
     }

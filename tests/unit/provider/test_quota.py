@@ -55,6 +55,23 @@ def test_a_pod_being_replaced_does_not_count_against_its_replacement():
     assert ledger.admit(("t", "b"), "c", {"cpu": Fraction(0)}, cap) == ["pods (requested 1, in use 1, quota 1)"]
 
 
+def test_a_resize_is_reserved_until_the_pod_is_seen_resized():
+    ledger = quota.Ledger()
+    cap = {"cpu": Fraction(2), "pods": Fraction(10)}
+    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1, 2)})
+    ledger.observe(("t", "b"), "c", {"cpu": Fraction(1, 2)})
+    # a's resize is judged without a's own use, and what it adds is held for it.
+    assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(1)}, cap) == []
+    assert ledger.used("c") == {"cpu": Fraction(3, 2), "pods": Fraction(2)}
+    assert ledger.admit(("t", "b"), "c", {"cpu": Fraction(3, 2)}, cap) == ["cpu (requested 1500m, in use 1, quota 2)"]
+    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1, 2)})  # its status changed, not yet its spec: still held
+    assert ledger.used("c") == {"cpu": Fraction(3, 2), "pods": Fraction(2)}
+    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1)})  # seen resized: settled, counted once
+    assert ledger.used("c") == {"cpu": Fraction(3, 2), "pods": Fraction(2)}
+    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1, 4)})  # resized down later: nothing held
+    assert ledger.used("c") == {"cpu": Fraction(3, 4), "pods": Fraction(2)}
+
+
 def test_a_pod_beyond_every_node_says_by_how_much_and_one_that_fits_a_node_passes():
     nodes = [{"cpu": "8", "memory": "32Gi", "pods": "110"}, {"cpu": "4", "memory": "64Gi", "pods": "110"}]
     fits = {"cpu": quantities.parse("6"), "memory": quantities.parse("16Gi")}

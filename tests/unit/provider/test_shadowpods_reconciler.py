@@ -68,6 +68,35 @@ def api_refuses_pod(code: int, message: str) -> Step:
     return step
 
 
+def api_refuses_resize(code: int, message: str) -> Step:
+    async def step(world: Provider) -> None:
+        world.cluster.fail("patch", Pod.Resize, code, message, name="web")
+
+    return step
+
+
+def resize_refused(reason: str) -> Callable[[list], bool]:
+    """Conditions saying the pod is not resized as asked (PodResized False) for `reason`, with a message."""
+
+    def holds(conditions: list) -> bool:
+        said = [(c["status"], c["reason"], bool(c["message"])) for c in conditions if c["type"] == "PodResized"]
+        return said == [("False", reason, True)]
+
+    return holds
+
+
+def refused_resize(status: dict) -> dict:
+    """`status` with a resize refused."""
+    condition = {
+        "type": "PodResized",
+        "status": "False",
+        "reason": "Deferred",
+        "message": "no",
+        "lastTransitionTime": "x",
+    }
+    return {**status, "conditions": [*status.get("conditions", []), condition]}
+
+
 @dataclass
 class Case:
     id: str
@@ -283,6 +312,58 @@ CASES = [
         writes=[{"verb": "patch", "kind": "Pod"}],
     ),
     Case(
+        "resize: the ShadowPod's new requests reach the running pod in place (pods/resize), no status written",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "300m"})], status=CURRENT),),
+        pods=(made_pod(provider_shadow(containers=[requesting({"cpu": "100m"})])),),
+        pod={
+            "metadata": {"uid": "remote-uid-web"},
+            "spec": {"containers": [{"resources": {"requests": {"cpu": "300m"}}}]},
+        },
+        writes=[{"verb": "patch", "kind": "Pod", "subresource": "resize", "patch_type": PatchType.STRATEGIC}],
+    ),
+    Case(
+        "resize: past the tenant's whole quota (90 % of 4 CPUs) is Infeasible, the pod left as it is",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "3800m"})], status=CURRENT),),
+        pods=(made_pod(provider_shadow(containers=[requesting({"cpu": "100m"})])),),
+        returns=300,
+        shadow={"status": {"conditions": resize_refused("Infeasible")}},
+        pod={"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}},
+        events=frozenset({("Warning", "ResizeRefused")}),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "resize: past what the tenant's other pods leave of its quota is Deferred",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "1"})], status=CURRENT),),
+        pods=(
+            made_pod(provider_shadow(containers=[requesting({"cpu": "100m"})])),
+            made_pod(provider_shadow("db", containers=[requesting({"cpu": "3"})])),
+        ),
+        returns=300,
+        shadow={"status": {"conditions": resize_refused("Deferred")}},
+        pod={"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}},
+        events=frozenset({("Warning", "ResizeRefused")}),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "resize: the provider's API server refusing it (its ResourceQuota) is said as Infeasible",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "300m"})], status=CURRENT),),
+        pods=(made_pod(provider_shadow(containers=[requesting({"cpu": "100m"})])),),
+        before=api_refuses_resize(403, 'pods "web" is forbidden: exceeded quota: compute, requested: cpu=200m'),
+        returns=300,
+        shadow={"status": {"conditions": resize_refused("Infeasible")}},
+        pod={"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}},
+        events=frozenset({("Warning", "ResizeRefused")}),
+        writes=[{"verb": "patch", "kind": "Pod", "subresource": "resize"}, {"verb": "patch", "kind": "ShadowPod"}],
+    ),
+    Case(
+        "resize: once the pod has the ShadowPod's resources, the refusal is taken back",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "300m"})], status=refused_resize(CURRENT)),),
+        pods=(made_pod(provider_shadow(containers=[requesting({"cpu": "300m"})])),),
+        shadow={"status": {"conditions": lambda found: all(c["type"] != "PodResized" for c in found)}},
+        pod=PRESENT,
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
         "ephemeral containers: kubectl debug's container joins the running pod",
         shadows=(provider_shadow(ephemeral_containers=[ephemeral("debugger", RESTRICTED_CONTAINER)], status=CURRENT),),
         pods=(POD,),
@@ -451,3 +532,50 @@ def test_a_cordoned_tenant_gets_no_new_pod_and_keeps_its_running_ones():
     assert fresh.events() == frozenset({("Warning", "TenantCordoned")})
     assert running.pod() is not None
     assert running_writes == []
+
+
+def test_a_resize_on_the_consumer_reaches_the_remote_pod_in_place_and_its_report_comes_back():
+    """kubectl's `--subresource resize` on the local pod: its ShadowPod follows, the manager resizes the same remote
+    pod (no recreation), and what the remote kubelet then reports of the container's resources reaches the local pod."""
+
+    async def scenario():
+        provider = await Provider().start()
+        consumer = await Consumer(provider=provider.cluster, provider_cidrs=[PROVIDER_POD_RANGE]).start()
+        consumer.local.add(Pod, local_pod(containers=[requesting({"cpu": "100m"})]))
+        await consumer.settle()
+        await consumer.reconcile()
+        await provider.reconcile()
+        provider.run_pod(status=remote_running("10.245.0.9"))
+        await consumer.settle()
+        await provider.reconcile()
+        await consumer.reconcile()
+        first_uid = provider.pod()["metadata"]["uid"]
+
+        resize = {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "300m"}}}]}}
+        await consumer.local.client().patch(
+            Pod.Resize, "web", resize, namespace=NAMESPACE, patch_type=PatchType.STRATEGIC
+        )
+        await consumer.settle()
+        await consumer.reconcile()  # the ShadowPod asks for it
+        await provider.reconcile()  # the pod is resized
+
+        def kubelet_resized(pod: dict) -> None:
+            entry = pod["status"]["containerStatuses"][0]
+            entry["resources"] = pod["spec"]["containers"][0]["resources"]
+            entry["allocatedResources"] = pod["spec"]["containers"][0]["resources"]["requests"]
+
+        provider.cluster.update(Pod, "web", TWIN, kubelet_resized)
+        await consumer.settle()
+        await provider.reconcile()  # its status back
+        await consumer.reconcile()
+        return consumer, provider, first_uid
+
+    consumer, provider, first_uid = run(scenario)
+    assert_matches(
+        provider.pod(),
+        {"metadata": {"uid": first_uid}, "spec": {"containers": [{"resources": {"requests": {"cpu": "300m"}}}]}},
+    )
+    assert provider.shadow()["spec"]["pod"]["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "300m"}}
+    shown = consumer.pod()["status"]["containerStatuses"][0]
+    assert (shown["resources"]["requests"]["cpu"], shown["allocatedResources"]["cpu"]) == ("300m", "300m")
+    assert provider.events() == set()

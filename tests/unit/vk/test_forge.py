@@ -158,6 +158,26 @@ def test_label_annotation_and_deadline_changes_of_a_running_pod_reach_its_shadow
     assert patch["spec"]["pod"]["spec"] == {"activeDeadlineSeconds": 5}
 
 
+def test_a_resize_of_a_running_pod_reaches_its_shadowpod_container_by_container():
+    pod = local_pod()
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "image": "i", "resources": {"requests": {"cpu": "10m"}}},  # runs once: never resized
+        {"name": "proxy", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "10m"}}},
+    ]
+    shadow = forge.shadowpod_for(pod, twin_namespace="shop-c", consumer_id="c", provider_id="p")
+    sent = {"resources": objects.container_resources(shadow["spec"]["pod"]["spec"])}
+    assert set(sent["resources"]) == {"app", "proxy"}
+    assert forge.resized_containers(pod, sent) is None
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "300m"}}
+    pod["spec"]["initContainers"][1]["resources"] = {"requests": {"cpu": "20m"}}
+    assert forge.resized_containers(pod, sent) == [
+        {"op": "test", "path": "/spec/pod/spec/containers/0/name", "value": "app"},
+        {"op": "replace", "path": "/spec/pod/spec/containers/0/resources", "value": {"requests": {"cpu": "300m"}}},
+        {"op": "test", "path": "/spec/pod/spec/initContainers/1/name", "value": "proxy"},
+        {"op": "replace", "path": "/spec/pod/spec/initContainers/1/resources", "value": {"requests": {"cpu": "20m"}}},
+    ]
+
+
 NODE = "catamaran-cluster-2"
 LABELS = {"catamaran.io/type": "virtual-node", "topology.kubernetes.io/region": "region-b"}
 

@@ -170,3 +170,50 @@ def test_a_remote_refusal_also_sets_the_pod_reason():
         {}, shadow, node_ip="10.0.0.1", translate=lambda ip: ip, provider_reachable=True, now=NOW
     )
     assert (status["reason"], status["message"]) == ("QuotaExceeded", "m")
+
+
+RESIZABLE = {
+    "containers": [
+        {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "15m"}, "limits": {"memory": "64Mi"}}}
+    ]
+}
+
+
+def test_a_resize_as_the_remote_kubelet_reports_it_shows_on_the_local_pod():
+    reported = {
+        "name": "app",
+        "resources": {"requests": {"cpu": "15m"}, "limits": {"memory": "64Mi"}},
+        "allocatedResources": {"cpu": "15m"},
+    }
+    in_progress = {"type": "PodResizeInProgress", "status": "True"}
+    shadow_status = running("10.1.0.5", containerStatuses=[reported], conditions=[in_progress])
+    status = status_back.local_pod_status(
+        {}, shadow_status, node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t", spec=RESIZABLE
+    )
+    assert status["containerStatuses"][0]["resources"] == reported["resources"]
+    assert status["containerStatuses"][0]["allocatedResources"] == {"cpu": "15m"}
+    assert in_progress in status["conditions"]
+
+
+def test_a_provider_refusing_a_resize_shows_as_the_kubelets_pod_resize_pending():
+    refused = {"type": "PodResized", "status": "False", "reason": "Deferred", "message": "exceeds the quota of c1"}
+    shadow_status = {**running("10.1.0.5"), "conditions": [refused]}
+    common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, spec=RESIZABLE)
+    status = status_back.local_pod_status({}, shadow_status, now="t1", **common)
+    pending = [c for c in status["conditions"] if c["type"] == "PodResizePending"]
+    assert pending == [
+        {
+            "type": "PodResizePending",
+            "status": "True",
+            "reason": "Deferred",
+            "message": "exceeds the quota of c1",
+            "lastTransitionTime": "t1",
+        }
+    ]
+    later = status_back.local_pod_status(status, shadow_status, now="t2", **common)
+    assert [c for c in later["conditions"] if c["type"] == "PodResizePending"] == pending  # since when, kept
+    odd = {**shadow_status, "conditions": [{**refused, "reason": "BecauseISaySo"}]}
+    shown = status_back.local_pod_status({}, odd, now="t1", **common)
+    assert [c["reason"] for c in shown["conditions"] if c["type"] == "PodResizePending"] == ["Deferred"]
+    resized = status_back.local_pod_status(status, running("10.1.0.5"), now="t3", **common)
+    assert all(c["type"] != "PodResizePending" for c in resized["conditions"])

@@ -213,7 +213,7 @@ def test_fields_the_api_would_not_take_are_not_shown():
         containerID="containerd://\x1b[31m",
         ready="yes",
         started=True,
-        resources={"limits": {"cpu": "64"}},  # not a field the local pod shows of the remote one
+        resources={"limits": {"example.com/gpu": "64"}},  # a resource neither the spec nor the terms name
         state={"terminated": {"exitCode": 2**40, "reason": "Error", "finishedAt": "yesterday", "signal": 9}},
         lastState={"running": {"startedAt": "2026-01-01T00:00:00Z"}, "sleeping": {}},
     )
@@ -233,7 +233,7 @@ def test_fields_the_api_would_not_take_are_not_shown():
     assert "startTime" not in status
     refusals = status_back.report_refusals({"pod": remote}, SPEC)
     assert kinds(refusals) == {trust.STATUS_FIELD_REFUSED}
-    assert any("imageID, containerID, ready and 3 more of container 'app'" in r.message for r in refusals)
+    assert any("imageID, containerID, ready and 4 more of container 'app'" in r.message for r in refusals)
 
 
 def test_conditions_and_states_times_must_be_times():
@@ -305,3 +305,27 @@ def test_what_a_provider_forges_in_a_loop_is_one_event_per_kind_and_never_shown(
         "registry.example/shop/app:1.4",
         trust.RESTART_COUNT_CEILING,
     )
+
+
+def test_reported_resources_name_only_the_specs_resources_each_a_quantity():
+    spec = {
+        "containers": [
+            {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "15m", "memory": "32Mi"}}},
+        ]
+    }
+    kept = {"name": "app", "resources": {"requests": {"cpu": "15m"}}, "allocatedResources": {"memory": "32Mi"}}
+    status = local_status(running("10.102.0.5", containerStatuses=[kept]), lambda ip: ip, spec=spec)
+    assert status["containerStatuses"][0]["resources"] == {"requests": {"cpu": "15m"}}
+    assert status["containerStatuses"][0]["allocatedResources"] == {"memory": "32Mi"}
+    for bad in (
+        {"resources": {"requests": {"example.com/gpu": "8"}}},  # not a resource of the spec's
+        {"resources": {"requests": {"cpu": "lots"}}},
+        {"resources": {"claims": [{"name": "x"}]}},
+        {"allocatedResources": {"cpu": "1" * 100}},
+        {"allocatedResources": ["cpu"]},
+    ):
+        reported = running("10.102.0.5", containerStatuses=[{"name": "app", **bad}])
+        entry = local_status(reported, lambda ip: ip, spec=spec)["containerStatuses"][0]
+        assert "resources" not in entry, bad
+        assert "allocatedResources" not in entry, bad
+        assert kinds(status_back.report_refusals(reported, spec)) == {trust.STATUS_FIELD_REFUSED}, bad

@@ -7,7 +7,7 @@ directly) still cannot take more. Usage is what the tenant's live pods request, 
 
 Between the manager's decision to create a pod and the moment its informer sees that pod, the
 pod is held as a reservation; every admission counts reservations, so concurrent workers never
-admit more than the quota together.
+admit more than the quota together. A resize is reserved the same way until the pod is seen resized.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class Ledger:
         self._reserved: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}
 
     def observe(self, key: Hashable, tenant: str | None, requests: Mapping[str, Fraction] | None) -> None:
-        """A pod as the informer now sees it (`requests` None: gone). Its reservation, if any, is settled."""
+        """A pod as the informer now sees it (`requests` None: gone). Its reservation, if any, is settled once the pod
+        is seen created, or seen with the reserved usage (a resize)."""
         previous = self._seen.pop(key, None)
         if previous is not None:
             _subtract(self._used.setdefault(previous[0], {}), previous[1])
@@ -83,7 +84,9 @@ class Ledger:
             usage = pod_usage(requests)
             self._seen[key] = (tenant, usage)
             quantities.add(self._used.setdefault(tenant, {}), usage)
-            self._reserved.pop(key, None)
+            reserved = self._reserved.get(key)
+            if reserved is not None and (previous is None or reserved[1] == usage):
+                del self._reserved[key]  # created, or seen resized
 
     def used(self, tenant: str, excluding: Hashable | None = None) -> dict[str, Fraction]:
         """What the tenant's pods take now, reservations included; `excluding` a pod being replaced."""
@@ -92,8 +95,11 @@ class Ledger:
         if seen is not None and seen[0] == tenant:
             _subtract(total, seen[1])
         for key, (owner, usage) in self._reserved.items():
-            if owner == tenant and key not in self._seen and key != excluding:
-                quantities.add(total, usage)
+            if owner != tenant or key == excluding:
+                continue
+            # A pod seen already holds a reservation while it is resized: what the resize adds counts.
+            seen_usage = self._seen[key][1] if key in self._seen else {}
+            quantities.add(total, {r: v - seen_usage.get(r, 0) for r, v in usage.items() if v > seen_usage.get(r, 0)})
         return total
 
     def admit(

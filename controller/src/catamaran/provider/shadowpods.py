@@ -26,6 +26,7 @@ from ..constants import (
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_CATAMARAN,
     MAX_TERMINATION_GRACE_SECONDS,
+    SHADOWPOD_RESIZE_CONDITION,
     TERMINAL_PHASES,
     tenant_namespace,
 )
@@ -39,12 +40,13 @@ from ..objects import (
     as_dict,
     changeable_pod_fields,
     condition,
+    container_resources,
     deletion_grace,
     reference,
     set_condition,
     status_patch,
 )
-from . import podsecurity
+from . import podsecurity, quota
 from . import terms as tenant_terms
 from .offers import Placement, ResourceOfferController, TenantTerms
 
@@ -140,7 +142,14 @@ def material_status(status: dict) -> tuple:
         *(status.get("ephemeralContainerStatuses") or []),
     ]
     containers = tuple(
-        (c.get("name"), c.get("ready"), c.get("restartCount"), tuple(sorted((c.get("state") or {}).items(), key=str)))
+        (
+            c.get("name"),
+            c.get("ready"),
+            c.get("restartCount"),
+            tuple(sorted((c.get("state") or {}).items(), key=str)),
+            c.get("resources"),  # what an in-place resize changed, and what the kubelet allocated for it
+            c.get("allocatedResources"),
+        )
         for c in statuses
     )
     return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)
@@ -168,6 +177,7 @@ def compact_pod(pod) -> dict:
     return {
         "metadata": {key: meta.get(key) for key in kept},
         "changeable": changeable_pod_fields(data),
+        "resources": container_resources(data.get("spec") or {}),
         "ephemeralContainers": [c.get("name") for c in (data.get("spec") or {}).get("ephemeralContainers") or []],
         "status": data.get("status") or {},
     }
@@ -188,6 +198,22 @@ def changes_for(pod: dict, wanted: dict) -> dict | None:
     if want["activeDeadlineSeconds"] != have.get("activeDeadlineSeconds"):
         patch["spec"] = {"activeDeadlineSeconds": want["activeDeadlineSeconds"]}
     return patch or None
+
+
+def resize_for(pod: dict, wanted: dict) -> dict | None:
+    """The `pods/resize` strategic merge patch bringing a running pod's containers to the resources of `wanted` (its
+    ShadowPod's pod under the tenant's terms); None when they have them."""
+    have, want = pod.get("resources") or {}, container_resources(wanted["spec"])
+    patch: dict = {}
+    for kind in ("containers", "initContainers"):
+        changed = [
+            {"name": c["name"], "resources": want[c["name"]]}
+            for c in wanted["spec"].get(kind) or []
+            if c["name"] in want and c["name"] in have and want[c["name"]] != have[c["name"]]
+        ]
+        if changed:
+            patch[kind] = changed
+    return {"spec": patch} if patch else None
 
 
 def _owned_by(pod: dict, shadow: dict) -> bool:
@@ -312,15 +338,58 @@ class ShadowPodController:
         wanted = (shadow["spec"]["pod"].get("spec") or {}).get("ephemeralContainers") or []
         if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
             await self._add_ephemeral_containers(shadow, missing)
-        await self._copy_status(shadow, pod)
-        # Only the pod's labels, annotations and deadline change in place: the placement need not be applied.
+        # Only the pod's labels, annotations, deadline and resources change in place: the placement need not be applied.
         consumer, _, terms = self._tenant_terms(shadow)
-        if changes := changes_for(pod, pod_from_shadow(shadow, consumer=consumer, terms=terms if consumer else None)):
+        wanted_pod = pod_from_shadow(shadow, consumer=consumer, terms=terms if consumer else None)
+        resize_refused = None
+        if resize := resize_for(pod, wanted_pod):
+            resize_refused = await self._resize(shadow, consumer, wanted_pod, resize)
+        await self._copy_status(shadow, pod, resize_refused)
+        if changes := changes_for(pod, wanted_pod):
             try:
                 await self.client.patch(Pod, name, changes, namespace=namespace, patch_type=PatchType.MERGE)
             except ApiError as error:  # e.g. a deadline raised: the API server allows only shortening it
                 message = f"the pod's labels, annotations or deadline not updated: {error.status.message or error}"
                 await self.events.record(reference(shadow), "Warning", "RemotePodUpdateRefused", message)
+        return REFUSED_RETRY_S if resize_refused else None
+
+    async def _resize(self, shadow: dict, consumer: str | None, wanted_pod: dict, body: dict) -> tuple[str, str] | None:
+        """Resize the pod in place as its ShadowPod now asks (the consumer's `pods/resize`) once the new requests fit
+        one node and the tenant's quota; else (reason, message) why not: Infeasible, or Deferred while other pods
+        hold the quota (the kubelet's words). A refused resize is tried again when the tenant's usage or terms
+        change, and a Warning Event says why when the reason is new."""
+        meta = shadow["metadata"]
+        key = (meta["namespace"], meta["name"])
+        refusal = self._resize_refusal(key, consumer, wanted_pod) if consumer else None
+        if refusal is None:
+            try:
+                await self.client.patch(
+                    Pod.Resize, meta["name"], body, namespace=meta["namespace"], patch_type=PatchType.STRATEGIC
+                )
+            except ApiError as error:  # the provider's own admission: its ResourceQuota, its LimitRange
+                self.offers.release(key)
+                if error.status.code in (404, 409):
+                    return None  # the pod changed or went meanwhile: its watch brings it back
+                refusal = "Infeasible", f"the provider's API server refused the resize: {error.status.message or error}"
+            else:
+                log.info("pod resized", extra=fields(pod=f"{meta['namespace']}/{meta['name']}"))
+                return None
+        self._refused.setdefault(consumer, set()).add(key)
+        previous = condition(shadow.get("status"), SHADOWPOD_RESIZE_CONDITION) or {}
+        if previous.get("reason") != refusal[0]:
+            await self.events.record(reference(shadow), "Warning", "ResizeRefused", refusal[1])
+        return refusal
+
+    def _resize_refusal(self, key, consumer: str, wanted_pod: dict) -> tuple[str, str] | None:
+        """(reason, message) when the tenant may not have its pod at the resized requests, None once reserved."""
+        namespace = tenant_namespace(consumer)
+        requests = quantities.pod_requests(wanted_pod["spec"])
+        if beyond := self.offers.beyond_every_node(namespace, requests):
+            return "Infeasible", f"no node of this provider the tenant's pods may use can hold it: {'; '.join(beyond)}"
+        if beyond := quota.excess(self.offers.quota(namespace), {}, quota.pod_usage(requests)):
+            return "Infeasible", f"exceeds the whole quota of tenant {consumer} on this provider: {'; '.join(beyond)}"
+        if exceeded := self.offers.admit(key, consumer, requests):
+            return "Deferred", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
         return None
 
     async def _pass_on_grace(self, shadow: dict, pod: dict) -> None:
@@ -366,21 +435,29 @@ class ShadowPodController:
             return
         await self.events.record(reference(shadow), "Normal", "EphemeralContainersAdded", f"added {names}")
 
-    async def _copy_status(self, shadow: dict, pod: dict) -> None:
-        """Copy the Pod's status when something the consumer shows changed; skip intermediate noise."""
+    async def _copy_status(self, shadow: dict, pod: dict, resize_refused: tuple[str, str] | None = None) -> None:
+        """Copy the Pod's status when something the consumer shows changed, and say whether its resize is refused
+        (SHADOWPOD_RESIZE_CONDITION, only while it is); skip intermediate noise."""
         status = shadow.get("status") or {}
         pod_status = pod.get("status") or {}
         uid = pod["metadata"]["uid"]
         replaced = bool(status.get("podUID")) and status["podUID"] != uid
         created = condition(status, "PodCreated")
         unchanged = material_status(status.get("pod") or {}) == material_status(pod_status)
-        if unchanged and not replaced and (created or {}).get("status") != "False":
+        resize = condition(status, SHADOWPOD_RESIZE_CONDITION)
+        resize_said = None if resize is None else (resize.get("reason"), resize.get("message"))
+        if unchanged and not replaced and (created or {}).get("status") != "False" and resize_said == resize_refused:
             return None
+        conditions = set_condition(status.get("conditions") or [], "PodCreated", "True", "Created")
+        if resize_refused is None:
+            conditions = [c for c in conditions if c["type"] != SHADOWPOD_RESIZE_CONDITION]
+        else:
+            conditions = set_condition(conditions, SHADOWPOD_RESIZE_CONDITION, "False", *resize_refused)
         wanted = {
             "phase": pod_status.get("phase", "Pending"),
             "podUID": uid,
             "pod": pod_status,
-            "conditions": set_condition(status.get("conditions") or [], "PodCreated", "True", "Created"),
+            "conditions": conditions,
         }
         if replaced:
             wanted["recreations"] = int(status.get("recreations") or 0) + 1

@@ -24,7 +24,7 @@ from ..constants import (
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
-from ..objects import changeable_pod_fields
+from ..objects import changeable_pod_fields, container_resources
 from ..steering import OFFLOADING_NAME, is_daemonset_pod, selector_matches
 
 TOKEN_NAMESPACE_KEY = "namespace"
@@ -287,6 +287,27 @@ def changed_template(pod: dict, shadow: dict, consumer_id: str, provider_id: str
         for field in ("labels", "annotations")
     }
     return {"spec": {"pod": {"metadata": metadata, "spec": {"activeDeadlineSeconds": wanted["activeDeadlineSeconds"]}}}}
+
+
+def resized_containers(pod: dict, shadow: dict) -> list[dict] | None:
+    """A resize of the local pod (`pods/resize`) that its ShadowPod lacks: the JSON patch replacing the resources of
+    each container that changed, each guarded by a test of the container's name (the forged spec keeps the local
+    order); None when the ShadowPod has them. The provider's manager resizes the remote pod in place."""
+    sent = shadow.get("resources") or {}
+    wanted = container_resources(pod["spec"])
+    operations: list[dict] = []
+    for kind in ("containers", "initContainers"):
+        for index, container in enumerate(pod["spec"].get(kind) or []):
+            name = container["name"]
+            if name not in wanted or name not in sent or wanted[name] == sent[name]:
+                continue
+            path = f"/spec/pod/spec/{kind}/{index}"
+            operations += [
+                {"op": "test", "path": f"{path}/name", "value": name},
+                {"op": "replace" if "resources" in container else "remove", "path": f"{path}/resources"}
+                | ({"value": container["resources"]} if "resources" in container else {}),
+            ]
+    return operations or None
 
 
 def shadowpod_for(

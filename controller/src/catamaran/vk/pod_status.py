@@ -49,7 +49,15 @@ def comparable_status(status: dict) -> dict:
             for c in status.get("conditions") or []
         ),
         "containers": [
-            (c["name"], c.get("image"), c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()))
+            (
+                c["name"],
+                c.get("image"),
+                c.get("ready"),
+                c.get("restartCount"),
+                sorted((c.get("state") or {}).keys()),
+                c.get("resources"),  # an in-place resize applied
+                c.get("allocatedResources"),
+            )
             for kind in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
             for c in status.get(kind) or []
         ],

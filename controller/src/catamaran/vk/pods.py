@@ -27,7 +27,7 @@ from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, changeable_pod_fields, deletion_grace, reference
+from ..objects import as_dict, changeable_pod_fields, container_resources, deletion_grace, reference
 from ..steering import is_daemonset_pod
 from ..twin_claims import TWIN_TAKEN
 from .context import PeeringContext
@@ -35,6 +35,7 @@ from .forge import (
     changed_template,
     missing_ephemeral_containers,
     offload_refusal,
+    resized_containers,
     shadowpod_for,
 )
 from .namespaces import TwinManager
@@ -87,12 +88,13 @@ def compact_local_pod(pod) -> dict:
 
 def compact_shadow(shadow) -> dict:
     """A ShadowPod without its pod spec, which the virtual kubelet never reads back but for the names of its
-    ephemeral containers and what a running pod may still change."""
+    ephemeral containers, what a running pod may still change and its containers' resources (resized in place)."""
     meta = shadow["metadata"]
     pod_spec = ((shadow.get("spec") or {}).get("pod") or {}).get("spec") or {}
     return {
         "ephemeralContainers": [c.get("name") for c in pod_spec.get("ephemeralContainers") or []],
         "changeable": changeable_pod_fields((shadow.get("spec") or {}).get("pod") or {}),
+        "resources": container_resources(pod_spec),
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
@@ -265,6 +267,8 @@ class PodController:
             changes := changed_template(pod, shadow, self.peering.consumer_id, self.peering.provider_id)
         ):
             await self.peering.provider.patch(ShadowPod, name, changes, namespace=twin, patch_type=PatchType.MERGE)
+        if shadow is not None and (resize := resized_containers(pod, shadow)):
+            await self._resize(pod, twin, resize)
         await self.status.update(pod, shadow)
         return None
 
@@ -280,6 +284,21 @@ class PodController:
                 reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", "EphemeralContainersFailed", message
             )
             raise
+
+    async def _resize(self, pod: dict, twin: str, operations: list[dict]) -> None:
+        """Send a resize of the local pod to its ShadowPod; the provider's manager holds it to the tenant's quota."""
+        name = pod["metadata"]["name"]
+        try:
+            await self.peering.provider.patch(ShadowPod, name, operations, namespace=twin, patch_type=PatchType.JSON)
+        except ApiError as error:
+            if error.status.code in (404, 409):
+                return  # the ShadowPod changed meanwhile (its watch requeues the pod) or is gone
+            if error.status.code >= 500 or error.status.code == 429:
+                raise
+            message = sanitised_message(error.status.message or str(error))
+            await self.peering.events.record(
+                reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", "ResizeNotSent", message
+            )
 
     def _token_secret(self, pod: dict, twin: str) -> tuple[str | None, float | None]:
         """The Secret the remote pod reads its tokens from, once it and the consumer's CA are in the twin.

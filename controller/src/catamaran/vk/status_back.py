@@ -11,7 +11,7 @@ import copy
 import ipaddress
 from collections.abc import Mapping, Sequence
 
-from ..constants import TERMINAL_PHASES
+from ..constants import SHADOWPOD_RESIZE_CONDITION, TERMINAL_PHASES
 from .ip_translation import IPTranslator
 from .trust import Refusal, accepted_report, bounded_text, sanitised_message
 
@@ -19,6 +19,8 @@ REMOTE_CONDITION = "catamaran.io/RemotePodCreated"
 # On a local pod while the pod IPs its provider reports are refused (IPTranslator); the pod then shows none.
 POD_IP_CONDITION = "catamaran.io/PodIPAccepted"
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+# A kubelet's reasons for PodResizePending; a provider's other reason is shown as the first.
+RESIZE_PENDING_REASONS = ("Deferred", "Infeasible")
 
 
 def _condition(kind: str, status: str, reason: str = "", message: str = "", when: str | None = None) -> dict:
@@ -101,7 +103,7 @@ def local_pod_status(
         "hostIPs": [{"ip": node_ip}],
     }
     conditions = [local_conditions["PodScheduled"]] if "PodScheduled" in local_conditions else []
-    conditions += report.conditions
+    conditions += _with_resize_refusal(report.conditions, shadow_status, local_conditions, now)
     failure = _creation_failure(shadow_status)
     previous_failure = local_conditions.get(REMOTE_CONDITION)
     if failure is not None:
@@ -146,6 +148,21 @@ def _creation_failure(shadow_status: dict) -> dict | None:
         if condition["type"] == "PodCreated" and condition["status"] == "False":
             return bounded_text(condition)
     return None
+
+
+def _with_resize_refusal(conditions: list[dict], shadow_status: dict, local: dict[str, dict], now: str) -> list[dict]:
+    """The remote pod's conditions, with PodResizePending as a kubelet sets it while the provider's manager does not
+    resize the remote pod as asked (its ShadowPod's SHADOWPOD_RESIZE_CONDITION): the remote kubelet never saw that
+    resize, so its own conditions say nothing of it."""
+    refused = next((c for c in shadow_status.get("conditions") or [] if c["type"] == SHADOWPOD_RESIZE_CONDITION), None)
+    if refused is None or refused.get("status") != "False":
+        return conditions
+    said = bounded_text(refused)
+    reason = said["reason"] if said.get("reason") in RESIZE_PENDING_REASONS else RESIZE_PENDING_REASONS[0]
+    previous = local.get("PodResizePending") or {}
+    since = previous.get("lastTransitionTime") if previous.get("status") == "True" else None
+    pending = _condition("PodResizePending", "True", reason, said.get("message", ""), since or now)
+    return [c for c in conditions if c["type"] != "PodResizePending"] + [pending]
 
 
 def _pod_ip_status(

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .. import quantities
+
 # Kubernetes' reason convention: one CamelCase word. A reason that is not one is replaced by PROVIDER_REASON.
 REASON_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}")
 PROVIDER_REASON = "ProviderReported"
@@ -113,6 +115,11 @@ _TIMESTAMP = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})"
 )
 _INT32 = range(-(2**31), 2**31)
+# The resources a container's reported resources may name besides its spec's: the provider's terms may give defaults
+# of these (provider/terms.py, as a LimitRange would).
+RUNTIME_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# The longest resource quantity a container status shows (the API's are far shorter).
+_QUANTITY_LIMIT = 64
 # How much of a provider's value a message quotes.
 _QUOTED_LIMIT = 60
 # How many refused field names one message names.
@@ -269,8 +276,9 @@ def accepted_container_statuses(
     """The statuses of list `kind` the local pod shows: one per container of the local spec's list
     (`spec_containers`), with the spec's image, its restart count bounded (shown_restart_count) and its fields of the
     types the API takes; and the refusals."""
-    containers = spec_containers if isinstance(spec_containers, list) else []
-    images = {c.get("name"): c.get("image") or "" for c in containers if isinstance(c, dict)}
+    containers = [c for c in spec_containers if isinstance(c, dict)] if isinstance(spec_containers, list) else []
+    images = {c.get("name"): c.get("image") or "" for c in containers}
+    resource_names = {c.get("name"): _resource_names(c) for c in containers}
     accepted: list[dict] = []
     refusals: list[Refusal] = []
     for entry in reported if isinstance(reported, list) else []:
@@ -284,15 +292,64 @@ def accepted_container_statuses(
                 )
             )
             continue
-        status, refused = _container_status(entry, images[name], recreations)
+        status, refused = _container_status(entry, images[name], resource_names[name], recreations)
         accepted.append(status)
         refusals += refused
     return accepted, refusals
 
 
-def _container_status(entry: dict, image: str, recreations: object) -> tuple[dict, list[Refusal]]:
+def _resource_names(container: Mapping) -> frozenset[str]:
+    """The resources a container's reported status may name: those its spec requests or limits, and those the
+    provider's terms may give it defaults of (RUNTIME_RESOURCES)."""
+    resources = container.get("resources")
+    named = (
+        (name for kind in ("requests", "limits") for name in resources.get(kind) or {})
+        if isinstance(resources, dict)
+        else ()
+    )
+    return frozenset((*RUNTIME_RESOURCES, *named))
+
+
+def _amounts(value: object, names: frozenset[str]) -> object:
+    """Resource amounts (allocatedResources, or a resources' requests or limits) of the spec's resources, each a
+    quantity the API takes."""
+    if not isinstance(value, dict) or not value:
+        return _REFUSED
+    for name, amount in value.items():
+        if name not in names or not isinstance(amount, str) or len(amount) > _QUANTITY_LIMIT:
+            return _REFUSED
+        try:
+            quantities.parse(amount)
+        except ValueError:
+            return _REFUSED
+    return dict(value)
+
+
+def _container_resources(value: object, names: frozenset[str]) -> object:
+    """A container's reported `resources` (what the runtime applied, in-place resizes included): its requests and
+    limits of the spec's resources."""
+    if not isinstance(value, dict) or set(value) - {"requests", "limits"}:
+        return _REFUSED
+    shown = {}
+    for kind in ("requests", "limits"):
+        if value.get(kind) is not None:
+            amounts = _amounts(value[kind], names)
+            if amounts is _REFUSED:
+                return _REFUSED
+            shown[kind] = amounts
+    return shown
+
+
+def _container_status(
+    entry: dict, image: str, resource_names: frozenset[str], recreations: object
+) -> tuple[dict, list[Refusal]]:
     name = entry["name"]
-    shown, refused = _checked(entry, _CONTAINER_FIELDS)
+    checks: dict[str, Check] = {
+        **_CONTAINER_FIELDS,
+        "resources": lambda value: _container_resources(value, resource_names),
+        "allocatedResources": lambda value: _amounts(value, resource_names),
+    }
+    shown, refused = _checked(entry, checks)
     refusals = []
     reported_image = entry.get("image")
     if reported_image is not None and not same_image(reported_image, image):
