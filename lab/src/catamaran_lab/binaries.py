@@ -2,11 +2,12 @@
 
 The Kubernetes and etcd pins live in `lab/gomod/go.mod` (the wrapper module), metrics-server's
 in `lab/gomod-metrics-server/go.mod`, CoreDNS's in `lab/gomod-coredns/go.mod`, wireguard-go's in
-`lab/gomod-wireguard/go.mod`, kube-router's in `lab/gomod-kube-router/go.mod` and CNCF Distribution's registry's
-in `lab/gomod-registry/go.mod` (wrapper modules of their own); kwok's pin lives here. The cache directory name is
-derived from the pins plus a digest of the module files, so changing a pin builds into a fresh directory and never
-mixes versions. CoreDNS, wireguard-go, kube-router and the registry (the companions) are each cached in a directory
-of their own: their pins move without rebuilding Kubernetes.
+`lab/gomod-wireguard/go.mod`, kube-router's in `lab/gomod-kube-router/go.mod`, CNCF Distribution's registry's
+in `lab/gomod-registry/go.mod` and local-path-provisioner's in `lab/gomod-local-path/go.mod` (wrapper modules of their
+own); kwok's pin lives here. The cache directory name is derived from the pins plus a digest of the module files, so
+changing a pin builds into a fresh directory and never mixes versions. CoreDNS, wireguard-go, kube-router, the registry
+and local-path-provisioner (the companions) are each cached in a directory of their own: their pins move without
+rebuilding Kubernetes.
 A build is staged in a sibling `.partial` directory and renamed into place only when every
 binary is present; a manifest with sizes and digests lets a later run detect a half-built
 or damaged cache and rebuild it.
@@ -30,6 +31,7 @@ from .paths import (
     COREDNS_MODULE_DIR,
     GO_MODULE_DIR,
     KUBE_ROUTER_MODULE_DIR,
+    LOCAL_PATH_MODULE_DIR,
     METRICS_SERVER_MODULE_DIR,
     REGISTRY_MODULE_DIR,
     WIREGUARD_MODULE_DIR,
@@ -54,6 +56,7 @@ COREDNS_MODULE = "github.com/coredns/coredns"
 WIREGUARD_MODULE = "golang.zx2c4.com/wireguard"
 KUBE_ROUTER_MODULE = "github.com/cloudnativelabs/kube-router/v2"
 REGISTRY_MODULE = "github.com/distribution/distribution/v3"
+LOCAL_PATH_MODULE = "github.com/rancher/local-path-provisioner"
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ COMPANIONS = (
         REGISTRY_MODULE,
         version_variable=f"{REGISTRY_MODULE}/version.version",
     ),
+    # The dynamic provisioner of the real nodes' default storage class (localpath.py).
+    Companion(Target("local-path-provisioner", LOCAL_PATH_MODULE, module_dir=LOCAL_PATH_MODULE_DIR), LOCAL_PATH_MODULE),
 )
 KUBE_BINARIES = tuple(t.name for t in (*KUBE_TARGETS, METRICS_SERVER_TARGET, *KWOK_TARGETS))
 ALL_BINARIES = (*KUBE_BINARIES, *(companion.name for companion in COMPANIONS))

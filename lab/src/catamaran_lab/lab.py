@@ -35,7 +35,7 @@ from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
 from .pki import COREDNS_USER, ClusterPKI
 from .preflight import check_disk, check_ports_free, check_real_node_host, raise_inotify_limits
-from .realnode import NODE_COMPONENTS, RealNode, RealNodeStatus
+from .realnode import NODE_COMPONENTS, PROVISIONER, RealNode, RealNodeStatus
 from .registry import Registry, RegistryLayout, cluster_facts
 
 STATE_FILE = "lab.json"
@@ -321,10 +321,10 @@ class Lab:
     def stop_component(self, cluster: str, component: str) -> None:
         """Stop one process of a cluster (fault tests); `start_component` brings it back as it was.
 
-        Control-plane components are kwokctl's; `containerd`, `kubelet`, `kube-proxy` and `kube-router` are the real
-        node's.
+        Control-plane components are kwokctl's; `containerd`, `kubelet`, `kube-proxy`, `kube-router` and
+        `local-path-provisioner` are the real node's.
         """
-        if component in NODE_COMPONENTS:
+        if component in (*NODE_COMPONENTS, PROVISIONER):
             self.real_node(self._recorded_cluster(cluster)).stop_component(component)
             return
         pid_file = self.kwok_workdir / "clusters" / cluster / "pids" / f"{component}.pid"
@@ -352,7 +352,7 @@ class Lab:
         self.real_node(self._recorded_cluster(cluster)).start_policy_engine()
 
     def start_component(self, cluster: str, component: str) -> None:
-        if component in NODE_COMPONENTS:
+        if component in (*NODE_COMPONENTS, PROVISIONER):
             node = self.real_node(self._recorded_cluster(cluster))
             if node.pid(component) is not None:
                 raise LabError(f"{cluster}: {component} of the real node is already running")

@@ -19,6 +19,8 @@ WIREGUARD_MODULE_DIR = LAB_DIR / "gomod-wireguard"
 KUBE_ROUTER_MODULE_DIR = LAB_DIR / "gomod-kube-router"
 # And CNCF Distribution's registry, the lab's OCI registry that the real nodes pull from (registry.py, its tools.go).
 REGISTRY_MODULE_DIR = LAB_DIR / "gomod-registry"
+# And Rancher's local-path-provisioner, the dynamic provisioner of the real nodes' default storage class (localpath.py).
+LOCAL_PATH_MODULE_DIR = LAB_DIR / "gomod-local-path"
 
 
 def state_dir() -> Path:

@@ -4,7 +4,8 @@ their own.
 Start order: network namespace and link, certificates and configuration, the Node object (pod range,
 labels, taint), containerd, image import, kubelet, kube-proxy, wait for the node to be Ready, then kube-router
 (its network policy controller only: it enforces NetworkPolicies on the node's pods; it needs the Node's
-InternalIP, which the kubelet has posted once Ready) and wait for its first sync.
+InternalIP, which the kubelet has posted once Ready) and wait for its first sync; on the cluster's first real node,
+then its default storage class and local-path-provisioner (localpath.py).
 Each process runs through `nsenter --net` only, so it shares the host's mounts with the others (the
 kubelet's volume mounts must be visible to containerd) but has the node's own network.
 """
@@ -22,13 +23,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import host, nodeconfig, pki
+from . import host, localpath, nodeconfig, pki
 from .config import SERVICE_CLUSTER_IP_RANGE, UNDERLAY_PREFIX, ClusterSpec, RealNodeSpec
 from .errors import LabError
-from .images import IMAGE_PREFIX, Image
+from .images import IMAGE_PREFIX, Image, busybox_image_name
 from .nodeconfig import NodeLayout, underlay_bridge
 
 NODE_COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
+# The cluster's dynamic storage (localpath.py), run beside its first real node only.
+PROVISIONER = "local-path-provisioner"
 ERROR_LINE = re.compile(r"^[EF]\d{4} ")  # klog's error and fatal lines
 SOCKET_TIMEOUT_S = 30
 READY_TIMEOUT_S = 120
@@ -111,7 +114,7 @@ class RealNode:
             )
 
     def start(self, images: list[Image], log) -> None:
-        for directory in ("pki", "logs", "pids", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "runc"):
+        for directory in ("pki", "logs", "pids", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "runc", "local-path"):
             self.layout.path(directory).mkdir(parents=True, exist_ok=True)
         self._write_files(images)
         self.kubectl(self.cluster.name, "apply", "-f", "-", input=json.dumps(self.spec.manifest()))
@@ -131,7 +134,17 @@ class RealNode:
             )
         self.start_component("kube-router")
         self._wait_for_policy_engine()
+        if PROVISIONER in self.components:
+            self.kubectl(
+                self.cluster.name, "apply", "-f", "-", input=json.dumps(_as_list(localpath.manifests(self.spec.name)))
+            )
+            self.start_component(PROVISIONER)
         log(f"lab: {self.cluster.name}: real node {self.spec.name} Ready (pods {self.spec.pod_cidr})")
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The processes of this node: the cluster's first real node also runs its storage provisioner."""
+        return NODE_COMPONENTS if self.spec.second else (*NODE_COMPONENTS, PROVISIONER)
 
     def import_images(self, images: list[Image]) -> None:
         """Into the node's containerd, unpacked for its snapshotter; the kubelet never collects them (nodeconfig)."""
@@ -165,6 +178,9 @@ class RealNode:
         router_cert, router_key = pki.issue(
             ca_cert, ca_key, layout.path("pki", "kube-router"), common_name=pki.KUBE_ROUTER_USER
         )
+        storage_cert, storage_key = pki.issue(
+            ca_cert, ca_key, layout.path("pki", PROVISIONER), common_name=localpath.USER
+        )
         server = self.cluster.node_facing_server
         files = {
             "containerd.toml": nodeconfig.containerd_config(layout, _pause(images), self.registry),
@@ -174,6 +190,9 @@ class RealNode:
             "kubelet.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, node_cert, node_key, spec.name),
             "kube-proxy.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, proxy_cert, proxy_key, "kube-proxy"),
             "kube-router.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, router_cert, router_key, "kube-router"),
+            f"{PROVISIONER}.kubeconfig": nodeconfig.kubeconfig(server, ca_cert, storage_cert, storage_key, PROVISIONER),
+            f"{PROVISIONER}/config.json": localpath.config_json(spec.name, str(layout.path("local-path"))),
+            f"{PROVISIONER}/helper-pod.json": localpath.helper_pod(busybox_image_name()),
         }
         if self.registry is not None:  # containerd's hosts.toml per address of the lab's registry
             for path, text in nodeconfig.registry_hosts(layout, self.registry).items():
@@ -216,7 +235,15 @@ class RealNode:
                 "--health-port=0",
                 "--metrics-port=0",
             ]
-        raise LabError(f"a real node has no component {component!r}; it has {', '.join(NODE_COMPONENTS)}")
+        if component == PROVISIONER:
+            return localpath.command(
+                str(self.binaries[PROVISIONER]),
+                str(layout.path(PROVISIONER, "config.json")),
+                str(layout.path(PROVISIONER, "helper-pod.json")),
+                str(layout.path(f"{PROVISIONER}.kubeconfig")),
+                busybox_image_name(),
+            )
+        raise LabError(f"a real node has no component {component!r}; it has {', '.join(self.components)}")
 
     def environment(self, component: str) -> dict[str, str]:
         """The component's environment: the lab's own, and kube-router's node name (it asks NODE_NAME first)."""
@@ -354,7 +381,7 @@ class RealNode:
     # -- inspect ------------------------------------------------------------------------
 
     def status(self) -> RealNodeStatus:
-        components = {component: self.pid(component) is not None for component in NODE_COMPONENTS}
+        components = {component: self.pid(component) is not None for component in self.components}
         ready, detail = False, "not registered"
         result = self.kubectl(self.cluster.name, "get", "node", self.spec.name, "-o", "json", check=False, timeout=10)
         if result.returncode == 0:
@@ -372,7 +399,7 @@ class RealNode:
         """Why the node is not Ready, as far as its condition and its components' last errors tell."""
         status = self.status()
         parts = [f"node: {status.detail}"]
-        for component in NODE_COMPONENTS:
+        for component in self.components:
             lines = last_error_lines(self.layout.path("logs", f"{component}.log"))
             if lines:
                 parts.append(f"last errors of {component}:\n  " + "\n  ".join(lines))
@@ -397,6 +424,10 @@ class RealNode:
         with contextlib.suppress(OSError, ValueError):
             total += int((pods / "memory.usage_in_bytes").read_text())
         return total / 1024**2
+
+
+def _as_list(items: list[dict]) -> dict:
+    return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
 def _routes_to(node: RealNodeSpec) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ as the peering module writes it, and shown to work. The tests run in file order,
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import subprocess
@@ -32,6 +33,7 @@ from catamaran.constants import (
     TENANT_TERMS_NAME,
     tenant_namespace,
 )
+from catamaran_lab.localpath import STORAGE_CLASS as LAB_DEFAULT_CLASS  # every lab cluster with a real node's
 
 from .. import federation
 from ..lab_access import get_json, wait_for
@@ -204,11 +206,12 @@ def test_no_never_expiring_token_and_no_unbounded_storage(lab, tenant_kubectl):
 
 
 def lend_storage_classes(lab, *classes: str, in_force: str | None = None) -> None:
-    """Terms lending these classes (none: the provider's default), once the twin carries `in_force`."""
+    """Terms lending these classes (none: the provider's default, the lab's own unless `in_force` says another),
+    once the twin carries them."""
     federation.grant_terms(
         lab, CONSUMER, PROVIDER, **({"storage": {"allowedClasses": list(classes)}} if classes else {})
     )
-    expected = ",".join(classes) if in_force is None else in_force
+    expected = ",".join(classes) if classes else LAB_DEFAULT_CLASS if in_force is None else in_force
     wait_for(
         lambda: twin(lab)["metadata"]["annotations"].get(ANNOTATION_ALLOWED_STORAGE_CLASSES, "") == expected,
         what=f"the twin lending storage classes {expected!r}",
@@ -265,8 +268,14 @@ def test_a_tenant_claim_never_takes_a_volume_of_the_providers(lab, tenant_kubect
         by_label = claim("by-label", selector=selector, storageClassName="standard")
         refused(apply(tenant_kubectl, by_label), "may not select volumes")
         refused(apply(tenant_kubectl, claim("static", storageClassName="")), "a claim must have a storage class")
-        # No class and no default class on the provider (the lab's have none) would bind the volume just as well.
-        refused(apply(tenant_kubectl, claim("no-class")), "a claim must have a storage class")
+        # No class and no default class on the provider would bind the volume just as well. The lab's default class
+        # fills a class in, and these terms do not lend it; without it, no class at all is refused.
+        refused(apply(tenant_kubectl, claim("no-class")), f"storage class {LAB_DEFAULT_CLASS} is not allowed")
+        with no_default_class(lab):
+            wait_for(
+                lambda: "a claim must have a storage class" in apply(tenant_kubectl, claim("no-class")).stderr,
+                what="a claim without a class refused on a provider without a default class",
+            )
         # The control: a claim of a class is accepted, and waits for that class's provisioner.
         assert apply(tenant_kubectl, claim("by-class", storageClassName="standard")).returncode == 0
         assert get_json(lab, PROVIDER, "pv", "provider-data")["status"]["phase"] == "Available"
@@ -283,25 +292,28 @@ def test_a_tenant_claim_never_takes_a_volume_of_the_providers(lab, tenant_kubect
 def test_a_tenant_claim_names_the_providers_default_class_unless_its_terms_lend_others(lab, tenant_kubectl):
     refused(
         apply(tenant_kubectl, claim("unlent", storageClassName="standard")),
-        "storage class standard is not allowed by the provider's terms (allowed: none",
+        f"storage class standard is not allowed by the provider's terms (allowed: {LAB_DEFAULT_CLASS})",
     )
-    default_class = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": "lab-default", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-        "provisioner": "kubernetes.io/no-provisioner",
-    }
-    lab.kubectl(PROVIDER, "apply", "-f", "-", input=json.dumps(default_class))
+    # What a claim naming no class gets: the default, filled in by the provider's admission.
+    assert apply(tenant_kubectl, claim("defaulted")).returncode == 0
+    assert get_json(lab, PROVIDER, "pvc", "-n", TWIN, "defaulted")["spec"]["storageClassName"] == LAB_DEFAULT_CLASS
+    tenant_kubectl("-n", TWIN, "delete", "pvc", "defaulted")
+    # Without a default class, the terms lend nothing.
+    with no_default_class(lab):
+        lend_storage_classes(lab, in_force="")
+        refused(apply(tenant_kubectl, claim("other", storageClassName="standard")), "(allowed: none")
+    lend_storage_classes(lab)
+
+
+@contextlib.contextmanager
+def no_default_class(lab):
+    """The provider without its default class for a while, as a cluster that has none."""
+    annotation = "storageclass.kubernetes.io/is-default-class"
+    lab.kubectl(PROVIDER, "annotate", "storageclass", LAB_DEFAULT_CLASS, f"{annotation}=false", "--overwrite")
     try:
-        lend_storage_classes(lab, in_force="lab-default")
-        refused(apply(tenant_kubectl, claim("other", storageClassName="standard")), "(allowed: lab-default)")
-        # What a claim naming no class gets: the default, filled in by the provider's admission.
-        assert apply(tenant_kubectl, claim("defaulted")).returncode == 0
-        assert get_json(lab, PROVIDER, "pvc", "-n", TWIN, "defaulted")["spec"]["storageClassName"] == "lab-default"
-        tenant_kubectl("-n", TWIN, "delete", "pvc", "defaulted")
+        yield
     finally:
-        lab.kubectl(PROVIDER, "delete", "storageclass", "lab-default", check=False)
-    lend_storage_classes(lab, in_force="")
+        lab.kubectl(PROVIDER, "annotate", "storageclass", LAB_DEFAULT_CLASS, f"{annotation}=true", "--overwrite")
 
 
 def test_a_tenant_pods_grace_and_annotations_are_the_providers_to_bound(lab, tenant_kubectl):

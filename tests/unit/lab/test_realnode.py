@@ -74,10 +74,34 @@ def test_kube_router_runs_its_network_policy_controller_alone_on_the_real_node(t
 
 
 def test_every_real_node_component_has_a_command_line(tmp_path):
-    from catamaran_lab.realnode import NODE_COMPONENTS
+    from catamaran_lab.realnode import NODE_COMPONENTS, PROVISIONER
 
     node = _real_node(tmp_path)
-    for component in NODE_COMPONENTS:
+    assert node.components == (*NODE_COMPONENTS, PROVISIONER)  # the cluster's first real node: its storage too
+    for component in node.components:
         assert node.command(component)
     with pytest.raises(LabError, match="kube-router"):
         node.command("kube-flannel")
+
+
+def test_the_first_real_node_provisions_the_default_class_on_its_own_disk_only(tmp_path):
+    import json
+
+    from catamaran_lab import localpath
+    from catamaran_lab.realnode import PROVISIONER
+
+    node = _real_node(tmp_path)
+    flags = dict(arg.split("=", 1) for arg in node.command(PROVISIONER)[3:])
+    assert flags["--provisioner-name"] == localpath.PROVISIONER
+    assert flags["--kubeconfig"] == str(node.layout.path(f"{PROVISIONER}.kubeconfig"))
+    config = json.loads(localpath.config_json(node.spec.name, str(node.layout.path("local-path"))))
+    # No DEFAULT_PATH_FOR_NON_LISTED_NODES: a claim on a kwok node fails, never writes to the host elsewhere.
+    assert config == {"nodePathMap": [{"node": node.spec.name, "paths": [str(node.layout.path("local-path"))]}]}
+    [storage_class] = [m for m in localpath.manifests(node.spec.name) if m["kind"] == "StorageClass"]
+    assert storage_class["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
+    assert (storage_class["provisioner"], storage_class["volumeBindingMode"]) == (
+        localpath.PROVISIONER,
+        "WaitForFirstConsumer",
+    )
+    [topology] = storage_class["allowedTopologies"][0]["matchLabelExpressions"]
+    assert topology == {"key": "kubernetes.io/hostname", "values": [node.spec.name]}
