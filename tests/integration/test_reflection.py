@@ -14,6 +14,7 @@ import json
 import pytest
 
 from catamaran.constants import ANNOTATION_ALLOWED_INGRESS_CLASSES, SYSTEM_NAMESPACE, virtual_node_name
+from catamaran_lab.config import SERVICE_CLUSTER_IP_RANGE
 
 from . import federation
 from .lab_access import get_json, require_real_node, wait_for
@@ -313,11 +314,18 @@ def test_services_get_provider_addresses_and_endpoints_not_already_on_the_provid
         "metadata": {"name": "web-headless", "namespace": NAMESPACE},
         "spec": {"clusterIP": "None", "selector": {"app": "web"}, "ports": [{"port": 8080}]},
     }
+    # Its address is set here, from the range's low band, which the API server keeps for addresses asked for: the
+    # provider's own allocation (random, from the high band) cannot be it by chance. Both labs' ranges are the same.
+    static_ip = str(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).network_address + 12)
     web = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": "web", "namespace": NAMESPACE},
-        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        "spec": {
+            "selector": {"app": "web"},
+            "clusterIP": static_ip,
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+        },
     }
     # A Service without selector whose endpoint is a consumer-side address (a pod on the consumer, say).
     external = {
