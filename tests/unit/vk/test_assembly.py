@@ -100,6 +100,7 @@ def test_the_pod_controller_and_its_reflection_are_wired_in_order():
     assert twins.ready_listeners == [pods.twin_ready, events.twin_ready, reflection.twin_ready]
     assert twins.removed_listeners == [parts.shadows.unwatch, events.twin_removed, reflection.twin_removed]
     assert twins.drainers == [reflection.drain]
+    assert twins.data_holders == [reflection.claims.copies_in]
     assert node.health_listeners == [pods.health_changed]
     assert events.reflected == reflection.local_object
     assert reflection.tokens.written_listeners == [pods.queue.add]

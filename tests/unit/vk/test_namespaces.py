@@ -98,3 +98,34 @@ def test_a_claimant_waiting_for_a_name_is_requeued_when_its_holder_lets_it_go():
     request = {"metadata": {"name": TWIN}, "spec": {"originNamespace": "victim"}}
     TwinManager._request_changed(manager, "DELETED", (tenant_namespace(CONSUMER), TWIN), None, request)
     assert manager.queue._queued == {"victim", "evil"}
+
+
+class SaidEvents:
+    """The Events the twin manager records, as (type, reason, message)."""
+
+    def __init__(self):
+        self.said: list[tuple[str, str, str]] = []
+
+    async def record(self, involved, event_type: str, reason: str, message: str) -> None:
+        self.said.append((event_type, reason, message))
+
+
+def test_a_drain_says_once_which_claims_and_data_it_deletes_before_deleting_them():
+    from catamaran.vk.namespaces import TWIN_DATA_DELETED, TwinManager
+
+    local, provider, events = Recorder(), Recorder(), SaidEvents()
+    peering = PeeringContext(CONSUMER, "p1", local, provider, events, ("catamaran-system", "p1"))
+    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 0)
+    add_offloading(manager, "victim", offloading("victim", deleting=True, **VICTIM["spec"]))
+    hold_twin(manager, "victim")
+    manager.node._store((None, manager.peering.node_name), {})
+    drained = []
+    manager.data_holders.append(lambda twin: ["data-db-0", "data-db-1"] if twin == TWIN else [])
+    manager.drainers.append(lambda origin, twin: drained.append(len(events.said)) or 2)
+    for _ in range(3):
+        asyncio.run(manager.reconcile("victim"))
+    [(kind, reason, message)] = events.said
+    assert (kind, reason) == ("Warning", TWIN_DATA_DELETED)
+    assert "claims data-db-0, data-db-1" in message
+    assert "cluster p1" in message
+    assert drained == [1, 1, 1], "said before the first copy is removed"

@@ -170,6 +170,7 @@ class OffloadingParts:
         twins.ready_listeners += [pods.twin_ready, self.remote_events.twin_ready, reflection.twin_ready]
         twins.removed_listeners += [self.shadows.unwatch, self.remote_events.twin_removed, reflection.twin_removed]
         twins.drainers.append(reflection.drain)
+        twins.data_holders.append(reflection.claims.copies_in)
         self.local_pods.on_change(pods.local_changed)
         twins.offloadings.on_change(pods.offloading_changed)
         node.health_listeners.append(pods.health_changed)

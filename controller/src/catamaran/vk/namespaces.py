@@ -33,13 +33,16 @@ from ..kube.ops import tolerating
 from ..kube.resources import NamespaceOffloading, TwinNamespace
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, now_iso
+from ..objects import as_dict, now_iso, reference
 from ..steering import OFFLOADING_NAME, remote_namespace_name
 from ..twin_claims import TWIN_TAKEN, RemoteNames, claim_refusal, twin_holder
 from .context import PeeringContext
 from .forge import offloading_selects
 
 log = logging.getLogger(__name__)
+
+# The Warning Event on a NamespaceOffloading whose drain is about to delete the twin's claims, and their data.
+TWIN_DATA_DELETED = "TwinDataDeleted"
 
 
 class TwinManager:
@@ -77,6 +80,9 @@ class TwinManager:
         self.removed_listeners: list[Callable[[str], None]] = []
         # Each gets (origin, twin) when a twin is leaving, starts removing its copies there and says how many are left.
         self.drainers: list[Callable[[str, str], int]] = []
+        # Each gives the copies in a twin that hold data (claims: their volumes), which a drain deletes.
+        self.data_holders: list[Callable[[str], list[str]]] = []
+        self._data_warned: set[str] = set()  # namespaces whose drain has said what becomes of their data
         self.requests.on_change(self._request_changed)
         self.offloadings.on_change(self._offloading_changed)
         # Only its labels matter here (clusterSelectors); status heartbeats change nothing.
@@ -192,6 +198,7 @@ class TwinManager:
         request = self.requests.get(self.peering.tenant_namespace, remote)
         foreign = request is not None and request["spec"]["originNamespace"] != namespace
         if self.selected(namespace):
+            self._data_warned.discard(namespace)  # offloaded (again): a later drain says it anew
             refusal = self.claim_refusal(namespace)
             if refusal is not None:
                 # Only this namespace's own entry says so; the holder's twin and offloading are left alone.
@@ -220,6 +227,7 @@ class TwinManager:
         return await self._drain(namespace, offloading, remote, request)
 
     async def _drain(self, namespace: str, offloading: dict | None, remote: str, request: dict | None):
+        await self._warn_of_data_loss(namespace, offloading, remote)
         pods = self.pods_on_node(namespace)
         if pods:
             for pod in pods:
@@ -241,8 +249,26 @@ class TwinManager:
                     await self.peering.provider.delete(TwinNamespace, remote, namespace=self.peering.tenant_namespace)
             await self._report(offloading, "Draining", remote, "RemovingTwin", f"removing twin {remote}")
             return 2
+        self._data_warned.discard(namespace)
         await self._forget(offloading)
         return None
+
+    async def _warn_of_data_loss(self, namespace: str, offloading: dict | None, remote: str) -> None:
+        """Before a drain deletes the twin's claims, a Warning Event on the namespace's NamespaceOffloading says which
+        and what becomes of their data (once per drain): the provider's copies go, their volumes with them."""
+        claims = sorted({name for holder in self.data_holders for name in holder(remote)})
+        if not claims or namespace in self._data_warned or offloading is None:
+            return
+        self._data_warned.add(namespace)
+        provider = self.peering.provider_id
+        message = (
+            f"no longer offloaded to cluster {provider}: once its pods there are gone, the provider's copies of claims"
+            f" {', '.join(claims)} in {remote} are deleted, and the data of their volumes on {provider} goes as the"
+            " provider's reclaim policy says (Delete, the default, erases it)"
+        )
+        log.warning("twin claims to be deleted", extra=fields(namespace=namespace, claims=len(claims)))
+        obj = {"apiVersion": f"{OFFLOADING_GROUP}/{VERSION}", "kind": "NamespaceOffloading", **offloading}
+        await self.peering.events.record(reference(obj), "Warning", TWIN_DATA_DELETED, message)
 
     async def _create_request(self, namespace: str, remote: str) -> None:
         body = TwinNamespace(

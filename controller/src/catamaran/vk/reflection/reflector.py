@@ -253,6 +253,13 @@ class Reflector:
         if origin is not None:
             self.local_objects.unwatch(origin)
 
+    def copies_in(self, twin: str) -> list[str]:
+        """The names of reflection's copies in the twin."""
+        informer = self.copies.get(twin)
+        if informer is None:
+            return []
+        return sorted(key[1] for key, copy in list(informer.cache.items()) if copy["owner"] == OWNER_REFLECTION)
+
     def left_in(self, twin: str, owner: str = OWNER_REFLECTION) -> int:
         """Copies of `owner` still in the twin; the twin is removed only once none is."""
         informer = self.copies.get(twin)
