@@ -194,7 +194,7 @@ class Lab:
         cluster = self._recorded_cluster(name)
         first, node = self.real_node(cluster), self.second_node_of(cluster)
         self.kubectl(name, "delete", "node", node.spec.name, "--ignore-not-found", "--wait=false", check=False)
-        for component in reversed(NODE_COMPONENTS):
+        for component in reversed(node.components):
             if node.pid(component) is not None:
                 node.stop_component(component)
         _kill_processes_under(node.layout.root)
