@@ -509,6 +509,20 @@ def one_real_peering(lab: Lab, consumer: str, provider: str, namespace: str, **f
         yield processes
 
 
+@contextlib.contextmanager
+def remotely_offloaded(lab: Lab, consumer: str, provider: str, namespace: str):
+    """one_real_peering with `namespace` offloaded by the pod webhook (strategy Remote), once its twin is Ready."""
+    with one_real_peering(lab, consumer, provider, namespace) as processes:
+        webhook_registered(lab, consumer)
+        offload_namespace(lab, consumer, namespace, podOffloadingStrategy="Remote")
+        deadline = time.monotonic() + 60
+        while not twin_ready(lab, consumer, provider, namespace):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the twin of {namespace} on {provider} was not Ready after 60 s")
+            time.sleep(0.5)
+        yield processes
+
+
 def peering_processes(lab: Lab, consumer: str, provider: str) -> list[ControllerProcess]:
     """The consumer's manager (its pod webhook, the virtual node's serving certificate), the provider's manager and
     the peering's virtual kubelet, not started."""

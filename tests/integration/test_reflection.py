@@ -34,10 +34,7 @@ STORAGE_CLASS = "lab-local"
 @pytest.fixture(scope="module")
 def fed(lab, lab_config_in_use):
     require_real_node(lab_config_in_use.cluster(PROVIDER))
-    with federation.one_real_peering(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
-        federation.webhook_registered(lab, CONSUMER)
-        federation.offload_namespace(lab, CONSUMER, NAMESPACE, podOffloadingStrategy="Remote")
-        wait_for(lambda: phase(lab) == "Ready", timeout=60, what=f"{NAMESPACE} offloaded (phase Ready)")
+    with federation.remotely_offloaded(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
         lend_ingresses(lab)
         yield processes
         lab.kubectl(CONSUMER, "delete", "mutatingwebhookconfiguration", federation.WEBHOOK, check=False)
@@ -71,13 +68,6 @@ def lend_ingresses(lab) -> None:
 
 def apply(lab, *objects: dict, cluster: str = CONSUMER) -> None:
     lab.kubectl(cluster, "apply", "-f", "-", input=federation.as_list(list(objects)))
-
-
-def phase(lab) -> str | None:
-    result = lab.kubectl(
-        CONSUMER, "-n", NAMESPACE, "get", "namespaceoffloading", "offloading", "-o", "json", check=False
-    )
-    return json.loads(result.stdout).get("status", {}).get("offloadingPhase") if result.returncode == 0 else None
 
 
 def remote(lab, kind: str, name: str, namespace: str = TWIN) -> dict | None:

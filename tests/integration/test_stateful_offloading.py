@@ -32,14 +32,7 @@ SCRIPT = "date +%s%N >> /data/starts; cat /data/starts; exec sleep 3600"
 @pytest.fixture(scope="module")
 def fed(lab, lab_config_in_use):
     require_real_node(lab_config_in_use.cluster(PROVIDER))
-    with federation.one_real_peering(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
-        federation.webhook_registered(lab, CONSUMER)
-        federation.offload_namespace(lab, CONSUMER, NAMESPACE, podOffloadingStrategy="Remote")
-        wait_for(
-            lambda: federation.twin_ready(lab, CONSUMER, PROVIDER, NAMESPACE),
-            timeout=60,
-            what=f"the twin of {NAMESPACE}",
-        )
+    with federation.remotely_offloaded(lab, CONSUMER, PROVIDER, NAMESPACE) as processes:
         yield processes
 
 
