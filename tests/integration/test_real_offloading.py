@@ -279,6 +279,7 @@ def test_a_resize_reaches_the_remote_container_in_place_as_its_resize_policy_say
         what="resizable Ready on the consumer",
     )
     remote_uid = pod_status(lab, PROVIDER, TWIN, "resizable")["metadata"]["uid"]
+    assert pod_status(lab, CONSUMER, NAMESPACE, "resizable")["status"].get("observedGeneration") == 1
 
     steps = [
         ({"cpu": "15m", "memory": "16Mi"}, {"memory": "32Mi"}, 0),  # cpu up: no restart
@@ -300,6 +301,8 @@ def test_a_resize_reaches_the_remote_container_in_place_as_its_resize_policy_say
                 and main_container(local).get("restartCount") == restarts
                 and main_container(local).get("ready")
                 and not conditions & {"PodResizePending", "PodResizeInProgress"}
+                # As a kubelet says it acted on the resized spec: its generation observed.
+                and local["status"].get("observedGeneration") == local["metadata"]["generation"]
                 and local
             )
 

@@ -217,3 +217,29 @@ def test_a_provider_refusing_a_resize_shows_as_the_kubelets_pod_resize_pending()
     assert [c["reason"] for c in shown["conditions"] if c["type"] == "PodResizePending"] == ["Deferred"]
     resized = status_back.local_pod_status(status, running("10.1.0.5"), now="t3", **common)
     assert all(c["type"] != "PodResizePending" for c in resized["conditions"])
+
+
+def test_the_observed_generation_is_the_local_pods_once_the_remote_pod_has_acted_on_its_spec():
+    common = dict(node_ip="1.1.1.1", translate=lambda ip: ip, provider_reachable=True, now="t", spec=RESIZABLE)
+    applied = {"name": "app", "resources": {"requests": {"cpu": "15m"}, "limits": {"memory": "64Mi", "cpu": "2"}}}
+    running_applied = running("10.1.0.5", containerStatuses=[applied])
+    assert "observedGeneration" not in status_back.local_pod_status({}, running_applied, **common)
+    shown = status_back.local_pod_status({}, running_applied, generation=3, **common)
+    assert shown["observedGeneration"] == 3  # the terms' defaults (a cpu limit) beside the spec's amounts
+    before = {"observedGeneration": 2}
+    # The ShadowPod does not have the resized resources yet, or the remote kubelet is still at it, or reports others.
+    assert (
+        status_back.local_pod_status(before, running_applied, generation=3, resources_sent=False, **common)[
+            "observedGeneration"
+        ]
+        == 2
+    )
+    in_progress = running(
+        "10.1.0.5", containerStatuses=[applied], conditions=[{"type": "PodResizeInProgress", "status": "True"}]
+    )
+    assert status_back.local_pod_status(before, in_progress, generation=3, **common)["observedGeneration"] == 2
+    behind = running("10.1.0.5", containerStatuses=[{**applied, "resources": {"requests": {"cpu": "5m"}}}])
+    assert status_back.local_pod_status(before, behind, generation=3, **common)["observedGeneration"] == 2
+    # A provider whose kubelet reports no resources (kwok, an older one): acted on once it is sent.
+    silent = running("10.1.0.5", containerStatuses=[{"name": "app"}])
+    assert status_back.local_pod_status(before, silent, generation=3, **common)["observedGeneration"] == 3

@@ -12,7 +12,7 @@ from ..kube.ops import patch_status
 from ..logs import fields
 from ..objects import condition, now_iso, reference, status_patch
 from .context import PeeringContext
-from .forge import HELD_REASONS
+from .forge import HELD_REASONS, resized_containers
 from .node import VirtualNode
 from .pod_ips import PodIPs
 from .refusals import RefusalEvents
@@ -40,6 +40,7 @@ def comparable_status(status: dict) -> dict:
     """The fields the virtual kubelet owns, without heartbeat-like noise."""
     return {
         "phase": status.get("phase"),
+        "observedGeneration": status.get("observedGeneration"),
         "podIP": status.get("podIP"),
         "hostIP": status.get("hostIP"),
         "startTime": status.get("startTime"),
@@ -132,6 +133,8 @@ class PodStatus:
             now=now_iso(),
             spec=pod["spec"],
             readiness_gates=[g["conditionType"] for g in pod["spec"].get("readinessGates") or []],
+            generation=meta.get("generation"),
+            resources_sent=shadow is not None and resized_containers(pod, shadow) is None,
         )
         # Before the comparison: a refused value (a ghost container) may leave the status as it was.
         await self.refusals.record(pod, report_refusals(shadow_status, pod["spec"]))

@@ -72,6 +72,7 @@ def compact_local_pod(pod) -> dict:
                 "name",
                 "namespace",
                 "uid",
+                "generation",
                 "labels",
                 "annotations",
                 "deletionTimestamp",

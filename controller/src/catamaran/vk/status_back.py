@@ -11,6 +11,7 @@ import copy
 import ipaddress
 from collections.abc import Mapping, Sequence
 
+from .. import quantities
 from ..constants import SHADOWPOD_RESIZE_CONDITION, TERMINAL_PHASES
 from .ip_translation import IPTranslator
 from .trust import Refusal, accepted_report, bounded_text, sanitised_message
@@ -80,6 +81,8 @@ def local_pod_status(
     spec: Mapping | None = None,
     network_down: str | None = None,
     readiness_gates: Sequence[str] = (),
+    generation: int | None = None,
+    resources_sent: bool = True,
 ) -> dict:
     """The status the consumer's pod should show, from its ShadowPod's status (None: not created yet).
 
@@ -90,7 +93,8 @@ def local_pod_status(
     reasons and messages bounded); report_refusals says what was refused. A pod is not ready while its provider
     cannot be reached, nor while the network fabric's tunnel to it is down (`network_down` says why): Services then
     send nothing to it. Its readiness gates (condition types, set on the local pod by the consumer's controllers) are
-    kept and gate Ready, as a kubelet does.
+    kept and gate Ready, as a kubelet does. `generation` (the local pod's) is the status's observedGeneration once
+    the pod's spec is acted on remotely (observed_generation); `resources_sent`: the ShadowPod has its resources.
     """
     shadow_status = shadow_status or {}
     remote = shadow_status.get("pod") or {}
@@ -133,7 +137,40 @@ def local_pod_status(
         elif previous_failure is not None:
             status["containerStatuses"] = None  # the waiting reasons were the failure's; it is over
     status.update(_reason_and_message(local_status, remote, failure, previous_failure))
+    observed = observed_generation(local_status, status, spec or {}, generation, resources_sent)
+    if observed is not None:
+        status["observedGeneration"] = observed
     return status
+
+
+def observed_generation(
+    local_status: Mapping, status: Mapping, spec: Mapping, generation: int | None, resources_sent: bool
+) -> int | None:
+    """The generation of the local pod's spec the remote pod has acted on, as a kubelet reports it: the current one once
+    its resources reached the ShadowPod and no resize is pending or in progress, with the container resources the
+    remote kubelet reports (if it reports them) those of the spec; else the one shown before."""
+    previous = local_status.get("observedGeneration")
+    if generation is None or not resources_sent:
+        return previous
+    resizing = {"PodResizePending", "PodResizeInProgress"}
+    if any(c["type"] in resizing and c.get("status") == "True" for c in status.get("conditions") or []):
+        return previous
+    reported = {entry["name"]: entry.get("resources") for entry in status.get("containerStatuses") or []}
+    for container in spec.get("containers") or []:
+        shown = reported.get(container.get("name"))
+        if shown is not None and not _same_amounts(container.get("resources") or {}, shown):
+            return previous
+    return generation
+
+
+def _same_amounts(wanted: Mapping, shown: Mapping) -> bool:
+    """Does a container's reported `resources` hold every request and limit its spec names, in equal amounts?"""
+    for kind in ("requests", "limits"):
+        for name, amount in (wanted.get(kind) or {}).items():
+            value = (shown.get(kind) or {}).get(name)
+            if value is None or quantities.parse(value) != quantities.parse(amount):
+                return False
+    return True
 
 
 def report_refusals(shadow_status: dict | None, spec: Mapping) -> list[Refusal]:
