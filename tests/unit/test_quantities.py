@@ -67,3 +67,15 @@ def test_pod_level_requests_count_when_larger_than_the_containers():
     assert requests["cpu"] == Fraction(3, 2)
     assert requests["memory"] == 2**30  # the containers' where larger
     assert quantities.pod_requests({"containers": [], "resources": {"limits": {"cpu": "2"}}})["cpu"] == 2
+
+
+def test_resources_compare_by_amount_as_the_api_server_writes_them():
+    assert quantities.same_resources(
+        {"requests": {"cpu": "1000m", "memory": "1Gi"}, "limits": {"memory": "1073741824"}},
+        {"requests": {"cpu": "1", "memory": "1024Mi"}, "limits": {"memory": "1Gi"}},
+    )
+    assert not quantities.same_resources({"requests": {"cpu": "1"}}, {"requests": {"cpu": "2"}})
+    assert not quantities.same_resources({"requests": {"cpu": "1"}}, {"requests": {"cpu": "1", "memory": "1Gi"}})
+    assert not quantities.same_resources(
+        {"requests": {"cpu": "1"}}, {"requests": {"cpu": "1"}, "claims": [{"name": "x"}]}
+    )

@@ -46,6 +46,17 @@ def round_down(resource: str, value: Fraction) -> Fraction:
     return Fraction(int(value))
 
 
+def same_resources(a: Mapping, b: Mapping) -> bool:
+    """Do two containers' `resources` ask for the same amounts (requests and limits, "1000m" being "1": the API
+    server writes quantities in its own canonical form)? Other fields (claims) compare as they are."""
+    for kind in ("requests", "limits"):
+        ours, theirs = a.get(kind) or {}, b.get(kind) or {}
+        if set(ours) != set(theirs) or any(parse(ours[name]) != parse(theirs[name]) for name in ours):
+            return False
+    rest = ("requests", "limits")
+    return {k: v for k, v in a.items() if k not in rest} == {k: v for k, v in b.items() if k not in rest}
+
+
 def add(total: dict[str, Fraction], amounts: Mapping[str, Fraction]) -> dict[str, Fraction]:
     for resource, amount in amounts.items():
         total[resource] = total.get(resource, Fraction(0)) + amount

@@ -322,6 +322,12 @@ CASES = [
         writes=[{"verb": "patch", "kind": "Pod", "subresource": "resize", "patch_type": PatchType.STRATEGIC}],
     ),
     Case(
+        "resize: none when the pod has the same amounts in the API server's own words (1000m is 1)",
+        shadows=(provider_shadow(containers=[requesting({"cpu": "1000m"})], status=CURRENT),),
+        pods=(made_pod(provider_shadow(containers=[requesting({"cpu": "1"})])),),
+        pod=PRESENT,
+    ),
+    Case(
         "resize: past the tenant's whole quota (90 % of 4 CPUs) is Infeasible, the pod left as it is",
         shadows=(provider_shadow(containers=[requesting({"cpu": "3800m"})], status=CURRENT),),
         pods=(made_pod(provider_shadow(containers=[requesting({"cpu": "100m"})])),),

@@ -209,7 +209,9 @@ def resize_for(pod: dict, wanted: dict) -> dict | None:
         changed = [
             {"name": c["name"], "resources": want[c["name"]]}
             for c in wanted["spec"].get(kind) or []
-            if c["name"] in want and c["name"] in have and want[c["name"]] != have[c["name"]]
+            if c["name"] in want
+            and c["name"] in have
+            and not quantities.same_resources(want[c["name"]], have[c["name"]])
         ]
         if changed:
             patch[kind] = changed

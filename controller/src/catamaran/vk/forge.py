@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+from .. import quantities
 from ..constants import (
     ANNOTATION_API_SERVER_ACCESS,
     ANNOTATION_LOCAL_NAMESPACE,
@@ -299,7 +300,7 @@ def resized_containers(pod: dict, shadow: dict) -> list[dict] | None:
     for kind in ("containers", "initContainers"):
         for index, container in enumerate(pod["spec"].get(kind) or []):
             name = container["name"]
-            if name not in wanted or name not in sent or wanted[name] == sent[name]:
+            if name not in wanted or name not in sent or quantities.same_resources(wanted[name], sent[name]):
                 continue
             path = f"/spec/pod/spec/{kind}/{index}"
             operations += [
