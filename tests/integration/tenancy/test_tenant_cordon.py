@@ -153,3 +153,73 @@ def test_a_tenant_cordoned_drained_and_uncordoned_as_both_sides_see_it(lab, fed)
     )
     offer = get_json(lab, PROVIDER, "resourceoffer", "-n", tenant_namespace(CONSUMER), "resources")
     assert "cordon" not in offer["spec"]
+
+
+def test_the_consumers_own_cordon_and_drain_of_the_virtual_node_work_as_for_a_real_node(lab, fed):
+    """`kubectl cordon` and `kubectl drain` on the consumer, whatever the provider says: the node turns unschedulable
+    (the virtual kubelet leaves spec.unschedulable alone), the drain evicts through the Eviction API as for a real node
+    (a PodDisruptionBudget holding one pod until its replacement runs on the consumer's own nodes), the remote pods go
+    with their local ones, and `kubectl uncordon` gives the node back."""
+    preferring_the_virtual_node = {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "preference": {
+                    "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]
+                },
+            }
+        ]
+    }
+    api = deployment(
+        "api",
+        2,
+        {
+            "affinity": {"nodeAffinity": preferring_the_virtual_node},
+            "tolerations": TO_VIRTUAL_NODE["tolerations"],
+            "containers": [container()],
+        },
+    )
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "api"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "api"}}},
+    }
+    apply(lab, api, budget)
+
+    def on_the_virtual_node() -> list[str]:
+        return sorted(n for n, p in pods(lab).items() if n.startswith("api-") and p["spec"].get("nodeName") == NODE)
+
+    offloaded = wait_for(
+        lambda: len(names := on_the_virtual_node()) == 2 and all(running(pods(lab)[n]) for n in names) and names,
+        what="both api replicas Running on the virtual node",
+    )
+    wait_for(
+        lambda: all(lab.kubectl(PROVIDER, "-n", TWIN, "get", "pod", n, check=False).returncode == 0 for n in offloaded),
+        what="their remote pods",
+    )
+    lab.kubectl(CONSUMER, "cordon", NODE)
+    try:
+        assert node(lab)["spec"].get("unschedulable") is True
+        drained = lab.kubectl(
+            CONSUMER, "drain", NODE, "--pod-selector=app=api", "--ignore-daemonsets", "--timeout=120s", timeout=150
+        )
+        assert "drained" in drained.stdout, drained.stdout
+        assert on_the_virtual_node() == []
+        now = pods(lab)
+        replacements = [n for n, p in now.items() if n.startswith("api-") and n not in offloaded]
+        assert len(replacements) == 2
+        assert all(running(now[n]) and now[n]["spec"]["nodeName"] != NODE for n in replacements)
+        wait_for(
+            lambda: all(
+                lab.kubectl(PROVIDER, "-n", TWIN, "get", "pod", n, check=False).returncode != 0 for n in offloaded
+            ),
+            what="the evicted pods' remote pods gone",
+        )
+        assert node(lab)["spec"].get("unschedulable") is True, "the virtual kubelet kept the consumer's cordon"
+    finally:
+        lab.kubectl(CONSUMER, "uncordon", NODE)
+    wait_for(lambda: not node(lab)["spec"].get("unschedulable"), what=f"{NODE} schedulable again")
+    ready = next(c for c in node(lab)["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", "api", "--wait=false")
