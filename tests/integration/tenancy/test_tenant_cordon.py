@@ -81,15 +81,19 @@ def apply(lab, *objects: dict) -> None:
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(body))
 
 
-def test_a_tenant_cordoned_drained_and_uncordoned_as_both_sides_see_it(lab, fed):
-    web = deployment("web", 2, {**TO_VIRTUAL_NODE, "containers": [container()]})
-    budget = {
+def one_kept_available(app: str) -> dict:
+    """A PodDisruptionBudget keeping one pod of `app` available."""
+    return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        "metadata": {"name": app},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
     }
-    apply(lab, web, budget)
+
+
+def test_a_tenant_cordoned_drained_and_uncordoned_as_both_sides_see_it(lab, fed):
+    web = deployment("web", 2, {**TO_VIRTUAL_NODE, "containers": [container()]})
+    apply(lab, web, one_kept_available("web"))
     first = wait_for(
         lambda: len(names := sorted(n for n, p in pods(lab).items() if running(p))) == 2 and names,
         what="both web replicas Running on the virtual node",
@@ -179,13 +183,7 @@ def test_the_consumers_own_cordon_and_drain_of_the_virtual_node_work_as_for_a_re
             "containers": [container()],
         },
     )
-    budget = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "api"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "api"}}},
-    }
-    apply(lab, api, budget)
+    apply(lab, api, one_kept_available("api"))
 
     def on_the_virtual_node() -> list[str]:
         return sorted(n for n, p in pods(lab).items() if n.startswith("api-") and p["spec"].get("nodeName") == NODE)
