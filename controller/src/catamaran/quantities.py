@@ -46,13 +46,22 @@ def round_down(resource: str, value: Fraction) -> Fraction:
     return Fraction(int(value))
 
 
-def same_resources(a: Mapping, b: Mapping) -> bool:
-    """Do two containers' `resources` ask for the same amounts (requests and limits, "1000m" being "1": the API
-    server writes quantities in its own canonical form)? Other fields (claims) compare as they are."""
+def holds_resources(wanted: Mapping, shown: Mapping) -> bool:
+    """Does a container's `resources` (`shown`) hold every request and limit of `wanted` in equal amounts ("1000m"
+    being "1": the API server writes quantities in its own canonical form)? It may hold more."""
     for kind in ("requests", "limits"):
-        ours, theirs = a.get(kind) or {}, b.get(kind) or {}
-        if set(ours) != set(theirs) or any(parse(ours[name]) != parse(theirs[name]) for name in ours):
-            return False
+        theirs = shown.get(kind) or {}
+        for name, amount in (wanted.get(kind) or {}).items():
+            if theirs.get(name) is None or parse(theirs[name]) != parse(amount):
+                return False
+    return True
+
+
+def same_resources(a: Mapping, b: Mapping) -> bool:
+    """Do two containers' `resources` ask for the same amounts (holds_resources both ways)? Other fields (claims)
+    compare as they are."""
+    if not (holds_resources(a, b) and holds_resources(b, a)):
+        return False
     rest = ("requests", "limits")
     return {k: v for k, v in a.items() if k not in rest} == {k: v for k, v in b.items() if k not in rest}
 

@@ -88,7 +88,7 @@ def manifests(node: str) -> list[dict]:
         }
     ]
     subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
-    name = "catamaran-lab:local-path-provisioner"
+    name = USER  # its roles are named after it
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, **meta}},
         {

@@ -158,19 +158,9 @@ def observed_generation(
     reported = {entry["name"]: entry.get("resources") for entry in status.get("containerStatuses") or []}
     for container in spec.get("containers") or []:
         shown = reported.get(container.get("name"))
-        if shown is not None and not _same_amounts(container.get("resources") or {}, shown):
+        if shown is not None and not quantities.holds_resources(container.get("resources") or {}, shown):
             return previous
     return generation
-
-
-def _same_amounts(wanted: Mapping, shown: Mapping) -> bool:
-    """Does a container's reported `resources` hold every request and limit its spec names, in equal amounts?"""
-    for kind in ("requests", "limits"):
-        for name, amount in (wanted.get(kind) or {}).items():
-            value = (shown.get(kind) or {}).get(name)
-            if value is None or quantities.parse(value) != quantities.parse(amount):
-                return False
-    return True
 
 
 def report_refusals(shadow_status: dict | None, spec: Mapping) -> list[Refusal]:

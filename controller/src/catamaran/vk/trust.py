@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .. import quantities
+from ..constants import DEFAULT_CONTAINER_REQUESTS
 
 # Kubernetes' reason convention: one CamelCase word. A reason that is not one is replaced by PROVIDER_REASON.
 REASON_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9]{0,127}")
@@ -117,7 +118,7 @@ _TIMESTAMP = re.compile(
 _INT32 = range(-(2**31), 2**31)
 # The resources a container's reported resources may name besides its spec's: the provider's terms may give defaults
 # of these (provider/terms.py, as a LimitRange would).
-RUNTIME_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+RUNTIME_RESOURCES = tuple(DEFAULT_CONTAINER_REQUESTS)
 # The longest resource quantity a container status shows (the API's are far shorter).
 _QUANTITY_LIMIT = 64
 # How much of a provider's value a message quotes.

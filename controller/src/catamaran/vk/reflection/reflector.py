@@ -253,19 +253,16 @@ class Reflector:
         if origin is not None:
             self.local_objects.unwatch(origin)
 
-    def copies_in(self, twin: str) -> list[str]:
-        """The names of reflection's copies in the twin."""
+    def copies_in(self, twin: str, owner: str = OWNER_REFLECTION) -> list[str]:
+        """The names of `owner`'s copies in the twin."""
         informer = self.copies.get(twin)
         if informer is None:
             return []
-        return sorted(key[1] for key, copy in list(informer.cache.items()) if copy["owner"] == OWNER_REFLECTION)
+        return sorted(key[1] for key, copy in list(informer.cache.items()) if copy["owner"] == owner)
 
     def left_in(self, twin: str, owner: str = OWNER_REFLECTION) -> int:
         """Copies of `owner` still in the twin; the twin is removed only once none is."""
-        informer = self.copies.get(twin)
-        if informer is None:
-            return 0
-        return sum(1 for copy in list(informer.cache.values()) if copy["owner"] == owner)
+        return len(self.copies_in(twin, owner))
 
     def drain(self, origin: str, twin: str) -> int:
         self._requeue_namespace(origin, twin)
