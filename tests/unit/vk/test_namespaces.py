@@ -129,3 +129,21 @@ def test_a_drain_says_once_which_claims_and_data_it_deletes_before_deleting_them
     assert "claims data-db-0, data-db-1" in message
     assert "cluster p1" in message
     assert drained == [1, 1, 1], "said before the first copy is removed"
+
+
+def test_a_drain_names_a_few_of_many_claims_and_says_the_rest():
+    from catamaran.vk.namespaces import CLAIMS_NAMED, TwinManager
+
+    local, provider, events = Recorder(), Recorder(), SaidEvents()
+    peering = PeeringContext(CONSUMER, "p1", local, provider, events, ("catamaran-system", "p1"))
+    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 0)
+    add_offloading(manager, "victim", offloading("victim", deleting=True, **VICTIM["spec"]))
+    hold_twin(manager, "victim")
+    manager.node._store((None, manager.peering.node_name), {})
+    claims = [f"data-{i:04d}" for i in range(5000)]  # what a provider's twin may hold
+    manager.data_holders.append(lambda twin: claims)
+    manager.drainers.append(lambda origin, twin: 1)
+    asyncio.run(manager.reconcile("victim"))
+    [(_, _, message)] = events.said
+    assert f"{', '.join(claims[:CLAIMS_NAMED])} and {5000 - CLAIMS_NAMED} more in" in message
+    assert message.endswith("erases it)")

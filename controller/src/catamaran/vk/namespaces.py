@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 # The Warning Event on a NamespaceOffloading whose drain is about to delete the twin's claims, and their data.
 TWIN_DATA_DELETED = "TwinDataDeleted"
+CLAIMS_NAMED = 10  # at most, in that Event
 
 
 class TwinManager:
@@ -261,9 +262,13 @@ class TwinManager:
             return
         self._data_warned.add(namespace)
         provider = self.peering.provider_id
+        # The names come from the provider's twin: a few are named, so the message stays whole (Events keep 1024).
+        named = ", ".join(claims[:CLAIMS_NAMED]) + (
+            f" and {len(claims) - CLAIMS_NAMED} more" if len(claims) > CLAIMS_NAMED else ""
+        )
         message = (
             f"no longer offloaded to cluster {provider}: once its pods there are gone, the provider's copies of claims"
-            f" {', '.join(claims)} in {remote} are deleted, and the data of their volumes on {provider} goes as the"
+            f" {named} in {remote} are deleted, and the data of their volumes on {provider} goes as the"
             " provider's reclaim policy says (Delete, the default, erases it)"
         )
         log.warning("twin claims to be deleted", extra=fields(namespace=namespace, claims=len(claims)))
