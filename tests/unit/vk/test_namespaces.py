@@ -110,8 +110,9 @@ class SaidEvents:
         self.said.append((event_type, reason, message))
 
 
-def test_a_drain_says_once_which_claims_and_data_it_deletes_before_deleting_them():
-    from catamaran.vk.namespaces import TWIN_DATA_DELETED, TwinManager
+def draining_victim():
+    """A twin manager whose namespace `victim`, holding the twin, is no longer offloaded; and the Events it says."""
+    from catamaran.vk.namespaces import TwinManager
 
     local, provider, events = Recorder(), Recorder(), SaidEvents()
     peering = PeeringContext(CONSUMER, "p1", local, provider, events, ("catamaran-system", "p1"))
@@ -119,6 +120,13 @@ def test_a_drain_says_once_which_claims_and_data_it_deletes_before_deleting_them
     add_offloading(manager, "victim", offloading("victim", deleting=True, **VICTIM["spec"]))
     hold_twin(manager, "victim")
     manager.node._store((None, manager.peering.node_name), {})
+    return manager, events
+
+
+def test_a_drain_says_once_which_claims_and_data_it_deletes_before_deleting_them():
+    from catamaran.vk.namespaces import TWIN_DATA_DELETED
+
+    manager, events = draining_victim()
     drained = []
     manager.data_holders.append(lambda twin: ["data-db-0", "data-db-1"] if twin == TWIN else [])
     manager.drainers.append(lambda origin, twin: drained.append(len(events.said)) or 2)
@@ -132,14 +140,9 @@ def test_a_drain_says_once_which_claims_and_data_it_deletes_before_deleting_them
 
 
 def test_a_drain_names_a_few_of_many_claims_and_says_the_rest():
-    from catamaran.vk.namespaces import CLAIMS_NAMED, TwinManager
+    from catamaran.vk.namespaces import CLAIMS_NAMED
 
-    local, provider, events = Recorder(), Recorder(), SaidEvents()
-    peering = PeeringContext(CONSUMER, "p1", local, provider, events, ("catamaran-system", "p1"))
-    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 0)
-    add_offloading(manager, "victim", offloading("victim", deleting=True, **VICTIM["spec"]))
-    hold_twin(manager, "victim")
-    manager.node._store((None, manager.peering.node_name), {})
+    manager, events = draining_victim()
     claims = [f"data-{i:04d}" for i in range(5000)]  # what a provider's twin may hold
     manager.data_holders.append(lambda twin: claims)
     manager.drainers.append(lambda origin, twin: 1)
