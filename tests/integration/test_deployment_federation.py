@@ -271,9 +271,16 @@ def upgrade(lab, inventory, collections, previous: release.Release, image: str) 
         played = time.monotonic() - started
         wait_for(upgraded, timeout=300, interval=2, what="every Catamaran pod on the new image, each leader acting")
         settled = time.monotonic() - started
+    # The new virtual kubelet has gone over the namespace's pods once their account's shared token Secret is there.
+    wait_for(
+        lambda: get_json(lab, PROVIDER, "-n", TWIN, "secret", "catamaran-token.sa.default"),
+        timeout=60,
+        what="the upgraded virtual kubelet's token Secret for the pods' ServiceAccount",
+    )
     return {
         "before": before,
         "after": federation_pods(lab),
+        "token_secrets": {s["metadata"]["name"] for s in get_json(lab, PROVIDER, "-n", TWIN, "secrets")["items"]},
         "seen": seen,
         "fields": (added, fields_before, release.served_spec_fields(lab, CONSUMER, added)),
         "seconds": (played, settled),
@@ -323,6 +330,10 @@ def test_site_yml_upgrades_the_previous_release_with_100_pods_offloaded_disrupti
     }
     # The same pods on both sides (none recreated), and no container restarted.
     assert after == before
+    # The per-pod token Secrets the previous release wrote stay for the remote pods reading them (their refresh is
+    # the new release's job now), beside the one Secret its pods' ServiceAccount gets from now on.
+    legacy = {f"catamaran-token.{name}" for name in before[(PROVIDER, TWIN)]}
+    assert legacy <= UPGRADE["token_secrets"], sorted(legacy - UPGRADE["token_secrets"])[:5]
     assert seen["samples"] >= 3, seen
     assert seen["backwards"] == [], seen  # no local pod's phase went back from Running
     # A virtual node may turn NotReady only as long as a provider may be silent before it counts as down.

@@ -9,6 +9,7 @@ held to the consumer's RBAC. A pod may choose the provider's API server or none 
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -41,8 +42,13 @@ READS_PODS = {
     "kind": "RoleBinding",
     "metadata": {"name": "default-reads-pods"},
     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-    "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
+    "subjects": [
+        {"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE},
+        {"kind": "ServiceAccount", "name": "shared", "namespace": NAMESPACE},
+    ],
 }
+SHARED_ACCOUNT = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "shared"}}
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +57,19 @@ def home(lab, lab_config_in_use):
         require_real_node(lab_config_in_use.cluster(name))
     url = federation.gateway_facts(lab, CONSUMER)["api_server"]
     with federation.one_real_peering(lab, CONSUMER, PROVIDER, NAMESPACE, homeAPIServer=url):
-        body = {"apiVersion": "v1", "kind": "List", "items": [POD_READER, READS_PODS]}
+        body = {"apiVersion": "v1", "kind": "List", "items": [POD_READER, READS_PODS, SHARED_ACCOUNT]}
         lab.kubectl(CONSUMER, "-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(body))
         yield url
 
 
-def kubectl_pod(lab, name: str, access: str | None = None) -> None:
+def kubectl_pod(lab, name: str, access: str | None = None, account: str | None = None) -> None:
     """An offloaded pod holding kubectl, idle until the test runs it (kubectl exec, through the virtual node)."""
     pod = real_pod(
         name,
         ["sleep", "3600"],
         container={"image": kubectl_image_name(read_pins().kubernetes), "env": [{"name": "HOME", "value": "/tmp"}]},
         **TO_VIRTUAL_NODE,
+        **({"serviceAccountName": account} if account else {}),
     )
     if access:
         pod["metadata"]["annotations"] = {ANNOTATION_API_SERVER_ACCESS: access}
@@ -119,3 +126,101 @@ def test_disabled_access_mounts_no_token_at_all(lab, home):
     assert listing.returncode != 0, listing.stdout
     answer = in_pod(lab, "no-client", "kubectl", "get", "pods")
     assert answer.returncode != 0
+
+
+def token_review(lab, token: str) -> dict:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+    return json.loads(lab.kubectl(CONSUMER, "create", "-o", "json", "-f", "-", input=json.dumps(review)).stdout)[
+        "status"
+    ]
+
+
+def claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def test_pods_of_one_service_account_share_its_token_until_its_last_pod_leaves(lab, home):
+    """The pods of a service account on a virtual node share one token per audience and lifetime, issued by the
+    consumer and bound to a binding Secret of the virtual kubelet's: valid while any of them runs there, with the
+    pods' own lifetime, refreshed before 80 % of it, revoked when the last one goes."""
+    binding = f"catamaran-token-binding.{PROVIDER}.shared"
+    kubectl_pod(lab, "shared-1", account="shared")
+    kubectl_pod(lab, "shared-2", account="shared")
+    tokens = {}
+    for pod in ("shared-1", "shared-2"):
+        read = in_pod(lab, pod, "cat", TOKEN_PATH)
+        assert read.returncode == 0, read.stderr
+        tokens[pod] = read.stdout.strip()
+        whoami = in_pod(lab, pod, "kubectl", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+        assert (whoami.returncode, whoami.stdout) == (0, f"system:serviceaccount:{NAMESPACE}:shared"), whoami.stderr
+    assert tokens["shared-1"] == tokens["shared-2"], "the account's pods share its token"
+    token = tokens["shared-1"]
+
+    # Bound to the binding Secret on the consumer (not to a pod), with the lifetime the pods' projection asks for.
+    found = json.loads(lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "secret", binding, "-o", "json").stdout)
+    assert found["type"] == "catamaran.io/token-binding"
+    assert "data" not in found, "the binding holds nothing"
+    issued = claims(token)
+    bound = issued["kubernetes.io"]
+    assert bound["secret"] == {"name": binding, "uid": found["metadata"]["uid"]}
+    assert "pod" not in bound
+    assert issued["exp"] - issued["iat"] == 3607
+    status = token_review(lab, token)
+    assert status["authenticated"] is True, status
+    assert status["user"]["username"] == f"system:serviceaccount:{NAMESPACE}:shared"
+    # One Secret in the twin for the account, to be refreshed at 80 % of the lifetime.
+    shared = json.loads(
+        lab.kubectl(PROVIDER, "-n", TWIN, "get", "secret", "catamaran-token.sa.shared", "-o", "json").stdout
+    )
+    refresh_at = int(shared["metadata"]["annotations"]["catamaran.io/token-refresh-at"])
+    assert abs(refresh_at - (issued["iat"] + 0.8 * 3607)) <= 10, (refresh_at, issued["iat"])
+    assert base64.b64decode(shared["data"]["token.3607s"]).decode() == token
+
+    # Tampered with on the provider, the Secret is rewritten with a fresh token, as at its refresh time.
+    lab.kubectl(
+        PROVIDER,
+        "-n",
+        TWIN,
+        "annotate",
+        "--overwrite",
+        "secret",
+        "catamaran-token.sa.shared",
+        "catamaran.io/token-refresh-at=0",
+    )
+
+    def reissued() -> str | None:
+        secret = json.loads(
+            lab.kubectl(PROVIDER, "-n", TWIN, "get", "secret", "catamaran-token.sa.shared", "-o", "json").stdout
+        )
+        fresh = base64.b64decode(secret["data"]["token.3607s"]).decode()
+        return fresh if fresh != token else None
+
+    fresh = wait_for(reissued, timeout=30, what="the account's token reissued")
+    assert token_review(lab, fresh)["authenticated"] is True
+
+    # One pod gone, the token is still good: the other pod of the account runs on.
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "shared-1", "--wait=true", timeout=120)
+    assert token_review(lab, token)["authenticated"] is True
+    assert lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "secret", binding, check=False).returncode == 0
+    # The last one gone, the binding goes and both tokens with it.
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "shared-2", "--wait=true", timeout=120)
+    wait_for(
+        lambda: lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "secret", binding, check=False).returncode != 0,
+        timeout=30,
+        what="the binding Secret deleted with the account's last pod",
+    )
+    wait_for(
+        lambda: (
+            lab.kubectl(PROVIDER, "-n", TWIN, "get", "secret", "catamaran-token.sa.shared", check=False).returncode != 0
+        ),
+        timeout=30,
+        what="the account's token Secret deleted from the twin",
+    )
+    for revoked in (token, fresh):
+        status = wait_for(
+            lambda t=revoked: (s := token_review(lab, t)).get("authenticated") is not True and s,
+            timeout=30,
+            what="the token refused once its binding is gone",
+        )
+        assert status.get("error"), status  # the API server says why

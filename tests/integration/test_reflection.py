@@ -175,7 +175,7 @@ def test_an_offloaded_app_finds_its_configmap_secret_pull_secret_and_token_on_a_
     assert base64.b64decode(pull["data"][".dockerconfigjson"]).decode() == dockerconfig
     assert remote_pod["spec"]["imagePullSecrets"] == [{"name": "pull"}]
 
-    # The token is the consumer's, for this pod's service account, bound to the local pod.
+    # The token is the consumer's, for this pod's service account, bound to the account's binding Secret there.
     assert served(lab, name, "/namespace") == NAMESPACE
     consumer_ca = local(lab, "configmap", "kube-root-ca.crt")["data"]["ca.crt"]
     assert served(lab, name, "/ca.crt") == consumer_ca
@@ -187,11 +187,13 @@ def test_an_offloaded_app_finds_its_configmap_secret_pull_secret_and_token_on_a_
     assert result["status"]["authenticated"] is True, result["status"]
     user = result["status"]["user"]
     assert user["username"] == f"system:serviceaccount:{NAMESPACE}:reader"
-    assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [pod["metadata"]["uid"]]
+    assert "authentication.kubernetes.io/pod-uid" not in user.get("extra", {})
+    binding = local(lab, "secret", f"catamaran-token-binding.{PROVIDER}.reader")
+    assert binding["type"] == "catamaran.io/token-binding"
     # The virtual kubelets may read Secrets and request tokens here because this namespace is offloaded.
-    binding = local(lab, "rolebinding", "catamaran-vk-reflection")
-    assert binding["subjects"][0]["name"] == f"system:serviceaccounts:{SYSTEM_NAMESPACE}"
-    token_secret = remote(lab, "secret", f"catamaran-token.{name}")
+    role_binding = local(lab, "rolebinding", "catamaran-vk-reflection")
+    assert role_binding["subjects"][0]["name"] == f"system:serviceaccounts:{SYSTEM_NAMESPACE}"
+    token_secret = remote(lab, "secret", "catamaran-token.sa.reader")
     assert token_secret["type"] == "Opaque"
     assert token_secret["metadata"]["labels"]["catamaran.io/managed-by"] == "reflection"
 

@@ -64,9 +64,11 @@ ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
 # Reflection policy, per object: skipped under a DenyList policy, chosen under an AllowList one.
 ANNOTATION_SKIP_REFLECTION = "catamaran.io/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION = "catamaran.io/allow-reflection"
-# On reflected copies: the local object's uid, and for token Secrets the pod they serve.
+# On reflected copies: the local object's uid, and for token Secrets the service account (or, written by earlier
+# releases, the pod) they serve; on a consumer's token binding Secret, its service account.
 ANNOTATION_LOCAL_UID = "catamaran.io/local-uid"
 ANNOTATION_TOKEN_FOR_POD = "catamaran.io/token-for-pod"
+ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT = "catamaran.io/token-for-service-account"
 # Which API server an offloaded pod's in-cluster clients reach: the consumer's (home, with the consumer's token),
 # the provider's (provider, with a token of the twin's default ServiceAccount) or none (disabled).
 ANNOTATION_API_SERVER_ACCESS = "catamaran.io/api-server-access"
@@ -122,7 +124,7 @@ TENANT_PRIORITY_VALUE = -100
 DEFAULT_CONTAINER_REQUESTS = {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "256Mi"}
 DEFAULT_CONTAINER_LIMITS = {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "4Gi"}
 # Hard limits of each twin's ResourceQuota: storage and object counts (pods and compute are the tenant-wide quota
-# the manager keeps). A token Secret per offloaded pod: room for 10 000 pods in one namespace.
+# the manager keeps). Room for the per-pod token Secrets of earlier releases, 10 000 pods in one namespace.
 DEFAULT_OBJECT_QUOTA = {
     "configmaps": "1000",
     "secrets": "11000",

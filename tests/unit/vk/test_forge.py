@@ -15,7 +15,7 @@ from tests.unit.vk.offloading_scope import NOW
 
 def test_with_a_token_secret_the_token_volume_reads_the_consumers_token_ca_and_namespace():
     shadow = forge.shadowpod_for(
-        local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p", token_secret="catamaran-token.web-1"
+        local_pod(), twin_namespace="shop-c", consumer_id="c", provider_id="p", token_secret="catamaran-token.sa.web"
     )
     spec = shadow["spec"]["pod"]["spec"]
     assert spec["automountServiceAccountToken"] is False
@@ -25,20 +25,46 @@ def test_with_a_token_secret_the_token_volume_reads_the_consumers_token_ca_and_n
     assert volume["projected"]["sources"] == [
         {
             "secret": {
-                "name": "catamaran-token.web-1",
-                "items": [{"key": "kube-api-access-abc.token-0", "path": "token"}],
+                "name": "catamaran-token.sa.web",
+                "items": [{"key": "token.3607s", "path": "token"}],
             }
         },
         {"configMap": {"name": "catamaran-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"secret": {"name": "catamaran-token.web-1", "items": [{"key": "namespace", "path": "namespace"}]}},
+        {"secret": {"name": "catamaran-token.sa.web", "items": [{"key": "namespace", "path": "namespace"}]}},
     ]
-    assert forge.token_requests(local_pod()["spec"]) == [("kube-api-access-abc.token-0", None, 3607)]
+    assert forge.token_requests(local_pod()["spec"]) == [(None, 3607)]
+
+
+def test_pods_of_one_account_read_one_key_per_audience_and_lifetime_whatever_their_volumes_are_called():
+    """The key of a token depends on what it is (audience, lifetime), not on the pod's volume names, which the
+    API server generates per pod: so all the account's pods read one Secret."""
+    first, second = local_pod(), local_pod()
+    second["spec"]["volumes"][0] = {**second["spec"]["volumes"][0], "name": "kube-api-access-xyz"}
+    vault = {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault-token"}}
+    second["spec"]["volumes"].append({"name": "vault", "projected": {"sources": [vault]}})
+    assert forge.token_requests(second["spec"]) == [(None, 3607), ("vault", 600)]
+
+    def keys(pod: dict) -> list[str]:
+        spec = forge.shadowpod_for(
+            pod, twin_namespace="shop-c", consumer_id="c", provider_id="p", token_secret="catamaran-token.sa.web"
+        )["spec"]["pod"]["spec"]
+        projected = [volume["projected"] for volume in spec["volumes"] if "projected" in volume]
+        sources = [source for volume in projected for source in volume["sources"]]
+        return [item["key"] for source in sources for item in (source.get("secret") or {}).get("items", [])]
+
+    vault_key = forge.token_key("vault", 600)
+    assert keys(first) == ["token.3607s", "namespace"]
+    assert keys(second) == ["token.3607s", "namespace", vault_key]
+    assert vault_key.startswith("token.600s.")
+    assert vault_key != forge.token_key("vault-2", 600)
+    # The per-pod Secrets of earlier releases named keys after the volume; their ShadowPods still read them.
+    assert forge.volume_token_key("kube-api-access-abc", 0) == "kube-api-access-abc.token-0"
 
 
 HOME = ("203.0.113.10", 6443)
 
 
-def forged(annotation: str | None = None, token_secret: str | None = "catamaran-token.web-1", **container) -> dict:
+def forged(annotation: str | None = None, token_secret: str | None = "catamaran-token.sa.web", **container) -> dict:
     pod = local_pod()
     pod["spec"]["containers"][0].update(container)
     if annotation is not None:
@@ -58,7 +84,7 @@ def test_home_access_points_in_cluster_clients_at_the_consumers_api_server():
     env = env_of(spec)
     assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("203.0.113.10", "6443")
     assert env["KUBERNETES_PORT_443_TCP"] == "tcp://203.0.113.10:6443"
-    assert spec["volumes"][0]["projected"]["sources"][0]["secret"]["name"] == "catamaran-token.web-1"
+    assert spec["volumes"][0]["projected"]["sources"][0]["secret"]["name"] == "catamaran-token.sa.web"
     assert spec["automountServiceAccountToken"] is False
     # A variable the container sets itself wins.
     own = env_of(forged(env=[{"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}]))

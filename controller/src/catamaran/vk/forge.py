@@ -6,6 +6,7 @@ The status back is vk/status_back.py's; the provider's pod IPs, vk/ip_translatio
 from __future__ import annotations
 
 import copy
+import hashlib
 
 from .. import quantities
 from ..constants import (
@@ -116,35 +117,54 @@ def token_volumes(spec: dict) -> list[dict]:
     ]
 
 
-def token_key(volume_name: str, index: int) -> str:
-    return f"{volume_name}.token-{index}"
-
-
-def token_requests(spec: dict) -> list[tuple[str, str | None, int]]:
-    """(Secret key, audience, lifetime) of each token the pod's volumes project; no audience means the API server's."""
-    requests = []
+def token_projections(spec: dict) -> list[tuple[str, int, str | None, int]]:
+    """(volume name, source index, audience, lifetime) of each token the pod's volumes project; no audience means
+    the API server's."""
+    projections = []
     for volume in token_volumes(spec):
         for index, source in enumerate(volume["projected"].get("sources") or []):
             token = source.get("serviceAccountToken")
             if token is not None:
-                requests.append(
-                    (
-                        token_key(volume["name"], index),
-                        token.get("audience") or None,
-                        int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION),
-                    )
-                )
-    return requests
+                audience = token.get("audience") or None
+                seconds = int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION)
+                projections.append((volume["name"], index, audience, seconds))
+    return projections
+
+
+def token_requests(spec: dict) -> list[tuple[str | None, int]]:
+    """(audience, lifetime) of each distinct token the pod needs: its service account's token Secret holds one each."""
+    return sorted({(audience, seconds) for _, _, audience, seconds in token_projections(spec)}, key=request_order)
+
+
+def request_order(request: tuple[str | None, int]) -> tuple[str, int]:
+    audience, seconds = request
+    return audience or "", seconds
+
+
+def token_key(audience: str | None, seconds: int) -> str:
+    """The key of a token in its service account's token Secret: one per audience and lifetime, whatever the volume
+    or pod asking for it."""
+    if audience is None:
+        return f"token.{seconds}s"
+    return f"token.{seconds}s.{hashlib.sha256(audience.encode()).hexdigest()[:12]}"
+
+
+def volume_token_key(volume_name: str, index: int) -> str:
+    """The key of a projection's token in a per-pod token Secret, which ShadowPods made by releases before tokens
+    were shared per service account still read."""
+    return f"{volume_name}.token-{index}"
 
 
 def _remote_token_volume(volume: dict, token_secret: str) -> dict:
     """The volume reading the tokens the virtual kubelet stored, the consumer's CA and the local namespace."""
     projected = dict(volume["projected"])
     sources = []
-    for index, source in enumerate(projected.get("sources") or []):
+    for source in projected.get("sources") or []:
         if "serviceAccountToken" in source:
             path = source["serviceAccountToken"]["path"]
-            item = {"key": token_key(volume["name"], index), "path": path}
+            token = source["serviceAccountToken"]
+            seconds = int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION)
+            item = {"key": token_key(token.get("audience") or None, seconds), "path": path}
             sources.append({"secret": {"name": token_secret, "items": [item]}})
         elif (source.get("configMap") or {}).get("name") == ROOT_CA_CONFIGMAP:
             sources.append({"configMap": {**source["configMap"], "name": CONSUMER_ROOT_CA_CONFIGMAP}})

@@ -41,7 +41,7 @@ from .forge import (
 from .namespaces import TwinManager
 from .pod_status import REMOTE_FAILURE_EVENTS, PodStatus
 from .reflection.reflector import Reflector
-from .reflection.tokens import TokenReflector, token_secret_name
+from .reflection.tokens import TokenReflector, account_secret_name, pod_account
 from .trust import sanitised_message
 
 log = logging.getLogger(__name__)
@@ -309,14 +309,14 @@ class PodController:
         tokens = self.tokens
         if not tokens.needed(pod):
             return None, None
-        if not tokens.ready_for(pod, twin):
+        if not tokens.ready_for(pod):
             tokens.pod_changed((pod["metadata"]["namespace"], pod["metadata"]["name"]))
             # The token reflector requeues the pod once the Secret is written. This delay only covers a lost
             # notification: a short one polled every waiting pod (26 reconciles per pod at 10 000 pods).
             return None, TOKEN_WAIT_RECHECK_S
         if self.config_maps.pending(pod["metadata"]["namespace"], ROOT_CA_CONFIGMAP):
             return None, 0.5
-        return token_secret_name(pod["metadata"]["name"]), None
+        return account_secret_name(pod_account(pod)), None
 
     async def _create_shadow(self, pod: dict, twin: str, token_secret: str | None) -> None:
         body = shadowpod_for(

@@ -1,11 +1,20 @@
-"""Service-account tokens of offloaded pods, issued by the consumer and kept fresh in the twin namespace.
+"""Service-account tokens of offloaded pods: issued by the consumer once per service account, kept fresh in the twin.
 
-For each pod bound to this virtual node whose volumes project a service-account token, the consumer
-is asked for a token (TokenRequest, bound to the local pod, with the projection's audience and
-lifetime). The tokens live in one Secret per pod in the twin namespace; the remote pod's projected
-volume reads them at the paths the kubelet would have used (forge.py). A token is replaced before
-80 % of its lifetime, as the kubelet does, so the remote pod speaks to the consumer's API server as
-its own service account for as long as it runs.
+The pods of one service account on this virtual node share its tokens. For each (audience, lifetime) their volumes
+project, the consumer is asked once (TokenRequest), the token bound to the account's *binding*: a Secret of type
+catamaran.io/token-binding in the pod's namespace that holds nothing (`catamaran-token-binding.<provider>.<account>`).
+The tokens live in one Secret per account in the twin (`catamaran-token.sa.<account>`); the remote pods' projected
+volumes read them at the paths the kubelet would have used (forge.py). They are replaced before 80 % of the shortest
+lifetime, as the kubelet does. When the account's last pod leaves this virtual node both Secrets go, and deleting
+the binding revokes its tokens at once.
+
+Shared, a pod waits for no credential of its own: the first pod of an account waits for one TokenRequest per
+(audience, lifetime) and one Secret write, every later pod for nothing. What sharing costs is in design.md
+("Service-account tokens"): the consumer sees the account, not the pod, and a token stays valid while any pod of
+its account runs here. Lifetimes and audiences are the pods' own.
+
+Per-pod token Secrets of earlier releases (`catamaran-token.<pod>`, bound to the pod) are kept fresh for the pods
+whose ShadowPods read them and go with those pods.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
@@ -26,7 +36,11 @@ from ... import metrics
 from ...constants import (
     ANNOTATION_LOCAL_UID,
     ANNOTATION_TOKEN_FOR_POD,
+    ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT,
     API_SERVER_ACCESS_HOME,
+    LABEL_DESTINATION_CLUSTER_ID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_CATAMARAN,
 )
 from ...kube.informer import Informer
 from ...kube.ops import delete_with_uid, tolerating
@@ -34,31 +48,83 @@ from ...kube.workqueue import WorkQueue
 from ...logs import fields
 from ...objects import reference
 from ..context import PeeringContext
-from ..forge import TOKEN_NAMESPACE_KEY, api_server_access, token_requests
+from ..forge import (
+    TOKEN_NAMESPACE_KEY,
+    api_server_access,
+    request_order,
+    token_key,
+    token_projections,
+    token_requests,
+    volume_token_key,
+)
 from ..namespaces import TwinManager
 from .kind import digest
 from .policy import KindPolicy
 from .reflector import OWNER_OTHER_CATAMARAN, Reflector, identity_labels
+from .secrets import TOKEN_BINDING_TYPE
 from .secrets import TOKEN_SECRET_PREFIX as SECRET_PREFIX
 
 log = logging.getLogger(__name__)
 
 ANNOTATION_REFRESH_AT = "catamaran.io/token-refresh-at"  # epoch seconds
 ANNOTATION_CONTENT_DIGEST = "catamaran.io/content-digest"  # of what was written: tampering shows
+ANNOTATION_TOKEN_KEYS = "catamaran.io/token-keys"  # the keys an account's token Secret holds, comma-separated
+ACCOUNT_SECRET_PREFIX = f"{SECRET_PREFIX}sa."
+BINDING_PREFIX = "catamaran-token-binding."
 REFRESH_FRACTION = 0.8
 MAX_NAME = 253
 
 
-def token_secret_name(pod_name: str) -> str:
-    name = f"{SECRET_PREFIX}{pod_name}"
+def _bounded(name: str, unique: str) -> str:
+    """`name`, or its head and a digest of `unique` when it is longer than a Secret's name may be."""
     if len(name) <= MAX_NAME:
         return name
-    return f"{name[: MAX_NAME - 11]}.{hashlib.sha256(pod_name.encode()).hexdigest()[:10]}"
+    return f"{name[: MAX_NAME - 11]}.{hashlib.sha256(unique.encode()).hexdigest()[:10]}"
+
+
+def token_secret_name(pod_name: str) -> str:
+    """A per-pod token Secret of earlier releases."""
+    return _bounded(f"{SECRET_PREFIX}{pod_name}", pod_name)
+
+
+def account_secret_name(account: str) -> str:
+    """The twin's Secret holding the tokens of a service account's pods on this virtual node."""
+    return _bounded(f"{ACCOUNT_SECRET_PREFIX}{account}", account)
+
+
+def binding_name(provider_id: str, account: str) -> str:
+    """The consumer's Secret the account's tokens for this provider are bound to: deleting it revokes them."""
+    return _bounded(f"{BINDING_PREFIX}{provider_id}.{account}", f"{provider_id}/{account}")
+
+
+def pod_account(pod: dict) -> str:
+    return pod["spec"].get("serviceAccountName") or "default"
+
+
+def token_keys(pod: dict) -> frozenset[str]:
+    """The keys the pod's remote volumes read from its account's token Secret."""
+    return frozenset(token_key(audience, seconds) for audience, seconds in token_requests(pod["spec"]))
 
 
 def refresh_delay(lifetimes: list[float]) -> float:
     """Seconds from issuing until the tokens must be replaced: 80 % of the shortest lifetime."""
     return REFRESH_FRACTION * min(lifetimes)
+
+
+@dataclass(frozen=True)
+class AccountTokens:
+    """Work: the token Secret of a service account's pods on this virtual node, and its binding."""
+
+    namespace: str
+    account: str
+
+
+@dataclass(frozen=True)
+class PodTokens:
+    """Work: a per-pod token Secret of an earlier release."""
+
+    namespace: str
+    pod: str
 
 
 class TokenReflector:
@@ -79,175 +145,339 @@ class TokenReflector:
         self.local_pods = local_pods
         self.policy = policy
         self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
-        self.written_listeners: list[Callable[[tuple], None]] = []
-        self._by_secret: dict[tuple[str, str], str] = {}  # (origin, secret name) -> pod name
-        # (origin, pod name) -> local pod UID of the token Secret last written: the provider has it from the
-        # moment the write returns, before the copy informer sees it, so the pod need not wait for that.
-        self._written: dict[tuple[str, str], str] = {}
+        self.written_listeners: list[Callable[[tuple], None]] = []  # told (namespace, pod) when its tokens are in
+        self._users: dict[AccountTokens, set[str]] = {}  # the names of the account's pods that project tokens
+        self._account_of: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its account, for those pods
+        # The binding's uid and the keys of the account's Secret last written or found fresh: the provider has it
+        # from the moment the write returns, before the copy informer sees it, so pods need not wait for that.
+        self._written: dict[AccountTokens, tuple[str, frozenset[str]]] = {}
+        self._copies: dict[tuple[str, str], AccountTokens | PodTokens] = {}  # (origin, copy name) -> its work
         secrets.copy_listeners.append(self._copy_changed)
 
     def tasks(self):
         return [self.queue.run()]
 
-    def pod_changed(self, key) -> None:
-        self.queue.add(key)
+    def pod_changed(self, key: tuple[str, str]) -> None:
+        namespace, name = key
+        pod = self.local_pods.get(namespace, name)
+        before = self._account_of.pop(key, None)
+        if before is not None:
+            self._users.get(AccountTokens(namespace, before), set()).discard(name)
+            self.queue.add(AccountTokens(namespace, before))
+        if pod is not None and self.projects_tokens(pod):
+            account = pod_account(pod)
+            self._account_of[key] = account
+            self._users.setdefault(AccountTokens(namespace, account), set()).add(name)
+            self.queue.add(AccountTokens(namespace, account))
+        if (namespace, token_secret_name(name)) in self._copies:
+            self.queue.add(PodTokens(namespace, name))
 
     def requeue_namespace(self, origin: str) -> None:
         for key in self.local_pods.keys_in(origin):
-            self.queue.add(key)
+            self.pod_changed(key)
+        twin = self.twins.twin_of(origin)
+        informer = self.secrets.copies.get(twin) if twin else None
+        for (_, copy_name), copy in list(informer.cache.items()) if informer else []:
+            self._copy_changed(origin, copy_name, copy)
 
     def update(self, policy: KindPolicy) -> None:
         self.policy = policy
         self.queue.resize(max(1, policy.workers))
         for key in list(self.local_pods.cache):
-            self.queue.add(key)
+            self.pod_changed(key)
             for listener in self.written_listeners:
                 listener(key)  # a pod waiting for a token no longer needed goes out now
 
     def _copy_changed(self, origin: str, copy_name: str, copy: dict | None) -> None:
-        if copy_name.startswith(SECRET_PREFIX):
-            pod = self._by_secret.get((origin, copy_name)) or copy_name.removeprefix(SECRET_PREFIX)
-            self.queue.add((origin, pod))
-            if copy is not None:
-                # A Secret this process did not write (an earlier process did) lets its pod go out once seen.
-                for listener in self.written_listeners:
-                    listener((origin, pod))
+        if not copy_name.startswith(SECRET_PREFIX):
+            return
+        work = self._copies.get((origin, copy_name))
+        if work is None and copy is not None:
+            annotations = copy.get("annotations") or {}
+            if account := annotations.get(ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT):
+                work = AccountTokens(origin, account)
+            elif pod := annotations.get(ANNOTATION_TOKEN_FOR_POD):
+                work = PodTokens(origin, pod)
+        if work is not None:
+            self._copies[(origin, copy_name)] = work
+            self.queue.add(work)
+
+    @staticmethod
+    def projects_tokens(pod: dict) -> bool:
+        # Only a pod that keeps its home API server carries the consumer's tokens.
+        return api_server_access(pod) == API_SERVER_ACCESS_HOME and bool(token_requests(pod["spec"]))
 
     def needed(self, pod: dict) -> bool:
-        # Only a pod that keeps its home API server carries the consumer's tokens.
-        home = api_server_access(pod) == API_SERVER_ACCESS_HOME
-        return self.policy.enabled and home and bool(token_requests(pod["spec"]))
+        return self.policy.enabled and self.projects_tokens(pod)
 
-    def ready_for(self, pod: dict, twin: str) -> bool:
-        """Is the pod's token Secret in the twin, for this very pod? Its ShadowPod waits for it."""
-        meta = pod["metadata"]
-        if self._written.get((meta["namespace"], meta["name"])) == meta["uid"]:
-            return True
-        copy = self.secrets.copy_of(twin, token_secret_name(meta["name"]))
-        return copy is not None and copy.get("localUID") == meta["uid"]
+    def ready_for(self, pod: dict) -> bool:
+        """Does the twin hold the tokens this pod's volumes read? Its ShadowPod waits for them."""
+        written = self._written.get(AccountTokens(pod["metadata"]["namespace"], pod_account(pod)))
+        return written is not None and token_keys(pod) <= written[1]
 
     def left_in(self, twin: str) -> int:
         return self.secrets.left_in(twin, OWNER_OTHER_CATAMARAN)
 
-    async def reconcile(self, key) -> float | None:
-        namespace, pod_name = key
+    async def reconcile(self, key: AccountTokens | PodTokens) -> float | None:
+        if isinstance(key, PodTokens):
+            return await self._reconcile_pod(key)
+        return await self._reconcile_account(key)
+
+    # -- the tokens of a service account --------------------------------------------------------------------------
+
+    def _live_users(self, key: AccountTokens) -> list[dict]:
+        names = self._users.get(key) or set()
+        return [pod for name in sorted(names) if (pod := self.local_pods.get(key.namespace, name)) is not None]
+
+    def _wanted(self, namespace: str, users: list[dict]) -> bool:
+        return (
+            bool(users) and self.policy.enabled and self.twins.selected(namespace) and self.twins.twin_ready(namespace)
+        )
+
+    async def _reconcile_account(self, key: AccountTokens) -> float | None:
+        namespace = key.namespace
         twin = self.twins.twin_of(namespace)  # never a twin of another namespace, even one of the same name
         copies = self.secrets.copies.get(twin) if twin else None
+        users = self._live_users(key)
         if twin is None or copies is None:
-            if key not in self.local_pods.cache:
-                self._written.pop(key, None)
-            return None
+            self._written.pop(key, None)
+            return None  # no twin here: its readiness requeues the namespace
         if not copies.synced.is_set():
             return 0.5
-        secret_name = token_secret_name(pod_name)
-        self._by_secret[(namespace, secret_name)] = pod_name
-        copy = copies.get(twin, secret_name)
-        pod = self.local_pods.get(namespace, pod_name)
-        wanted = (
-            pod is not None and self.needed(pod) and self.twins.selected(namespace) and self.twins.twin_ready(namespace)
-        )
-        if not wanted:
-            self._by_secret.pop((namespace, secret_name), None)
+        name = account_secret_name(key.account)
+        self._copies[(namespace, name)] = key
+        copy = copies.get(twin, name)
+        if not self._wanted(namespace, users):
             self._written.pop(key, None)
             if copy is not None and copy["owner"] == OWNER_OTHER_CATAMARAN:
                 with tolerating(404, 409):
-                    await delete_with_uid(self.peering.provider, Secret, secret_name, twin, copy["uid"])
+                    await delete_with_uid(self.peering.provider, Secret, name, twin, copy["uid"])
+            await self._unbind(key)
+            if not users:
+                self._users.pop(key, None)
+                self._copies.pop((namespace, name), None)
             return None
         if copy is not None and copy["owner"] != OWNER_OTHER_CATAMARAN:
-            await self._conflict(pod, twin, secret_name)
+            await self._tell_waiting(
+                key,
+                users,
+                "ReflectionConflict",
+                f"Secret {twin}/{name} on {self.peering.provider_id} was not created by Catamaran; the service"
+                f" account's tokens cannot be stored there",
+            )
             return None
+        requests = sorted({request for pod in users for request in token_requests(pod["spec"])}, key=request_order)
+        keys = frozenset(token_key(audience, seconds) for audience, seconds in requests)
         if copy is not None:
             annotations = copy.get("annotations") or {}
             refresh_at = float(annotations.get(ANNOTATION_REFRESH_AT) or 0)
             intact = annotations.get(ANNOTATION_CONTENT_DIGEST) == copy["digest"]
-            if copy["localUID"] == pod["metadata"]["uid"] and intact and refresh_at > time.time():
+            held = frozenset(filter(None, (annotations.get(ANNOTATION_TOKEN_KEYS) or "").split(",")))
+            current = self._written.get(key)
+            bound = current[0] if current else await self._binding(key, users)
+            fresh = intact and keys <= held and refresh_at > time.time()
+            if fresh and bound is not None and copy["localUID"] == bound:
+                self._mark_written(key, bound, held, users)
                 return refresh_at - time.time()
         started = time.monotonic()
         try:
-            body, lifetime = await self._issue(pod, twin, secret_name)
+            bound = await self._binding(key, users)
+            if bound is None:
+                return None
+            body, lifetime = await self._account_secret(key, twin, name, bound, requests)
             if copy is None:
                 await self.peering.provider.create(Secret.from_dict(body))
                 metrics.REFLECTED.labels("serviceAccountTokens", "created").inc()
             else:
                 body["metadata"]["resourceVersion"] = copy["resourceVersion"]
-                await self.peering.provider.replace(Secret.from_dict(body), secret_name, namespace=twin)
+                await self.peering.provider.replace(Secret.from_dict(body), name, namespace=twin)
                 metrics.REFLECTED.labels("serviceAccountTokens", "updated").inc()
         except ApiError as error:
             metrics.REFLECTION_ERRORS.labels("serviceAccountTokens").inc()
             if error.status.code != 409:
-                await self._event(
-                    pod,
-                    "Warning",
+                await self._tell_waiting(
+                    key,
+                    users,
                     "TokenReflectionFailed",
-                    f"cannot give the pod on {self.peering.provider_id} its service-account token: "
-                    f"{error.status.message or error}",
+                    f"cannot give the pods of service account {key.account} on {self.peering.provider_id} their"
+                    f" tokens: {error.status.message or error}",
                 )
             raise
         metrics.REFLECTION_SECONDS.labels("serviceAccountTokens").observe(time.monotonic() - started)
-        self._written[key] = pod["metadata"]["uid"]
-        for listener in self.written_listeners:
-            listener(key)
+        self._mark_written(key, bound, keys, users)
         return lifetime
 
-    async def _issue(self, pod: dict, twin: str, secret_name: str) -> tuple[dict, float]:
-        """The token Secret's body, with a token per projection, and the seconds until it must be refreshed."""
-        meta, spec = pod["metadata"], pod["spec"]
-        service_account = spec.get("serviceAccountName") or "default"
-        now = time.time()
-        data = {TOKEN_NAMESPACE_KEY: base64.b64encode(meta["namespace"].encode()).decode()}
-        lifetimes = []
-        for key, audience, seconds in token_requests(spec):
-            request = ServiceAccount.Token(
-                metadata=ObjectMeta(),
-                spec=TokenRequestSpec(
-                    audiences=[audience] if audience else [],
-                    expirationSeconds=seconds,
-                    boundObjectRef=BoundObjectReference(
-                        apiVersion="v1", kind="Pod", name=meta["name"], uid=meta["uid"]
-                    ),
-                ),
+    def _mark_written(self, key: AccountTokens, bound: str, keys: frozenset[str], users: list[dict]) -> None:
+        """Record what the twin holds and let the pods it newly serves go out (only those: an account of
+        thousands of pods must not requeue them all at every change of one)."""
+        before = self._written.get(key)
+        self._written[key] = (bound, keys)
+        for pod in users:
+            wanted = token_keys(pod)
+            if wanted <= keys and (before is None or not wanted <= before[1]):
+                for listener in self.written_listeners:
+                    listener((key.namespace, pod["metadata"]["name"]))
+
+    async def _binding(self, key: AccountTokens, users: list[dict]) -> str | None:
+        """The uid of the account's binding Secret, made when missing; None when another object holds its name."""
+        name = binding_name(self.peering.provider_id, key.account)
+        try:
+            found = await self.peering.local.get(Secret, name, namespace=key.namespace)
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            found = await self.peering.local.create(Secret.from_dict(self._binding_body(key, name)))
+        if found.type != TOKEN_BINDING_TYPE:
+            await self._tell_waiting(
+                key,
+                users,
+                "ReflectionConflict",
+                f"Secret {key.namespace}/{name} is not a {TOKEN_BINDING_TYPE} Secret, so the tokens of service"
+                f" account {key.account} on {self.peering.provider_id} cannot be bound to it; rename or remove it",
             )
-            issued = await self.peering.local.create(request, service_account, namespace=meta["namespace"])
-            data[key] = base64.b64encode(issued.status.token.encode()).decode()
-            expires = issued.status.expirationTimestamp
-            granted = (expires - datetime.datetime.now(datetime.UTC)).total_seconds() if expires else seconds
-            lifetimes.append(max(1.0, min(float(seconds), granted)))
+            return None
+        return found.metadata.uid
+
+    def _binding_body(self, key: AccountTokens, name: str) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": TOKEN_BINDING_TYPE,
+            "metadata": {
+                "name": name,
+                "namespace": key.namespace,
+                "labels": {
+                    LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN,
+                    LABEL_DESTINATION_CLUSTER_ID: self.peering.provider_id,
+                },
+                "annotations": {ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT: key.account},
+            },
+        }
+
+    async def _unbind(self, key: AccountTokens) -> None:
+        """Delete the account's binding, which revokes every token bound to it."""
+        name = binding_name(self.peering.provider_id, key.account)
+        with tolerating(404, 409):
+            found = await self.peering.local.get(Secret, name, namespace=key.namespace)
+            if found.type == TOKEN_BINDING_TYPE:
+                await delete_with_uid(self.peering.local, Secret, name, key.namespace, found.metadata.uid)
+
+    async def _account_secret(
+        self, key: AccountTokens, twin: str, name: str, bound: str, requests: list[tuple[str | None, int]]
+    ) -> tuple[dict, float]:
+        """The account's token Secret, a token per (audience, lifetime), and the seconds until it must be refreshed."""
+        binding = BoundObjectReference(
+            apiVersion="v1", kind="Secret", name=binding_name(self.peering.provider_id, key.account), uid=bound
+        )
+        data = {TOKEN_NAMESPACE_KEY: _b64(key.namespace)}
+        lifetimes = []
+        for audience, seconds in requests:
+            token, lifetime = await self._request(key.namespace, key.account, audience, seconds, binding)
+            data[token_key(audience, seconds)] = _b64(token)
+            lifetimes.append(lifetime)
+        keys = ",".join(sorted(data.keys() - {TOKEN_NAMESPACE_KEY}))
+        annotations = {ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT: key.account, ANNOTATION_TOKEN_KEYS: keys}
+        body, delay = self._token_secret_body(twin, name, bound, annotations, data, lifetimes)
+        log.info(
+            "issued service-account tokens",
+            extra=fields(account=f"{key.namespace}/{key.account}", twin=twin, refresh_in=round(delay)),
+        )
+        return body, delay
+
+    # -- the per-pod Secrets of earlier releases ------------------------------------------------------------------
+
+    async def _reconcile_pod(self, key: PodTokens) -> float | None:
+        namespace = key.namespace
+        twin = self.twins.twin_of(namespace)
+        copies = self.secrets.copies.get(twin) if twin else None
+        if twin is None or copies is None:
+            return None
+        if not copies.synced.is_set():
+            return 0.5
+        name = token_secret_name(key.pod)
+        copy = copies.get(twin, name)
+        if copy is None or copy["owner"] != OWNER_OTHER_CATAMARAN:
+            self._copies.pop((namespace, name), None)
+            return None
+        pod = self.local_pods.get(namespace, key.pod)
+        if not (
+            pod is not None
+            and copy["localUID"] == pod["metadata"]["uid"]
+            and self._wanted(namespace, [pod])
+            and self.needed(pod)
+        ):
+            with tolerating(404, 409):
+                await delete_with_uid(self.peering.provider, Secret, name, twin, copy["uid"])
+            return None
+        annotations = copy.get("annotations") or {}
+        refresh_at = float(annotations.get(ANNOTATION_REFRESH_AT) or 0)
+        if annotations.get(ANNOTATION_CONTENT_DIGEST) == copy["digest"] and refresh_at > time.time():
+            return refresh_at - time.time()
+        meta = pod["metadata"]
+        binding = BoundObjectReference(apiVersion="v1", kind="Pod", name=meta["name"], uid=meta["uid"])
+        data = {TOKEN_NAMESPACE_KEY: _b64(namespace)}
+        lifetimes = []
+        for volume, index, audience, seconds in token_projections(pod["spec"]):
+            token, lifetime = await self._request(namespace, pod_account(pod), audience, seconds, binding)
+            data[volume_token_key(volume, index)] = _b64(token)
+            lifetimes.append(lifetime)
+        annotations = {ANNOTATION_TOKEN_FOR_POD: meta["name"]}
+        body, delay = self._token_secret_body(twin, name, meta["uid"], annotations, data, lifetimes)
+        body["metadata"]["resourceVersion"] = copy["resourceVersion"]
+        await self.peering.provider.replace(Secret.from_dict(body), name, namespace=twin)
+        metrics.REFLECTED.labels("serviceAccountTokens", "updated").inc()
+        return delay
+
+    # -- shared -----------------------------------------------------------------------------------------------------
+
+    async def _request(
+        self, namespace: str, account: str, audience: str | None, seconds: int, binding: BoundObjectReference
+    ) -> tuple[str, float]:
+        """A token from the consumer and the seconds it is valid for (at most what was asked)."""
+        request = ServiceAccount.Token(
+            metadata=ObjectMeta(),
+            spec=TokenRequestSpec(
+                audiences=[audience] if audience else [], expirationSeconds=seconds, boundObjectRef=binding
+            ),
+        )
+        issued = await self.peering.local.create(request, account, namespace=namespace)
+        expires = issued.status.expirationTimestamp
+        granted = (expires - datetime.datetime.now(datetime.UTC)).total_seconds() if expires else seconds
+        return issued.status.token, max(1.0, min(float(seconds), granted))
+
+    def _token_secret_body(
+        self, twin: str, name: str, local_uid: str, annotations: dict, data: dict, lifetimes: list[float]
+    ) -> tuple[dict, float]:
         delay = refresh_delay(lifetimes)
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
             "type": "Opaque",
             "metadata": {
-                "name": secret_name,
+                "name": name,
                 "namespace": twin,
                 "labels": identity_labels(self.peering.consumer_id, self.peering.provider_id),
                 "annotations": {
-                    ANNOTATION_TOKEN_FOR_POD: meta["name"],
-                    ANNOTATION_LOCAL_UID: meta["uid"],
-                    ANNOTATION_REFRESH_AT: f"{now + delay:.0f}",
+                    **annotations,
+                    ANNOTATION_LOCAL_UID: local_uid,
+                    ANNOTATION_REFRESH_AT: f"{time.time() + delay:.0f}",
                 },
             },
             "data": data,
         }
         content = self.secrets.kind.content(body, self.secrets.context, local=False)
         body["metadata"]["annotations"][ANNOTATION_CONTENT_DIGEST] = digest(content)
-        log.info(
-            "issued service-account token",
-            extra=fields(pod=f"{meta['namespace']}/{meta['name']}", twin=twin, refresh_in=round(delay)),
-        )
         return body, delay
 
-    async def _conflict(self, pod: dict, twin: str, secret_name: str) -> None:
-        metrics.REFLECTION_CONFLICTS.labels("serviceAccountTokens").inc()
-        await self._event(
-            pod,
-            "Warning",
-            "ReflectionConflict",
-            f"Secret {twin}/{secret_name} on {self.peering.provider_id} was not created by Catamaran; "
-            "the pod's service-account token cannot be stored there",
-        )
+    async def _tell_waiting(self, key: AccountTokens, users: list[dict], reason: str, message: str) -> None:
+        """A Warning on each of the account's pods still waiting for its tokens (the running ones have theirs)."""
+        written = self._written.get(key)
+        for pod in users:
+            if written is None or not token_keys(pod) <= written[1]:
+                await self.peering.events.record(
+                    reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", reason, message
+                )
 
-    async def _event(self, pod: dict, kind_type: str, reason: str, message: str) -> None:
-        await self.peering.events.record(
-            reference({"apiVersion": "v1", "kind": "Pod", **pod}), kind_type, reason, message
-        )
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
