@@ -101,9 +101,16 @@ def pod_account(pod: dict) -> str:
     return pod["spec"].get("serviceAccountName") or "default"
 
 
+Requests = frozenset[tuple[str | None, int]]  # (audience, lifetime) of the tokens a pod's volumes project
+
+
 def token_keys(pod: dict) -> frozenset[str]:
     """The keys the pod's remote volumes read from its account's token Secret."""
-    return frozenset(token_key(audience, seconds) for audience, seconds in token_requests(pod["spec"]))
+    return _keys(frozenset(token_requests(pod["spec"])))
+
+
+def _keys(requests: Requests) -> frozenset[str]:
+    return frozenset(token_key(audience, seconds) for audience, seconds in requests)
 
 
 def refresh_delay(lifetimes: list[float]) -> float:
@@ -146,7 +153,8 @@ class TokenReflector:
         self.policy = policy
         self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
         self.written_listeners: list[Callable[[tuple], None]] = []  # told (namespace, pod) when its tokens are in
-        self._users: dict[AccountTokens, set[str]] = {}  # the names of the account's pods that project tokens
+        # The account's pods that project tokens: name -> the (audience, lifetime) pairs its volumes ask for.
+        self._users: dict[AccountTokens, dict[str, Requests]] = {}
         self._account_of: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its account, for those pods
         # The binding's uid and the keys of the account's Secret last written or found fresh: the provider has it
         # from the moment the write returns, before the copy informer sees it, so pods need not wait for that.
@@ -162,12 +170,13 @@ class TokenReflector:
         pod = self.local_pods.get(namespace, name)
         before = self._account_of.pop(key, None)
         if before is not None:
-            self._users.get(AccountTokens(namespace, before), set()).discard(name)
+            self._users.get(AccountTokens(namespace, before), {}).pop(name, None)
             self.queue.add(AccountTokens(namespace, before))
         if pod is not None and self.projects_tokens(pod):
             account = pod_account(pod)
             self._account_of[key] = account
-            self._users.setdefault(AccountTokens(namespace, account), set()).add(name)
+            requests = frozenset(token_requests(pod["spec"]))
+            self._users.setdefault(AccountTokens(namespace, account), {})[name] = requests
             self.queue.add(AccountTokens(namespace, account))
         if (namespace, token_secret_name(name)) in self._copies:
             self.queue.add(PodTokens(namespace, name))
@@ -225,20 +234,15 @@ class TokenReflector:
 
     # -- the tokens of a service account --------------------------------------------------------------------------
 
-    def _live_users(self, key: AccountTokens) -> list[dict]:
-        names = self._users.get(key) or set()
-        return [pod for name in sorted(names) if (pod := self.local_pods.get(key.namespace, name)) is not None]
-
-    def _wanted(self, namespace: str, users: list[dict]) -> bool:
-        return (
-            bool(users) and self.policy.enabled and self.twins.selected(namespace) and self.twins.twin_ready(namespace)
-        )
+    def _wanted(self, namespace: str, used: bool) -> bool:
+        """Are tokens wanted in the namespace's twin, given that pods use them?"""
+        return used and self.policy.enabled and self.twins.selected(namespace) and self.twins.twin_ready(namespace)
 
     async def _reconcile_account(self, key: AccountTokens) -> float | None:
         namespace = key.namespace
         twin = self.twins.twin_of(namespace)  # never a twin of another namespace, even one of the same name
         copies = self.secrets.copies.get(twin) if twin else None
-        users = self._live_users(key)
+        users = dict(self._users.get(key) or {})
         if twin is None or copies is None:
             self._written.pop(key, None)
             return None  # no twin here: its readiness requeues the namespace
@@ -247,7 +251,7 @@ class TokenReflector:
         name = account_secret_name(key.account)
         self._copies[(namespace, name)] = key
         copy = copies.get(twin, name)
-        if not self._wanted(namespace, users):
+        if not self._wanted(namespace, bool(users)):
             self._written.pop(key, None)
             if copy is not None and copy["owner"] == OWNER_OTHER_CATAMARAN:
                 with tolerating(404, 409):
@@ -266,7 +270,7 @@ class TokenReflector:
                 f" account's tokens cannot be stored there",
             )
             return None
-        requests = sorted({request for pod in users for request in token_requests(pod["spec"])}, key=request_order)
+        requests = sorted(frozenset().union(*users.values()), key=request_order)
         keys = frozenset(token_key(audience, seconds) for audience, seconds in requests)
         if copy is not None:
             annotations = copy.get("annotations") or {}
@@ -307,18 +311,20 @@ class TokenReflector:
         self._mark_written(key, bound, keys, users)
         return lifetime
 
-    def _mark_written(self, key: AccountTokens, bound: str, keys: frozenset[str], users: list[dict]) -> None:
+    def _mark_written(self, key: AccountTokens, bound: str, keys: frozenset[str], users: dict[str, Requests]) -> None:
         """Record what the twin holds and let the pods it newly serves go out (only those: an account of
         thousands of pods must not requeue them all at every change of one)."""
         before = self._written.get(key)
         self._written[key] = (bound, keys)
-        for pod in users:
-            wanted = token_keys(pod)
+        if before is not None and before[1] == keys:
+            return
+        for name, requests in users.items():
+            wanted = _keys(requests)
             if wanted <= keys and (before is None or not wanted <= before[1]):
                 for listener in self.written_listeners:
-                    listener((key.namespace, pod["metadata"]["name"]))
+                    listener((key.namespace, name))
 
-    async def _binding(self, key: AccountTokens, users: list[dict]) -> str | None:
+    async def _binding(self, key: AccountTokens, users: dict[str, Requests]) -> str | None:
         """The uid of the account's binding Secret, made when missing; None when another object holds its name."""
         name = binding_name(self.peering.provider_id, key.account)
         try:
@@ -403,7 +409,7 @@ class TokenReflector:
         if not (
             pod is not None
             and copy["localUID"] == pod["metadata"]["uid"]
-            and self._wanted(namespace, [pod])
+            and self._wanted(namespace, True)
             and self.needed(pod)
         ):
             with tolerating(404, 409):
@@ -469,11 +475,12 @@ class TokenReflector:
         body["metadata"]["annotations"][ANNOTATION_CONTENT_DIGEST] = digest(content)
         return body, delay
 
-    async def _tell_waiting(self, key: AccountTokens, users: list[dict], reason: str, message: str) -> None:
+    async def _tell_waiting(self, key: AccountTokens, users: dict[str, Requests], reason: str, message: str) -> None:
         """A Warning on each of the account's pods still waiting for its tokens (the running ones have theirs)."""
         written = self._written.get(key)
-        for pod in users:
-            if written is None or not token_keys(pod) <= written[1]:
+        for name, requests in users.items():
+            pod = self.local_pods.get(key.namespace, name)
+            if pod is not None and (written is None or not _keys(requests) <= written[1]):
                 await self.peering.events.record(
                     reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", reason, message
                 )
