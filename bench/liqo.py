@@ -6,6 +6,8 @@ virtual kubelet for the consumer), then the lab is brought down and up again and
 both controller managers with networking off, the crd-replicator, its virtual kubelet), so each starts on
 clean clusters. For each system, in order:
 
+  local        for each --n: the Deployment on the consumer's own kwok nodes first, the control planes' own pace
+               (the table prints offloaded/local for each system beside Catamaran/Liqo).
   offload      for each --n: a Deployment of N pods onto the one virtual node; total time until a watch here
                has seen them all Ready, per-pod start-up (first seen -> Ready) p50/p99; CPU seconds and peak RSS
                of each agent; API requests on each cluster (the kube-apiservers' apiserver_request_total).
@@ -182,6 +184,19 @@ def settle(peer, window_s: float = 3.0, idle_cpu_s: float = 0.1, limit_s: float 
     return time.monotonic() - started
 
 
+LOCAL_TOTAL = "N={size} local total s"
+
+
+def local_baseline(peer, size: int, figures: Figures, timeout_s: float) -> None:
+    """The same Deployment on the consumer's own kwok nodes, before the system offloads it: the control planes' own
+    pace on this lab, which no offloading can beat (the provider's control plane does that work again)."""
+    label = f"local-{size}"
+    body = offloading.bench_deployment(label, size, offloaded=False)
+    run = asyncio.run(offloading.timed_deployments(peer, [(CONSUMER, body)], label, timeout_s, False))
+    figures.values[LOCAL_TOTAL.format(size=size)] = run.total_s
+    print(f"\n== local (the consumer's own nodes), N = {size}: {run.total_s:.1f} s, start-up p99 {run.p99:.2f} s")
+
+
 def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s: float) -> None:
     label = f"{system}-{size}"
     before, cpu_before = api_counts(lab), peer.cpu()
@@ -192,6 +207,8 @@ def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s:
     after, cpu_after = api_counts(lab), peer.cpu()
     values = figures.values
     values[f"N={size} total s"] = run.total_s
+    if (local := values.get(LOCAL_TOTAL.format(size=size))) is not None:
+        values[f"N={size} offloaded/local total"] = run.total_s / local
     values[f"N={size} start-up p50 s"] = run.p50
     values[f"N={size} start-up p99 s"] = run.p99
     values[f"N={size} agent CPU ms/pod to all Ready"] = sum(run.cpu_s.values()) / size * 1000
@@ -398,6 +415,8 @@ def measure(lab: Lab, system: str, args, bin_dir: Path, figures: Figures) -> Non
         remote_namespace = peer.offload_namespace(NAMESPACE)
         print(f"  {NAMESPACE} offloaded to {PROVIDER} as {remote_namespace}", flush=True)
         for size in args.n:
+            phase(f"local N = {size}", local_baseline, peer, size, figures, args.timeout)
+            phase("clean", offloading.clean, lab, [CONSUMER], NAMESPACE, peer.providers)
             phase(f"offload N = {size}", offload, lab, peer, system, size, figures, args.timeout)
             if size == max(args.n) and args.recreate:
                 phase("recreate", recreate, lab, peer, remote_namespace, args.recreate, figures)

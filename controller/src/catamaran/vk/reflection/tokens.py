@@ -126,6 +126,19 @@ class AccountTokens:
     account: str
 
 
+@dataclass
+class Written:
+    """What this process last wrote (or found fresh) as an account's token Secret. The provider has it from the
+    moment the write returns, before the copy informer shows it: pods need not wait for that, and the account
+    is not written again meanwhile."""
+
+    bound: str  # the uid of the binding its tokens are bound to
+    keys: frozenset[str]
+    refresh_at: float  # epoch seconds
+    version: str  # its resourceVersion
+    echoed: bool = False  # the copy informer has shown this version: a later change is someone else's
+
+
 @dataclass(frozen=True)
 class PodTokens:
     """Work: a per-pod token Secret of an earlier release."""
@@ -156,9 +169,8 @@ class TokenReflector:
         # The account's pods that project tokens: name -> the (audience, lifetime) pairs its volumes ask for.
         self._users: dict[AccountTokens, dict[str, Requests]] = {}
         self._account_of: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its account, for those pods
-        # The binding's uid and the keys of the account's Secret last written or found fresh: the provider has it
-        # from the moment the write returns, before the copy informer sees it, so pods need not wait for that.
-        self._written: dict[AccountTokens, tuple[str, frozenset[str]]] = {}
+        self._written: dict[AccountTokens, Written] = {}
+        self._waiting: dict[AccountTokens, set[str]] = {}  # pods told their tokens are not there yet
         self._copies: dict[tuple[str, str], AccountTokens | PodTokens] = {}  # (origin, copy name) -> its work
         secrets.copy_listeners.append(self._copy_changed)
 
@@ -207,9 +219,17 @@ class TokenReflector:
                 work = AccountTokens(origin, account)
             elif pod := annotations.get(ANNOTATION_TOKEN_FOR_POD):
                 work = PodTokens(origin, pod)
-        if work is not None:
-            self._copies[(origin, copy_name)] = work
-            self.queue.add(work)
+        if work is None:
+            return
+        self._copies[(origin, copy_name)] = work
+        written = self._written.get(work) if isinstance(work, AccountTokens) else None
+        if written is not None:
+            if copy is not None and copy["resourceVersion"] == written.version:
+                written.echoed = True
+                return  # this process's own write
+            if written.echoed:
+                del self._written[work]  # changed or deleted by someone else since: look at it again
+        self.queue.add(work)
 
     @staticmethod
     def projects_tokens(pod: dict) -> bool:
@@ -220,9 +240,14 @@ class TokenReflector:
         return self.policy.enabled and self.projects_tokens(pod)
 
     def ready_for(self, pod: dict) -> bool:
-        """Does the twin hold the tokens this pod's volumes read? Its ShadowPod waits for them."""
-        written = self._written.get(AccountTokens(pod["metadata"]["namespace"], pod_account(pod)))
-        return written is not None and token_keys(pod) <= written[1]
+        """Does the twin hold the tokens this pod's volumes read? Its ShadowPod waits for them: the pod is
+        requeued (written_listeners) once they are."""
+        key = AccountTokens(pod["metadata"]["namespace"], pod_account(pod))
+        written = self._written.get(key)
+        if written is not None and token_keys(pod) <= written.keys:
+            return True
+        self._waiting.setdefault(key, set()).add(pod["metadata"]["name"])
+        return False
 
     def left_in(self, twin: str) -> int:
         return self.secrets.left_in(twin, OWNER_OTHER_CATAMARAN)
@@ -245,6 +270,8 @@ class TokenReflector:
         users = dict(self._users.get(key) or {})
         if twin is None or copies is None:
             self._written.pop(key, None)
+            if not users:
+                self._forget(key)
             return None  # no twin here: its readiness requeues the namespace
         if not copies.synced.is_set():
             return 0.5
@@ -258,13 +285,12 @@ class TokenReflector:
                     await delete_with_uid(self.peering.provider, Secret, name, twin, copy["uid"])
             await self._unbind(key)
             if not users:
-                self._users.pop(key, None)
+                self._forget(key)
                 self._copies.pop((namespace, name), None)
             return None
         if copy is not None and copy["owner"] != OWNER_OTHER_CATAMARAN:
             await self._tell_waiting(
                 key,
-                users,
                 "ReflectionConflict",
                 f"Secret {twin}/{name} on {self.peering.provider_id} was not created by Catamaran; the service"
                 f" account's tokens cannot be stored there",
@@ -272,59 +298,66 @@ class TokenReflector:
             return None
         requests = sorted(frozenset().union(*users.values()), key=request_order)
         keys = frozenset(token_key(audience, seconds) for audience, seconds in requests)
-        if copy is not None:
+        written = self._written.get(key)
+        if written is None and copy is not None:
+            # Written before this process started, or changed by someone since: good only if intact and fresh.
             annotations = copy.get("annotations") or {}
             refresh_at = float(annotations.get(ANNOTATION_REFRESH_AT) or 0)
             intact = annotations.get(ANNOTATION_CONTENT_DIGEST) == copy["digest"]
             held = frozenset(filter(None, (annotations.get(ANNOTATION_TOKEN_KEYS) or "").split(",")))
-            current = self._written.get(key)
-            bound = current[0] if current else await self._binding(key, users)
-            fresh = intact and keys <= held and refresh_at > time.time()
-            if fresh and bound is not None and copy["localUID"] == bound:
-                self._mark_written(key, bound, held, users)
-                return refresh_at - time.time()
+            if intact and refresh_at > time.time() and copy["localUID"] == await self._binding(key):
+                written = Written(copy["localUID"], held, refresh_at, copy["resourceVersion"], echoed=True)
+                self._written[key] = written
+        if written is not None and keys <= written.keys and written.refresh_at > time.time():
+            self._release_waiting(key)
+            return written.refresh_at - time.time()
         started = time.monotonic()
         try:
-            bound = await self._binding(key, users)
+            bound = await self._binding(key)
             if bound is None:
                 return None
             body, lifetime = await self._account_secret(key, twin, name, bound, requests)
             if copy is None:
-                await self.peering.provider.create(Secret.from_dict(body))
+                stored = await self.peering.provider.create(Secret.from_dict(body))
                 metrics.REFLECTED.labels("serviceAccountTokens", "created").inc()
             else:
                 body["metadata"]["resourceVersion"] = copy["resourceVersion"]
-                await self.peering.provider.replace(Secret.from_dict(body), name, namespace=twin)
+                stored = await self.peering.provider.replace(Secret.from_dict(body), name, namespace=twin)
                 metrics.REFLECTED.labels("serviceAccountTokens", "updated").inc()
         except ApiError as error:
             metrics.REFLECTION_ERRORS.labels("serviceAccountTokens").inc()
             if error.status.code != 409:
                 await self._tell_waiting(
                     key,
-                    users,
                     "TokenReflectionFailed",
                     f"cannot give the pods of service account {key.account} on {self.peering.provider_id} their"
                     f" tokens: {error.status.message or error}",
                 )
             raise
         metrics.REFLECTION_SECONDS.labels("serviceAccountTokens").observe(time.monotonic() - started)
-        self._mark_written(key, bound, keys, users)
+        refresh_at = float(body["metadata"]["annotations"][ANNOTATION_REFRESH_AT])
+        self._written[key] = Written(bound, keys, refresh_at, stored.metadata.resourceVersion)
+        self._release_waiting(key)
         return lifetime
 
-    def _mark_written(self, key: AccountTokens, bound: str, keys: frozenset[str], users: dict[str, Requests]) -> None:
-        """Record what the twin holds and let the pods it newly serves go out (only those: an account of
-        thousands of pods must not requeue them all at every change of one)."""
-        before = self._written.get(key)
-        self._written[key] = (bound, keys)
-        if before is not None and before[1] == keys:
-            return
-        for name, requests in users.items():
-            wanted = _keys(requests)
-            if wanted <= keys and (before is None or not wanted <= before[1]):
-                for listener in self.written_listeners:
-                    listener((key.namespace, name))
+    def _release_waiting(self, key: AccountTokens) -> None:
+        """Requeue the pods waiting for tokens the account's Secret now holds (only those: an account of thousands
+        of pods must not requeue them all whenever one changes)."""
+        waiting, written = self._waiting.get(key), self._written[key]
+        users = self._users.get(key) or {}
+        for name in list(waiting or ()):
+            requests = users.get(name)
+            if requests is None or _keys(requests) <= written.keys:
+                waiting.discard(name)
+                if requests is not None:
+                    for listener in self.written_listeners:
+                        listener((key.namespace, name))
 
-    async def _binding(self, key: AccountTokens, users: dict[str, Requests]) -> str | None:
+    def _forget(self, key: AccountTokens) -> None:
+        self._users.pop(key, None)
+        self._waiting.pop(key, None)
+
+    async def _binding(self, key: AccountTokens) -> str | None:
         """The uid of the account's binding Secret, made when missing; None when another object holds its name."""
         name = binding_name(self.peering.provider_id, key.account)
         try:
@@ -336,7 +369,6 @@ class TokenReflector:
         if found.type != TOKEN_BINDING_TYPE:
             await self._tell_waiting(
                 key,
-                users,
                 "ReflectionConflict",
                 f"Secret {key.namespace}/{name} is not a {TOKEN_BINDING_TYPE} Secret, so the tokens of service"
                 f" account {key.account} on {self.peering.provider_id} cannot be bound to it; rename or remove it",
@@ -475,12 +507,11 @@ class TokenReflector:
         body["metadata"]["annotations"][ANNOTATION_CONTENT_DIGEST] = digest(content)
         return body, delay
 
-    async def _tell_waiting(self, key: AccountTokens, users: dict[str, Requests], reason: str, message: str) -> None:
+    async def _tell_waiting(self, key: AccountTokens, reason: str, message: str) -> None:
         """A Warning on each of the account's pods still waiting for its tokens (the running ones have theirs)."""
-        written = self._written.get(key)
-        for name, requests in users.items():
+        for name in sorted(self._waiting.get(key) or ()):
             pod = self.local_pods.get(key.namespace, name)
-            if pod is not None and (written is None or not _keys(requests) <= written[1]):
+            if pod is not None:
                 await self.peering.events.record(
                     reference({"apiVersion": "v1", "kind": "Pod", **pod}), "Warning", reason, message
                 )
