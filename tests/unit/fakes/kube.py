@@ -23,7 +23,12 @@ it unchanged and a test asserts on the objects it leaves:
   ephemeralcontainers subresource changes only spec.ephemeralContainers, and only by adding; the resize subresource
   only containers' resources (requests never removed), counting the pod's generation. A pod's spec changes
   only as ValidatePodUpdate allows (images, activeDeadlineSeconds lowered, tolerations added). A patch changing
-  nothing writes nothing. Server-side apply and replace are not modelled (NotImplementedError).
+  nothing writes nothing. Server-side apply is not modelled (NotImplementedError).
+- replace (PUT): the whole object, its resourceVersion required and a precondition; `delete_with_uid` stands in
+  for kube/ops.py's delete with a uid precondition (which goes beneath lightkube's client).
+- TokenRequest (serviceaccounts/token): the ServiceAccount must exist, and the bound object (Pod or Secret) too,
+  with the uid the reference names (404 and 409 otherwise, as the API server answers); tokens are opaque strings
+  numbered per cluster, expiring after the requested seconds.
 - list and watch: namespace, label selector and field selector (equalities, on any dotted path); a watch (through
   FakeListWatch, which the informers use in place of kube/clients.py's LightkubeListWatch) sees every change after
   the version it starts from, ADDED/DELETED as an object enters or leaves its selector.
@@ -49,7 +54,7 @@ import httpx2
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource, NamespacedSubResource
 from lightkube.generic_resource import get_generic_resource
-from lightkube.resources.core_v1 import Event, Namespace, Pod
+from lightkube.resources.core_v1 import Event, Namespace, Pod, Secret, ServiceAccount
 from lightkube.types import CascadeType, PatchType
 
 Obj = dict[str, Any]
@@ -58,6 +63,7 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 DEFAULT_POD_GRACE_SECONDS = 30
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
+REPLACE = "replace"  # _patch's stand-in patch type for a PUT of the whole object
 # The lists a strategic merge patch merges by key (patchMergeKey in the API's types), for the kinds the tests use.
 STRATEGIC_MERGE_KEYS = {
     "containers": "name",
@@ -581,6 +587,27 @@ class FakeCluster:
         self.actions.append(action)
         self._react(action.verb, kind, subresource, action.name)
 
+    def _token_request(self, request: Obj, account: str, namespace: str) -> Obj:
+        kind, _ = kind_of(ServiceAccount)
+        self._request(Action("create", kind.kind, namespace, account, "token", body=request), kind, "token")
+        self._existing(kind, namespace, account)
+        spec = request.get("spec") or {}
+        bound = spec.get("boundObjectRef")
+        if bound:
+            res = {"Pod": Pod, "Secret": Secret}[bound["kind"]]
+            _, found = self._existing(kind_of(res)[0], namespace, bound["name"])
+            if bound.get("uid") and bound["uid"] != found["metadata"]["uid"]:
+                raise api_error(
+                    409,
+                    f"the UID in the bound object reference ({bound['uid']}) does not match the UID in record. The"
+                    " object might have been deleted and then recreated",
+                    reason="Conflict",
+                )
+        seconds = int(spec.get("expirationSeconds") or 3600)
+        expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
+        token = f"{self.name}-token-{next(self._uids)}"
+        return {**request, "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
     def _open_watch(self, selection: Selection, version: int) -> Watch:
         self.activity += 1
         watch = Watch(self, selection)
@@ -709,7 +736,13 @@ class FakeCluster:
         new = copy.deepcopy(old)
         if patch_type == PatchType.APPLY:
             raise NotImplementedError("server-side apply is not modelled")
-        if patch_type == PatchType.JSON:
+        if patch_type == REPLACE:
+            if not (body.get("metadata") or {}).get("resourceVersion"):
+                raise invalid(
+                    kind, name, "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+                )
+            new = copy.deepcopy(body)
+        elif patch_type == PatchType.JSON:
             new = json_patch(new, body, lambda message: api_error(422, message, kind=kind, name=name))
         elif patch_type == PatchType.STRATEGIC:
             if kind.custom:
@@ -868,8 +901,10 @@ class FakeClient:
 
     async def create(self, obj, name=None, *, namespace=None, field_manager=None, dry_run=False):
         await asyncio.sleep(0)
+        if name is not None and type(obj)._api_info.action == "token" and not dry_run:
+            return type(obj).from_dict(self.cluster._token_request(obj.to_dict(), name, namespace))
         if name is not None or dry_run:
-            raise NotImplementedError("creating a subresource, or a dry run, is not modelled")
+            raise NotImplementedError("creating a subresource other than a token, or a dry run, is not modelled")
         kind, _ = kind_of(type(obj))
         data = obj.to_dict()
         meta = data.get("metadata") or {}
@@ -893,6 +928,18 @@ class FakeClient:
             return typed(kind, self.cluster._create(kind, copy.deepcopy(data), namespace))
         key, _ = self.cluster._existing(kind, namespace, meta["name"])
         return typed(kind, self.cluster._patch(kind, None, key, data, PatchType.MERGE))
+
+    async def replace(self, obj, name=None, *, namespace=None, field_manager=None, dry_run=False):
+        await asyncio.sleep(0)
+        if dry_run:
+            raise NotImplementedError("a dry run is not modelled")
+        kind, _ = kind_of(type(obj))
+        data = obj.to_dict()
+        meta = data.get("metadata") or {}
+        name, namespace = name or meta.get("name"), namespace or meta.get("namespace")
+        self.cluster._request(Action("replace", kind.kind, namespace, name, body=data), kind)
+        key, _ = self.cluster._existing(kind, namespace, name)
+        return typed(kind, self.cluster._patch(kind, None, key, data, REPLACE))
 
     async def delete(self, res, name: str, *, namespace=None, grace_period=None, cascade=None, dry_run=False):
         await asyncio.sleep(0)
@@ -925,6 +972,21 @@ class FakeClient:
         self.cluster._request(action, kind, subresource)
         key, _ = self.cluster._existing(kind, namespace, name)
         return typed(kind, self.cluster._patch(kind, subresource, key, body, patch_type))
+
+
+async def delete_with_uid(client: FakeClient, resource, name: str, namespace: str, uid: str) -> None:
+    """kube/ops.py's delete_with_uid against a fake: 409 when the object of that name is another one."""
+    kind, _ = kind_of(resource)
+    found = client.cluster.read(resource, name, namespace)
+    if found is not None and found["metadata"]["uid"] != uid:
+        raise api_error(
+            409,
+            f"Precondition failed: UID in precondition: {uid}, UID in object meta: {found['metadata']['uid']}",
+            reason="Conflict",
+            kind=kind,
+            name=name,
+        )
+    await client.delete(resource, name, namespace=namespace)
 
 
 async def settle(*clusters: FakeCluster, quiet_rounds: int = 3, limit: int = 100_000) -> None:

@@ -1,0 +1,188 @@
+"""TokenReflector (vk/reflection/tokens.py) against in-memory clusters: the tokens of a ServiceAccount's pods on the
+virtual node, issued once, bound to a binding Secret, released to exactly the pods waiting for them, rewritten when
+tampered with, revoked with the last pod. The lab proves the same with real API servers
+(tests/integration/test_in_cluster_clients.py); here each step is driven one at a time, races included.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from lightkube.resources.core_v1 import Pod, Secret, ServiceAccount
+
+from catamaran.vk import forge
+from catamaran.vk.reflection import tokens as tokens_module
+from catamaran.vk.reflection.tokens import AccountTokens, account_secret_name, binding_name
+from tests.unit.consumer_pods import KUBE_API_ACCESS
+from tests.unit.fakes import kube as fakes
+from tests.unit.fakes.offloading import NAMESPACE, PROVIDER, TWIN, Consumer, local_pod, run
+
+ACCOUNT = "builder"
+KEY = AccountTokens(NAMESPACE, ACCOUNT)
+SHARED = account_secret_name(ACCOUNT)
+BINDING = binding_name(PROVIDER, ACCOUNT)
+
+
+@pytest.fixture(autouse=True)
+def fake_deletes(monkeypatch):
+    monkeypatch.setattr(tokens_module, "delete_with_uid", fakes.delete_with_uid)
+
+
+def token_pod(name: str) -> dict:
+    return local_pod(name, serviceAccountName=ACCOUNT, volumes=[KUBE_API_ACCESS])
+
+
+def token_requests(consumer: Consumer) -> list:
+    return [a for a in consumer.local.actions if a.subresource == "token"]
+
+
+async def started() -> tuple[Consumer, tokens_module.TokenReflector, list]:
+    consumer = await Consumer().start()
+    consumer.local.add(ServiceAccount, {"metadata": {"name": ACCOUNT, "namespace": NAMESPACE}})
+    consumer.parts.reflection.secrets.twin_ready(NAMESPACE, TWIN)  # the twin's copy informer, as in production
+    await consumer.settle()
+    reflector = consumer.parts.reflection.tokens
+    released: list = []
+    reflector.written_listeners.append(released.append)
+    return consumer, reflector, released
+
+
+def test_an_accounts_pods_wait_for_one_token_then_go_and_later_pods_do_not_wait():
+    async def scenario():
+        consumer, reflector, released = await started()
+        for name in ("web-1", "web-2", "web-3"):
+            consumer.local.add(Pod, token_pod(name))
+        await consumer.settle()
+        assert not any(reflector.ready_for(consumer.pod(n)) for n in ("web-1", "web-2", "web-3"))
+
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        # One TokenRequest for the three, bound to the binding Secret made for it; one Secret in the twin.
+        [request] = token_requests(consumer)
+        binding = consumer.local.read(Secret, BINDING, NAMESPACE)
+        assert binding["type"] == "catamaran.io/token-binding"
+        assert request.body["spec"]["boundObjectRef"] == {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "name": BINDING,
+            "uid": binding["metadata"]["uid"],
+        }
+        assert request.body["spec"]["expirationSeconds"] == 3607
+        copy = consumer.provider.read(Secret, SHARED, TWIN)
+        assert base64.b64decode(copy["data"]["token.3607s"]).decode().startswith("consumer-token-")
+        assert base64.b64decode(copy["data"]["namespace"]).decode() == NAMESPACE
+        assert sorted(released) == [(NAMESPACE, "web-1"), (NAMESPACE, "web-2"), (NAMESPACE, "web-3")]
+
+        # Before the copy informer has shown the write, a reconcile neither asks nor writes again.
+        consumer.local.add(Pod, token_pod("web-4"))
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        assert len(token_requests(consumer)) == 1
+        assert consumer.provider.requests("create", Secret)[1:] == []
+        await consumer.settle()
+        assert reflector.ready_for(consumer.pod("web-4")), "a later pod of the account waits for nothing"
+        assert len(released) == 3
+
+    run(scenario)
+
+
+def test_a_pod_asking_for_another_audience_gets_it_added_and_only_it_is_requeued():
+    async def scenario():
+        consumer, reflector, released = await started()
+        for name in ("web-1", "web-2"):
+            consumer.local.add(Pod, token_pod(name))
+        await consumer.settle()
+        for name in ("web-1", "web-2"):
+            reflector.ready_for(consumer.pod(name))
+        await reflector.reconcile(KEY)
+        await consumer.settle()
+        vault = {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault"}}
+        consumer.local.add(
+            Pod,
+            local_pod(
+                "vault-1",
+                serviceAccountName=ACCOUNT,
+                volumes=[KUBE_API_ACCESS, {"name": "v", "projected": {"sources": [vault]}}],
+            ),
+        )
+        await consumer.settle()
+        assert not reflector.ready_for(consumer.pod("vault-1"))
+        released.clear()
+
+        # Refreshed at 80 % of the shortest lifetime now held, the vault token's 600 s.
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 600, abs=5)
+        assert released == [(NAMESPACE, "vault-1")], "the running pods are not requeued"
+        audiences = [a.body["spec"]["audiences"] for a in token_requests(consumer)]
+        assert audiences == [[], [], ["vault"]]
+        held = consumer.provider.read(Secret, SHARED, TWIN)["data"]
+        assert set(held) == {"namespace", "token.3607s", forge.token_key("vault", 600)}
+
+    run(scenario)
+
+
+def test_a_tampered_secret_is_rewritten_with_fresh_tokens_and_the_echo_of_a_write_is_not():
+    async def scenario():
+        consumer, reflector, _ = await started()
+        consumer.local.add(Pod, token_pod("web-1"))
+        await consumer.settle()
+        await reflector.reconcile(KEY)
+        await consumer.settle()  # the copy informer echoes the write: nothing to do
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        assert len(token_requests(consumer)) == 1
+
+        def tamper(secret: dict) -> None:
+            secret["data"]["token.3607s"] = base64.b64encode(b"forged").decode()
+
+        consumer.provider.update(Secret, SHARED, TWIN, tamper)
+        await consumer.settle()
+        await reflector.reconcile(KEY)
+        assert len(token_requests(consumer)) == 2
+        rewritten = consumer.provider.read(Secret, SHARED, TWIN)
+        assert base64.b64decode(rewritten["data"]["token.3607s"]).decode().startswith("consumer-token-")
+        assert [a.verb for a in consumer.provider.actions if a.kind == "Secret" and a.name == SHARED] == [
+            "create",
+            "replace",
+        ]
+
+    run(scenario)
+
+
+def test_the_last_pod_gone_both_secrets_go_and_with_the_binding_the_tokens():
+    async def scenario():
+        consumer, reflector, _ = await started()
+        for name in ("web-1", "web-2"):
+            consumer.local.add(Pod, token_pod(name))
+        await consumer.settle()
+        await reflector.reconcile(KEY)
+        await consumer.settle()
+        client = consumer.local.client()
+
+        await client.delete(Pod, "web-1", namespace=NAMESPACE, grace_period=0)
+        await consumer.settle()
+        await reflector.reconcile(KEY)
+        assert consumer.local.read(Secret, BINDING, NAMESPACE) is not None, "web-2 still runs with the token"
+        assert consumer.provider.read(Secret, SHARED, TWIN) is not None
+
+        await client.delete(Pod, "web-2", namespace=NAMESPACE, grace_period=0)
+        await consumer.settle()
+        assert await reflector.reconcile(KEY) is None
+        assert consumer.local.read(Secret, BINDING, NAMESPACE) is None
+        assert consumer.provider.read(Secret, SHARED, TWIN) is None
+
+    run(scenario)
+
+
+def test_a_binding_name_held_by_another_secret_is_refused_with_an_event_on_the_waiting_pods():
+    async def scenario():
+        consumer, reflector, released = await started()
+        consumer.local.add(Secret, {"metadata": {"name": BINDING, "namespace": NAMESPACE}, "type": "Opaque"})
+        consumer.local.add(Pod, token_pod("web-1"))
+        await consumer.settle()
+        assert not reflector.ready_for(consumer.pod("web-1"))
+        assert await reflector.reconcile(KEY) is None
+        await consumer.settle()
+        assert token_requests(consumer) == []
+        assert released == []
+        assert consumer.provider.read(Secret, SHARED, TWIN) is None
+        assert ("Warning", "ReflectionConflict") in consumer.events()
+
+    run(scenario)
