@@ -310,7 +310,6 @@ class PodController:
         if not tokens.needed(pod):
             return None, None
         if not tokens.ready_for(pod):
-            tokens.pod_changed((pod["metadata"]["namespace"], pod["metadata"]["name"]))
             # The token reflector requeues the pod once the Secret is written. This delay only covers a lost
             # notification: a short one polled every waiting pod (26 reconciles per pod at 10 000 pods).
             return None, TOKEN_WAIT_RECHECK_S

@@ -24,6 +24,7 @@ import datetime
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -168,6 +169,9 @@ class TokenReflector:
         self.written_listeners: list[Callable[[tuple], None]] = []  # told (namespace, pod) when its tokens are in
         # The account's pods that project tokens: name -> the (audience, lifetime) pairs its volumes ask for.
         self._users: dict[AccountTokens, dict[str, Requests]] = {}
+        # How many of those pods ask for each (audience, lifetime): what the account's Secret must hold, kept as
+        # pods come and go so a reconcile never walks an account's thousands of pods.
+        self._requests: dict[AccountTokens, Counter] = {}
         self._account_of: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its account, for those pods
         self._written: dict[AccountTokens, Written] = {}
         self._waiting: dict[AccountTokens, set[str]] = {}  # pods told their tokens are not there yet
@@ -178,24 +182,38 @@ class TokenReflector:
         return [self.queue.run()]
 
     def pod_changed(self, key: tuple[str, str]) -> None:
+        """A local pod came, changed or went: its account is looked at when what it asks of it changed (a pod's
+        status changes often, its token volumes and account never)."""
         namespace, name = key
-        pod = self.local_pods.get(namespace, name)
-        before = self._account_of.pop(key, None)
-        if before is not None:
-            self._users.get(AccountTokens(namespace, before), {}).pop(name, None)
-            self.queue.add(AccountTokens(namespace, before))
-        if pod is not None and self.projects_tokens(pod):
-            account = pod_account(pod)
-            self._account_of[key] = account
-            requests = frozenset(token_requests(pod["spec"]))
-            self._users.setdefault(AccountTokens(namespace, account), {})[name] = requests
-            self.queue.add(AccountTokens(namespace, account))
         if (namespace, token_secret_name(name)) in self._copies:
             self.queue.add(PodTokens(namespace, name))
+        pod = self.local_pods.get(namespace, name)
+        after = None
+        if pod is not None and self.projects_tokens(pod):
+            after = (AccountTokens(namespace, pod_account(pod)), frozenset(token_requests(pod["spec"])))
+        account = self._account_of.get(key)
+        before = None
+        if account is not None:
+            before_key = AccountTokens(namespace, account)
+            before = (before_key, self._users[before_key][name])
+        if after == before:
+            return
+        if before is not None:
+            del self._account_of[key]
+            del self._users[before[0]][name]
+            self._requests[before[0]].subtract(before[1])
+            self.queue.add(before[0])
+        if after is not None:
+            self._account_of[key] = after[0].account
+            self._users.setdefault(after[0], {})[name] = after[1]
+            self._requests.setdefault(after[0], Counter()).update(after[1])
+            self.queue.add(after[0])
 
     def requeue_namespace(self, origin: str) -> None:
         for key in self.local_pods.keys_in(origin):
             self.pod_changed(key)
+        for account in [account for account in self._users if account.namespace == origin]:
+            self.queue.add(account)
         twin = self.twins.twin_of(origin)
         informer = self.secrets.copies.get(twin) if twin else None
         for (_, copy_name), copy in list(informer.cache.items()) if informer else []:
@@ -204,8 +222,9 @@ class TokenReflector:
     def update(self, policy: KindPolicy) -> None:
         self.policy = policy
         self.queue.resize(max(1, policy.workers))
+        for account in list(self._users):
+            self.queue.add(account)
         for key in list(self.local_pods.cache):
-            self.pod_changed(key)
             for listener in self.written_listeners:
                 listener(key)  # a pod waiting for a token no longer needed goes out now
 
@@ -247,6 +266,7 @@ class TokenReflector:
         if written is not None and token_keys(pod) <= written.keys:
             return True
         self._waiting.setdefault(key, set()).add(pod["metadata"]["name"])
+        self.queue.add(key)
         return False
 
     def left_in(self, twin: str) -> int:
@@ -267,7 +287,7 @@ class TokenReflector:
         namespace = key.namespace
         twin = self.twins.twin_of(namespace)  # never a twin of another namespace, even one of the same name
         copies = self.secrets.copies.get(twin) if twin else None
-        users = dict(self._users.get(key) or {})
+        users = self._users.get(key) or {}
         if twin is None or copies is None:
             self._written.pop(key, None)
             if not users:
@@ -296,7 +316,8 @@ class TokenReflector:
                 f" account's tokens cannot be stored there",
             )
             return None
-        requests = sorted(frozenset().union(*users.values()), key=request_order)
+        asked = self._requests.get(key) or Counter()
+        requests = sorted((request for request, pods in asked.items() if pods > 0), key=request_order)
         keys = frozenset(token_key(audience, seconds) for audience, seconds in requests)
         written = self._written.get(key)
         if written is None and copy is not None:
@@ -355,6 +376,7 @@ class TokenReflector:
 
     def _forget(self, key: AccountTokens) -> None:
         self._users.pop(key, None)
+        self._requests.pop(key, None)
         self._waiting.pop(key, None)
 
     async def _binding(self, key: AccountTokens) -> str | None:
