@@ -127,13 +127,23 @@ class QuietWatch:
         self.before: float | None = None
         self._start: tuple[float, float, float] | None = None  # (monotonic, machine busy, ours)
         self._verdict_printed = False
+        self._noisy_printed = False
+        self._carried = 0.0  # CPU of our processes that have ended (carry_ending)
 
-    def _ours_seconds(self) -> float:
+    def _ours_seconds(self, *, ending_only: bool = False) -> float:
         total = 0.0
         for pid in _ours(self.lab_root):
+            if ending_only and pid == os.getpid():
+                continue
             with contextlib.suppress(OSError, IndexError, ValueError):
                 total += _process_seconds(pid)
-        return total
+        return total + (0.0 if ending_only else self._carried)
+
+    def carry_ending(self) -> None:
+        """Before the lab's processes end mid-run (a lab brought down and up again): what they spent stays ours.
+        Their exit would otherwise turn it into other processes' CPU and the run into a noisy one."""
+        if self._start is not None:
+            self._carried += self._ours_seconds(ending_only=True)
 
     def _sample(self) -> tuple[float, float, float]:
         return time.monotonic(), machine_busy_seconds(), self._ours_seconds()
@@ -169,9 +179,10 @@ class QuietWatch:
                 print(f"noisy run written to {RESULTS} as asked (--allow-noisy): {problem}")
             self._verdict_printed = True
             return RESULTS
-        if not self._verdict_printed:
+        if not self._noisy_printed:
+            # Said once, also when an earlier write still counted as quiet: files of one run may then be split.
             print(f"not a quiet run: {problem}; figures written to {NOISY_RESULTS}, not {RESULTS} (--allow-noisy)")
-        self._verdict_printed = True
+        self._verdict_printed = self._noisy_printed = True
         return NOISY_RESULTS
 
 

@@ -489,6 +489,7 @@ def main() -> None:
         for index, system in enumerate(systems):
             if index:
                 print("\nbench lab brought down and up again, so the next system starts on clean clusters", flush=True)
+                harness.QUIET.carry_ending()
                 harness.bench_lab_state().down()
             lab, wanted = harness.bench_lab(clusters=2)
             if not index:

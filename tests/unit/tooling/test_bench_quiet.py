@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -45,3 +46,15 @@ def test_a_noisy_run_writes_apart_unless_allowed(tmp_path, monkeypatch):
     allowed.before, allowed._start, allowed.allow_noisy = 0.5, allowed._sample(), True
     monkeypatch.setattr(harness, "QUIET", allowed)
     assert harness.write_csv("figures.csv", [{"a": 1}]).parent == tmp_path / "results"
+
+
+def test_the_cpu_of_lab_processes_ended_mid_run_stays_the_benchs(monkeypatch):
+    """bench/liqo.py brings the lab down and up between systems: the first lab's CPU must not turn into others'."""
+    spent = {os.getpid(): 1.0, 4242: 5.0}
+    monkeypatch.setattr(harness, "_process_seconds", lambda pid: spent[pid])
+    monkeypatch.setattr(harness, "_ours", lambda root: set(spent))
+    watch = harness.QuietWatch()
+    watch._start = (0.0, 0.0, 0.0)
+    watch.carry_ending()
+    del spent[4242]  # the lab's process has ended
+    assert watch._ours_seconds() == 6.0
