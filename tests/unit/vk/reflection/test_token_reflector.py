@@ -6,6 +6,7 @@ tampered with, revoked with the last pod. The lab proves the same with real API 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -184,5 +185,45 @@ def test_a_binding_name_held_by_another_secret_is_refused_with_an_event_on_the_w
         assert released == []
         assert consumer.provider.read(Secret, SHARED, TWIN) is None
         assert ("Warning", "ReflectionConflict") in consumer.events()
+
+    run(scenario)
+
+
+def test_a_pod_made_again_under_its_name_while_its_accounts_secrets_go_gets_them_again(monkeypatch):
+    """A StatefulSet's pod deleted and made again: its account's Secrets go with the old pod while the new one comes,
+    and the new one is still known to wait for them (it was forgotten, and waited forever)."""
+
+    async def scenario():
+        consumer, reflector, released = await started()
+        consumer.local.add(Pod, token_pod("db-0"))
+        await consumer.settle()
+        reflector.ready_for(consumer.pod("db-0"))
+        await reflector.reconcile(KEY)
+        await consumer.settle()
+        await consumer.local.client().delete(Pod, "db-0", namespace=NAMESPACE, grace_period=0)
+        await consumer.settle()
+
+        gate = asyncio.Event()
+        unbind = reflector._unbind
+
+        async def unbind_after_the_new_pod(key):
+            await gate.wait()
+            await unbind(key)
+
+        monkeypatch.setattr(reflector, "_unbind", unbind_after_the_new_pod)
+        going = asyncio.ensure_future(reflector.reconcile(KEY))
+        again = token_pod("db-0")
+        again["metadata"]["uid"] = "local-uid-db-0-again"
+        consumer.local.add(Pod, again)
+        await consumer.settle()
+        assert not reflector.ready_for(consumer.pod("db-0"))
+        gate.set()
+        assert await going is None
+        assert consumer.local.read(Secret, BINDING, NAMESPACE) is None
+
+        released.clear()
+        await reflector.reconcile(KEY)
+        assert released == [(NAMESPACE, "db-0")]
+        assert consumer.provider.read(Secret, SHARED, TWIN) is not None
 
     run(scenario)

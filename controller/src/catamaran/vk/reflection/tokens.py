@@ -290,8 +290,7 @@ class TokenReflector:
         users = self._users.get(key) or {}
         if twin is None or copies is None:
             self._written.pop(key, None)
-            if not users:
-                self._forget(key)
+            self._forget_if_unused(key)
             return None  # no twin here: its readiness requeues the namespace
         if not copies.synced.is_set():
             return 0.5
@@ -304,8 +303,7 @@ class TokenReflector:
                 with tolerating(404, 409):
                     await delete_with_uid(self.peering.provider, Secret, name, twin, copy["uid"])
             await self._unbind(key)
-            if not users:
-                self._forget(key)
+            if self._forget_if_unused(key):  # a pod of the account may have come meanwhile: it stays known
                 self._copies.pop((namespace, name), None)
             return None
         if copy is not None and copy["owner"] != OWNER_OTHER_CATAMARAN:
@@ -374,10 +372,14 @@ class TokenReflector:
                     for listener in self.written_listeners:
                         listener((key.namespace, name))
 
-    def _forget(self, key: AccountTokens) -> None:
+    def _forget_if_unused(self, key: AccountTokens) -> bool:
+        """Drop what is kept of an account no pod uses now (read live: the caller may have awaited since it looked)."""
+        if self._users.get(key):
+            return False
         self._users.pop(key, None)
         self._requests.pop(key, None)
         self._waiting.pop(key, None)
+        return True
 
     async def _binding(self, key: AccountTokens) -> str | None:
         """The uid of the account's binding Secret, made when missing; None when another object holds its name."""
