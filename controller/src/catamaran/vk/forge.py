@@ -125,10 +125,13 @@ def token_projections(spec: dict) -> list[tuple[str, int, str | None, int]]:
         for index, source in enumerate(volume["projected"].get("sources") or []):
             token = source.get("serviceAccountToken")
             if token is not None:
-                audience = token.get("audience") or None
-                seconds = int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION)
-                projections.append((volume["name"], index, audience, seconds))
+                projections.append((volume["name"], index, *projected_token(token)))
     return projections
+
+
+def projected_token(token: dict) -> tuple[str | None, int]:
+    """(audience, lifetime) of a serviceAccountToken projection; no audience means the API server's."""
+    return token.get("audience") or None, int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION)
 
 
 def token_requests(spec: dict) -> list[tuple[str | None, int]]:
@@ -161,10 +164,8 @@ def _remote_token_volume(volume: dict, token_secret: str) -> dict:
     sources = []
     for source in projected.get("sources") or []:
         if "serviceAccountToken" in source:
-            path = source["serviceAccountToken"]["path"]
             token = source["serviceAccountToken"]
-            seconds = int(token.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION)
-            item = {"key": token_key(token.get("audience") or None, seconds), "path": path}
+            item = {"key": token_key(*projected_token(token)), "path": token["path"]}
             sources.append({"secret": {"name": token_secret, "items": [item]}})
         elif (source.get("configMap") or {}).get("name") == ROOT_CA_CONFIGMAP:
             sources.append({"configMap": {**source["configMap"], "name": CONSUMER_ROOT_CA_CONFIGMAP}})
