@@ -133,7 +133,6 @@ class Written:
     moment the write returns, before the copy informer shows it: pods need not wait for that, and the account
     is not written again meanwhile."""
 
-    bound: str  # the uid of the binding its tokens are bound to
     keys: frozenset[str]
     refresh_at: float  # epoch seconds
     version: str  # its resourceVersion
@@ -318,22 +317,25 @@ class TokenReflector:
         requests = sorted((request for request, pods in asked.items() if pods > 0), key=request_order)
         keys = frozenset(token_key(audience, seconds) for audience, seconds in requests)
         written = self._written.get(key)
+        bound: str | None = None  # the binding's uid, once looked up
         if written is None and copy is not None:
             # Written before this process started, or changed by someone since: good only if intact and fresh.
             annotations = copy.get("annotations") or {}
             refresh_at = float(annotations.get(ANNOTATION_REFRESH_AT) or 0)
             intact = annotations.get(ANNOTATION_CONTENT_DIGEST) == copy["digest"]
             held = frozenset(filter(None, (annotations.get(ANNOTATION_TOKEN_KEYS) or "").split(",")))
-            if intact and refresh_at > time.time() and copy["localUID"] == await self._binding(key):
-                written = Written(copy["localUID"], held, refresh_at, copy["resourceVersion"], echoed=True)
-                self._written[key] = written
+            if intact and refresh_at > time.time():
+                if (bound := await self._binding(key)) is None:
+                    return None
+                if copy["localUID"] == bound:
+                    written = Written(held, refresh_at, copy["resourceVersion"], echoed=True)
+                    self._written[key] = written
         if written is not None and keys <= written.keys and written.refresh_at > time.time():
             self._release_waiting(key)
             return written.refresh_at - time.time()
         started = time.monotonic()
         try:
-            bound = await self._binding(key)
-            if bound is None:
+            if bound is None and (bound := await self._binding(key)) is None:
                 return None
             body, lifetime = await self._account_secret(key, twin, name, bound, requests)
             if copy is None:
@@ -355,7 +357,7 @@ class TokenReflector:
             raise
         metrics.REFLECTION_SECONDS.labels("serviceAccountTokens").observe(time.monotonic() - started)
         refresh_at = float(body["metadata"]["annotations"][ANNOTATION_REFRESH_AT])
-        self._written[key] = Written(bound, keys, refresh_at, stored.metadata.resourceVersion)
+        self._written[key] = Written(keys, refresh_at, stored.metadata.resourceVersion)
         self._release_waiting(key)
         return lifetime
 
