@@ -12,6 +12,7 @@ import base64
 import pytest
 from lightkube.resources.core_v1 import Pod, Secret, ServiceAccount
 
+from catamaran import metrics
 from catamaran.vk import forge
 from catamaran.vk.reflection import tokens as tokens_module
 from catamaran.vk.reflection.tokens import AccountTokens, account_secret_name, binding_name
@@ -175,6 +176,8 @@ def test_the_last_pod_gone_both_secrets_go_and_with_the_binding_the_tokens():
 def test_a_binding_name_held_by_another_secret_is_refused_with_an_event_on_the_waiting_pods():
     async def scenario():
         consumer, reflector, released = await started()
+        conflicts = metrics.REFLECTION_CONFLICTS.labels("serviceAccountTokens")
+        counted = conflicts._value.get()
         consumer.local.add(Secret, {"metadata": {"name": BINDING, "namespace": NAMESPACE}, "type": "Opaque"})
         consumer.local.add(Pod, token_pod("web-1"))
         await consumer.settle()
@@ -185,6 +188,7 @@ def test_a_binding_name_held_by_another_secret_is_refused_with_an_event_on_the_w
         assert released == []
         assert consumer.provider.read(Secret, SHARED, TWIN) is None
         assert ("Warning", "ReflectionConflict") in consumer.events()
+        assert conflicts._value.get() == counted + 1
 
     run(scenario)
 

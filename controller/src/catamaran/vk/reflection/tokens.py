@@ -306,9 +306,8 @@ class TokenReflector:
                 self._copies.pop((namespace, name), None)
             return None
         if copy is not None and copy["owner"] != OWNER_OTHER_CATAMARAN:
-            await self._tell_waiting(
+            await self._conflict(
                 key,
-                "ReflectionConflict",
                 f"Secret {twin}/{name} on {self.peering.provider_id} was not created by Catamaran; the service"
                 f" account's tokens cannot be stored there",
             )
@@ -393,9 +392,8 @@ class TokenReflector:
                 raise
             found = await self.peering.local.create(Secret.from_dict(self._binding_body(key, name)))
         if found.type != TOKEN_BINDING_TYPE:
-            await self._tell_waiting(
+            await self._conflict(
                 key,
-                "ReflectionConflict",
                 f"Secret {key.namespace}/{name} is not a {TOKEN_BINDING_TYPE} Secret, so the tokens of service"
                 f" account {key.account} on {self.peering.provider_id} cannot be bound to it; rename or remove it",
             )
@@ -532,6 +530,11 @@ class TokenReflector:
         content = self.secrets.kind.content(body, self.secrets.context, local=False)
         body["metadata"]["annotations"][ANNOTATION_CONTENT_DIGEST] = digest(content)
         return body, delay
+
+    async def _conflict(self, key: AccountTokens, message: str) -> None:
+        """Another object holds the name of a Secret of the account's: counted as reflection's conflicts are."""
+        metrics.REFLECTION_CONFLICTS.labels("serviceAccountTokens").inc()
+        await self._tell_waiting(key, "ReflectionConflict", message)
 
     async def _tell_waiting(self, key: AccountTokens, reason: str, message: str) -> None:
         """A Warning on each of the account's pods still waiting for its tokens (the running ones have theirs)."""
