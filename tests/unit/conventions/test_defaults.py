@@ -22,7 +22,9 @@ from catamaran.constants import (
     MAX_TERMINATION_GRACE_SECONDS,
 )
 from catamaran.networks import DEFAULT_REMAP_POOL
+from catamaran.steering import ENABLED_LABEL
 from catamaran.vk.reflection.policy import DEFAULT_WORKERS
+from catamaran.vk.reflection.secrets import TOKEN_BINDING_TYPE
 
 ROOT = Path(__file__).resolve().parents[3]
 # (option, ForeignCluster field) of each reflected kind: the options spell the fields in snake_case.
@@ -208,3 +210,11 @@ def test_teardown_assumes_the_controller_roles_default_mode():
     assumed = re.findall(r"controller_mode \| default\('(\w+)'\)", teardown)
     assert assumed, "teardown.yml no longer reads controller_mode: drop this test"
     assert set(assumed) == {defaults["controller_mode"]}
+
+
+def test_the_token_binding_policy_names_the_reflectors_binding_type_and_the_offloaded_label():
+    """The controller role's admission policy admits the token reflector's bindings in offloaded namespaces: the
+    type the reflector writes and the label the manager puts on those namespaces, written again in its vars."""
+    deployment = yaml.safe_load((ROOT / "roles" / "controller" / "vars" / "deployment.yml").read_text())
+    assert deployment["__controller_token_binding_type"] == TOKEN_BINDING_TYPE
+    assert deployment["__controller_offloaded_label"] == ENABLED_LABEL
