@@ -356,7 +356,11 @@ class TokenReflector:
             raise
         metrics.REFLECTION_SECONDS.labels("serviceAccountTokens").observe(time.monotonic() - started)
         refresh_at = float(body["metadata"]["annotations"][ANNOTATION_REFRESH_AT])
-        self._written[key] = Written(keys, refresh_at, stored.metadata.resourceVersion)
+        version = stored.metadata.resourceVersion
+        # The copy informer may have shown this write before it returned: then no echo is still to come.
+        seen = copies.get(twin, name)
+        echoed = seen is not None and seen["resourceVersion"] == version
+        self._written[key] = Written(keys, refresh_at, version, echoed)
         self._release_waiting(key)
         return lifetime
 
