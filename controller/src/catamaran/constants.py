@@ -36,6 +36,11 @@ LABEL_MANAGED_BY = "catamaran.io/managed-by"
 LABEL_TENANT = "catamaran.io/tenant"
 # On a NamespaceOffloading a NamespaceOffloadingPolicy made: the policy's name.
 LABEL_OFFLOADING_POLICY = "catamaran.io/offloading-policy"
+# A node pool of a peering (docs/design.md, "Node pools"): on its virtual node, on the ShadowPods of the pods bound
+# there and on the provider's pods made from them. Its name is a DNS-1123 label of at most MAX_POOL_NAME.
+LABEL_POOL = "catamaran.io/pool"
+MAX_POOL_NAME = 20
+MAX_POOLS = 16  # per peering: each is a virtual node, a Lease and a pod watch on the consumer
 
 MANAGED_BY_SHADOWPOD = "shadowpod"
 MANAGED_BY_CATAMARAN = "catamaran"
@@ -180,8 +185,10 @@ def tenant_namespace(consumer_cluster_id: str) -> str:
     return f"{TENANT_NAMESPACE_PREFIX}{consumer_cluster_id}"
 
 
-def virtual_node_name(provider_cluster_id: str) -> str:
-    return f"{VIRTUAL_NODE_PREFIX}{provider_cluster_id}"
+def virtual_node_name(provider_cluster_id: str, pool: "str | None" = None) -> str:
+    """The virtual node of a peering, or of one of its pools (a dot never appears in a cluster id or a pool name,
+    so no two peerings' pools share a name)."""
+    return f"{VIRTUAL_NODE_PREFIX}{provider_cluster_id}" + (f".{pool}" if pool else "")
 
 
 def default_twin_namespace(local_namespace: str, consumer_cluster_id: str) -> str:
