@@ -29,6 +29,7 @@ it unchanged and a test asserts on the objects it leaves:
 - TokenRequest (serviceaccounts/token): the ServiceAccount must exist, and the bound object (Pod or Secret) too,
   with the uid the reference names (404 and 409 otherwise, as the API server answers); tokens are opaque strings
   numbered per cluster, expiring after the requested seconds.
+- Eviction (pods/eviction): the pod deleted with its grace period (no PodDisruptionBudget is modelled).
 - list and watch: namespace, label selector and field selector (equalities, on any dotted path); a watch (through
   FakeListWatch, which the informers use in place of kube/clients.py's LightkubeListWatch) sees every change after
   the version it starts from, ADDED/DELETED as an object enters or leaves its selector.
@@ -608,6 +609,13 @@ class FakeCluster:
         token = f"{self.name}-token-{next(self._uids)}"
         return {**request, "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}
 
+    def _evict(self, name: str, namespace: str) -> None:
+        """The Eviction API without PodDisruptionBudgets (none is modelled): the pod deleted with its grace period."""
+        kind, _ = kind_of(Pod)
+        self._request(Action("create", kind.kind, namespace, name, "eviction"), kind, "eviction")
+        key, _ = self._existing(kind, namespace, name)
+        self._delete(kind, key, None, None)
+
     def _open_watch(self, selection: Selection, version: int) -> Watch:
         self.activity += 1
         watch = Watch(self, selection)
@@ -903,8 +911,12 @@ class FakeClient:
         await asyncio.sleep(0)
         if name is not None and type(obj)._api_info.action == "token" and not dry_run:
             return type(obj).from_dict(self.cluster._token_request(obj.to_dict(), name, namespace))
+        if name is not None and type(obj)._api_info.action == "eviction" and not dry_run:
+            return self.cluster._evict(name, namespace)
         if name is not None or dry_run:
-            raise NotImplementedError("creating a subresource other than a token, or a dry run, is not modelled")
+            raise NotImplementedError(
+                "creating another subresource than a token or an eviction, or a dry run, is not modelled"
+            )
         kind, _ = kind_of(type(obj))
         data = obj.to_dict()
         meta = data.get("metadata") or {}

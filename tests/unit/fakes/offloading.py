@@ -28,6 +28,7 @@ from catamaran.constants import (
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
+    LABEL_REMOTE_CLUSTER_ID,
     LABEL_TENANT,
     LABEL_TYPE,
     MANAGED_BY_CATAMARAN,
@@ -48,8 +49,10 @@ from catamaran.steering import OFFLOADING_NAME
 from catamaran.vk.assembly import OffloadingParts
 from catamaran.vk.context import PeeringContext
 from catamaran.vk.forge import shadowpod_for
-from catamaran.vk.node import HealthSettings, NodeSettings, VirtualNode
+from catamaran.vk.node import HealthSettings, NodeSettings
+from catamaran.vk.pools import PeeringNode
 from catamaran.vk.reflection.policy import settings_from_spec
+from catamaran.vk.virtual_nodes import VirtualNodes
 
 from .kube import FOREGROUND, FakeCluster, FakeListWatch, settle
 
@@ -242,6 +245,21 @@ def shadow_status(pod_status: dict, *, pod_uid: str = "remote-uid-web", recreati
 # -- the consumer's side ----------------------------------------------------------------------------------------------
 
 
+class KubeletPort:
+    """The virtual node's kubelet port as a listening socket shows it; nothing listens (no kubelet API here)."""
+
+    def getsockname(self) -> tuple[str, int]:
+        return NODE_IP, 10250
+
+    def close(self) -> None:
+        pass
+
+
+class NoKubelet:
+    def tasks(self) -> list:
+        return []
+
+
 class Consumer:
     """A virtual kubelet serving provider p1 to consumer c1: namespace shop offloaded (unless `offloaded=False`), its
     twin requested and Ready on the provider (unless `twin=False`), the twin namespace there (unless
@@ -270,15 +288,25 @@ class Consumer:
             events=EventRecorder(client, "catamaran-vk"),
             foreign_cluster=("catamaran-system", PROVIDER),
         )
-        self.node = VirtualNode(self.peering, NodeSettings(provider_id=PROVIDER, node_ip=NODE_IP), HealthSettings())
-        self.parts = OffloadingParts(self.peering, self.node, settings_from_spec(None), remap_cidr=remap)
+        self.nodes = VirtualNodes(
+            self.peering,
+            NodeSettings(provider_id=PROVIDER, node_ip=NODE_IP),
+            HealthSettings(),
+            listener=KubeletPort(),  # type: ignore[arg-type]
+            bind_address=NODE_IP,
+            make_kubelet=lambda *_: NoKubelet(),
+        )
+        self.parts = OffloadingParts(self.peering, self.nodes, settings_from_spec(None), remap_cidr=remap)
         self.pods = self.parts.pods
         self.tasks: list[asyncio.Task] = []
 
     def _seed(self, offloaded: bool, twin: bool, twin_namespace: bool) -> None:
         local, provider = self.local, self.provider
         local.add(Namespace, {"metadata": {"name": NAMESPACE}})
-        local.add(Node, {"metadata": {"name": NODE, "labels": {LABEL_TYPE: TYPE_VIRTUAL_NODE}}})
+        local.add(
+            Node,
+            {"metadata": {"name": NODE, "labels": {LABEL_TYPE: TYPE_VIRTUAL_NODE, LABEL_REMOTE_CLUSTER_ID: PROVIDER}}},
+        )
         local.add(
             Node,
             {
@@ -321,11 +349,12 @@ class Consumer:
     async def start(self) -> Consumer:
         parts = self.parts
         reflection = parts.reflection
+        self.nodes.add_node(PeeringNode(NODE))  # its pods watched; the Node's own loops are not run here
         informers = [
-            parts.local_pods,
+            self.nodes.local_pods,
+            self.nodes.informer,
             parts.twins.requests,
             parts.twins.offloadings,
-            parts.twins.node,
             reflection.services.local_objects.informer,
             reflection.endpoint_slices.local_objects.informer,
         ]

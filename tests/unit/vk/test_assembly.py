@@ -19,10 +19,12 @@ from catamaran.kube.events import EventRecorder
 from catamaran.vk import assembly
 from catamaran.vk.assembly import KubeletOptions, OffloadingParts, ServedPeering, settings_from
 from catamaran.vk.context import PeeringContext
-from catamaran.vk.kubelet.server import listen
+from catamaran.vk.kubelet.server import KubeletServer, listen
 from catamaran.vk.node import HealthSettings, NodeSettings, VirtualNode
 from catamaran.vk.peering import PeeringWatch
 from catamaran.vk.reflection.policy import settings_from_spec
+from catamaran.vk.virtual_nodes import VirtualNodes, node_pods_informer
+from tests.unit.fakes.offloading import KubeletPort, NoKubelet
 from tests.unit.vk.offloading_scope import COSTLY
 
 
@@ -45,10 +47,17 @@ def peering() -> PeeringContext:
     )
 
 
-def wired() -> tuple[PeeringContext, VirtualNode, OffloadingParts]:
+def wired() -> tuple[PeeringContext, VirtualNodes, OffloadingParts]:
     context = peering()
-    node = VirtualNode(context, NodeSettings(provider_id="provider", node_ip="10.0.0.1"), HealthSettings())
-    return context, node, OffloadingParts(context, node, settings_from_spec(None), remap_cidr=None)
+    nodes = VirtualNodes(
+        context,
+        NodeSettings(provider_id="provider", node_ip="10.0.0.1"),
+        HealthSettings(),
+        listener=KubeletPort(),
+        bind_address="10.0.0.1",
+        make_kubelet=lambda *_: NoKubelet(),
+    )
+    return context, nodes, OffloadingParts(context, nodes, settings_from_spec(None), remap_cidr=None)
 
 
 def test_the_names_of_a_peering_follow_from_the_cluster_ids():
@@ -58,27 +67,31 @@ def test_the_names_of_a_peering_follow_from_the_cluster_ids():
 
 
 def test_every_part_reads_the_one_peering_context():
-    context, node, parts = wired()
+    context, nodes, parts = wired()
     reflection = parts.reflection
-    built = [node, parts.pods, parts.twins, parts.remote_events, parts.ips, parts.status, reflection]
+    built = [nodes, nodes.health, parts.pods, parts.twins, parts.remote_events, parts.ips, parts.status, reflection]
     built += [reflection.tokens, reflection.volumes, *reflection.reflectors]
     assert all(part.peering is context for part in built)
-    assert node.name == context.node_name
-    assert parts.local_pods.fields == {"spec.nodeName": context.node_name}
+    assert node_pods_informer(context, context.node_name).fields == {"spec.nodeName": context.node_name}
+    assert nodes.informer.labels == {"catamaran.io/remote-cluster-id": "provider", "catamaran.io/type": "virtual-node"}
     assert parts.twins.requests.namespace == context.tenant_namespace
     assert reflection.volumes.volumes.labels == {LABEL_VIRTUAL_VOLUME_NODE: context.node_name}
-    assert {r.context.node_name for r in reflection.reflectors} == {context.node_name}
+    context.node_names.add(context.node_name)
+    reflection.nodes_changed()
+    assert {r.context.own_nodes for r in reflection.reflectors} == {frozenset({context.node_name})}
 
 
 def test_each_part_is_built_once_and_handed_to_those_that_use_it():
-    _, node, parts = wired()
+    _, nodes, parts = wired()
     pods, reflection = parts.pods, parts.reflection
-    assert pods.local_pods is parts.local_pods is parts.remote_events.local_pods is reflection.tokens.local_pods
+    assert nodes.local_pods is pods.local_pods is parts.local_pods is parts.remote_events.local_pods
+    assert parts.local_pods is reflection.tokens.local_pods
     assert pods.twins is parts.twins is reflection.tokens.twins is reflection.config_maps.twins
     assert pods.shadow_informers is parts.shadows
     assert pods.status is parts.status
     assert parts.status.ips is parts.ips
-    assert parts.status.node is node
+    assert parts.status.health is nodes.health
+    assert parts.twins.nodes is parts.ips.nodes is nodes.informer
     assert pods.tokens is reflection.tokens
     assert reflection.tokens.secrets is reflection.secrets
     assert pods.config_maps is reflection.config_maps
@@ -94,14 +107,15 @@ def test_each_part_is_built_once_and_handed_to_those_that_use_it():
 
 
 def test_the_pod_controller_and_its_reflection_are_wired_in_order():
-    _, node, parts = wired()
+    _, nodes, parts = wired()
     pods, twins, reflection, events = parts.pods, parts.twins, parts.reflection, parts.remote_events
     # Reflection hears of twins after the pods and their Events do, as it always has.
     assert twins.ready_listeners == [pods.twin_ready, events.twin_ready, reflection.twin_ready]
     assert twins.removed_listeners == [parts.shadows.unwatch, events.twin_removed, reflection.twin_removed]
     assert twins.drainers == [reflection.drain]
     assert twins.data_holders == [reflection.claims.copies_in]
-    assert node.health_listeners == [pods.health_changed]
+    assert nodes.health.health_listeners == [pods.health_changed]
+    assert nodes.changed_listeners == [reflection.nodes_changed]
     assert events.reflected == reflection.local_object
     assert reflection.tokens.written_listeners == [pods.queue.add]
     assert parts.ips.local_ranges.services is reflection.services.local_objects.informer
@@ -141,16 +155,23 @@ def test_the_served_peering_builds_its_parts_from_the_foreign_cluster(tmp_path, 
     peering, offloading = parts.peering, parts.offloading
     assert peering.foreign_cluster == ("catamaran-system", "provider")
     assert (peering.consumer_id, peering.provider_id) == ("consumer", "provider")
-    assert parts.node.settings.kubelet_port == parts.kubelet_port != 0  # the listener's port, published
+    assert parts.nodes.settings.kubelet_port == parts.kubelet_port != 0  # the listener's port, published
     assert offloading.ips.remap_cidr == "10.250.0.0/16"
     assert offloading.ips.consented == ["10.1.0.0/16"]
-    assert parts.kubelet.local_pod == offloading.local_pods.get
-    assert parts.kubelet.twin_of == offloading.twins.ready_twin
     assert parts.credential is None
-    loops, of_parts = (
-        parts.tasks(),
-        [*parts.node.tasks(), *offloading.tasks(), *parts.drain.tasks(), *parts.kubelet.tasks()],
-    )
+    # Each virtual node's kubelet API: its own name, certificate and pods; the namespaces' own twins only.
+    settings = NodeSettings(provider_id="provider", node_ip="10.0.0.1", pool="gpu")
+    node = VirtualNode(peering, settings, parts.nodes.health)
+    pods, local_pod = (lambda: []), (lambda namespace, name: None)
+    kubelet = parts._kubelet_server(settings.node_name, KubeletPort(), node, pods, local_pod)
+    assert isinstance(kubelet, KubeletServer)
+    assert (kubelet.node_name, kubelet.certificate.node_name) == ("catamaran-provider.gpu", "catamaran-provider.gpu")
+    assert kubelet.certificate.cert_dir == tmp_path / "catamaran-provider.gpu"
+    assert (kubelet.local_pod, kubelet.pods_on_node) == (local_pod, pods)
+    assert kubelet.twin_of == offloading.twins.ready_twin
+    node.offer = {"allocatable": {"cpu": "2"}}
+    assert kubelet.stats.allocatable() == {"cpu": "2"}
+    loops, of_parts = parts.tasks(), [*parts.nodes.tasks(), *offloading.tasks()]
     try:
         own = [loop.cr_code.co_qualname for loop in loops[:4]]
         assert own == ["Informer.run", "ServedPeering.until_removed", "Informer.run", "ServedPeering.follow_gateway"]
@@ -163,18 +184,18 @@ def test_the_served_peering_builds_its_parts_from_the_foreign_cluster(tmp_path, 
 def test_the_served_peering_listens_by_named_methods(tmp_path, monkeypatch):
     reports: list = []
     parts = served(tmp_path, monkeypatch, reports)
-    # The status report hears of the node's health after the pods are requeued.
-    assert parts.node.health_listeners == [parts.offloading.pods.health_changed, parts.health_changed]
+    # The status report hears of the provider's health after the pods are requeued.
+    assert parts.nodes.health.health_listeners == [parts.offloading.pods.health_changed, parts.health_changed]
     assert parts.offers._handlers == [parts.offer_changed]
     assert parts.foreigns._handlers[-1] == parts.foreign_changed
-    assert parts.node.offer_synced is parts.offers.synced
+    assert parts.nodes.offer_synced is parts.offers.synced
     parts.health_changed(False)
     invalid = {"spec": {"clusterID": "provider", "nodeTaints": [{"key": "a", "effect": "Sometimes"}]}}
     parts.foreign_changed("MODIFIED", ("catamaran-system", "provider"), invalid, None)
     assert reports == [("ProviderUnreachable", False), ("InvalidSpec", False)]
     offer = {"spec": {"services": {"allowedTypes": ["ClusterIP"]}}, "status": {"allocatable": {"cpu": "2"}}}
     parts.offer_changed("ADDED", ("tenant", "offer"), offer, None)
-    assert parts.provider_allocatable() == {"cpu": "2"}
+    assert parts.nodes.offer == offer  # which nodes there are, their share and cordons: vk/virtual_nodes.py
     assert parts.offloading.reflection.terms["endpoint_ranges"] is None
     parts.foreign_changed("DELETED", ("catamaran-system", "provider"), None, None)
     assert parts.removed.is_set()

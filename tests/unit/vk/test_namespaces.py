@@ -10,6 +10,8 @@ from catamaran.constants import tenant_namespace
 from catamaran.kube.events import EventRecorder
 from catamaran.twin_claims import TWIN_TAKEN
 from catamaran.vk.context import PeeringContext
+from catamaran.vk.node import HealthSettings, NodeSettings
+from tests.unit.fakes.offloading import KubeletPort, NoKubelet
 from tests.unit.twin_cases import (
     CONSUMER,
     EVIL,
@@ -23,12 +25,29 @@ from tests.unit.twin_cases import (
 )
 
 
+def own_node(peering: PeeringContext) -> dict:
+    """The peering's one virtual node, as vk/virtual_nodes.py hands it to the twin manager: its labels (none until
+    stored) and whether a NamespaceOffloading selects it."""
+    from catamaran.vk.virtual_nodes import VirtualNodes
+
+    nodes = VirtualNodes(
+        peering,
+        NodeSettings(provider_id=peering.provider_id, node_ip="10.0.0.1"),
+        HealthSettings(),
+        listener=KubeletPort(),
+        bind_address="10.0.0.1",
+        make_kubelet=lambda *_: NoKubelet(),
+    )
+    peering.node_names.add(peering.node_name)
+    return {"nodes": nodes.informer, "selects": nodes.selects}
+
+
 def twin_manager():
     from catamaran.vk.namespaces import TwinManager
 
     local, provider = Recorder(), Recorder()
     peering = PeeringContext(CONSUMER, "p1", local, provider, EventRecorder(local, "test"), ("catamaran-system", "p1"))
-    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 3)
+    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 3, **own_node(peering))
     return manager, local, provider
 
 
@@ -56,7 +75,7 @@ def test_the_intruder_is_refused_on_its_own_entry_and_nothing_is_asked_of_the_pr
         add_offloading(manager, "victim", VICTIM)
         add_offloading(manager, intruder, body)
         hold_twin(manager, "victim")
-        manager.node._store((None, manager.peering.node_name), {})
+        manager.nodes._store((None, manager.peering.node_name), {})
         asyncio.run(manager.reconcile(intruder))
         assert provider.calls == []  # no TwinNamespace asked for, none deleted
         assert {call[3] for call in local.calls} == {intruder}  # the victim's offloading is not written to
@@ -68,7 +87,7 @@ def test_simultaneous_claims_the_older_offloading_asks_for_the_twin_the_younger_
     manager, _, provider = twin_manager()
     add_offloading(manager, "victim", VICTIM)
     add_offloading(manager, "evil", EVIL)
-    manager.node._store((None, manager.peering.node_name), {})
+    manager.nodes._store((None, manager.peering.node_name), {})
     asyncio.run(manager.reconcile("evil"))
     assert provider.calls == []
     asyncio.run(manager.reconcile("victim"))
@@ -116,10 +135,10 @@ def draining_victim():
 
     local, provider, events = Recorder(), Recorder(), SaidEvents()
     peering = PeeringContext(CONSUMER, "p1", local, provider, events, ("catamaran-system", "p1"))
-    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 0)
+    manager = TwinManager(peering, pods_on_node=lambda namespace: [], shadows_left=lambda twin: 0, **own_node(peering))
     add_offloading(manager, "victim", offloading("victim", deleting=True, **VICTIM["spec"]))
     hold_twin(manager, "victim")
-    manager.node._store((None, manager.peering.node_name), {})
+    manager.nodes._store((None, manager.peering.node_name), {})
     return manager, events
 
 

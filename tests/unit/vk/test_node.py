@@ -13,15 +13,14 @@ from catamaran.vk.node import (
     CORDON_TAINT,
     PROVIDER_CORDONED,
     ROUNDED_TO_ZERO,
-    Cordon,
     NodeSettings,
-    cordon_of,
     merged_taints,
     node_status,
     node_taints,
     owned_taints,
     owned_taints_annotation,
 )
+from catamaran.vk.pools import Cordon, cordon_of
 from catamaran_lab.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))

@@ -39,14 +39,25 @@ def test_transient_create_errors_are_retried_without_a_reason(code):
 
 def pod_controller():
     from catamaran.vk.assembly import OffloadingParts
-    from catamaran.vk.node import HealthSettings, NodeSettings, VirtualNode
+    from catamaran.vk.node import HealthSettings, NodeSettings
+    from catamaran.vk.pools import PeeringNode
     from catamaran.vk.reflection.policy import settings_from_spec
+    from catamaran.vk.virtual_nodes import VirtualNodes
+    from tests.unit.fakes.offloading import KubeletPort, NoKubelet
 
     local, provider = Recorder(), Recorder()
     peering = PeeringContext(CONSUMER, "p1", local, provider, EventRecorder(local, "test"), ("catamaran-system", "p1"))
-    node = VirtualNode(peering, NodeSettings(provider_id="p1", node_ip="10.0.0.1"), HealthSettings())
-    pods = OffloadingParts(peering, node, settings_from_spec(None), remap_cidr=None).pods
-    pods.twins.node._store((None, peering.node_name), {})
+    nodes = VirtualNodes(
+        peering,
+        NodeSettings(provider_id="p1", node_ip="10.0.0.1"),
+        HealthSettings(),
+        listener=KubeletPort(),
+        bind_address="10.0.0.1",
+        make_kubelet=lambda *_: NoKubelet(),
+    )
+    pods = OffloadingParts(peering, nodes, settings_from_spec(None), remap_cidr=None).pods
+    nodes.add_node(PeeringNode(peering.node_name))  # its pods' watch added, not run
+    nodes.informer._store((None, peering.node_name), {})
     add_offloading(pods.twins, "victim", VICTIM)
     add_offloading(pods.twins, "evil", EVIL)
     hold_twin(pods.twins, "victim")
@@ -64,7 +75,7 @@ def local_pod(namespace: str, name: str = "web", deleting: bool = False) -> dict
 def test_the_intruders_pods_wait_pending_and_never_reach_the_victims_twin():
 
     pods, local, provider = pod_controller()
-    pods.local_pods._store(("evil", "web"), local_pod("evil"))
+    pods.local_pods.source(pods.peering.node_name)._store(("evil", "web"), local_pod("evil"))
     assert asyncio.run(pods.reconcile(("evil", "web"))) is None
     assert provider.calls == []
     [status] = [call[4]["status"] for call in local.calls if call[0] == "patch"]
@@ -76,7 +87,7 @@ def test_the_intruders_pods_wait_pending_and_never_reach_the_victims_twin():
 
 def test_deleting_the_intruders_pod_releases_it_without_touching_the_victims_shadowpod():
     pods, local, provider = pod_controller()
-    pods.local_pods._store(("evil", "web"), local_pod("evil", deleting=True))
+    pods.local_pods.source(pods.peering.node_name)._store(("evil", "web"), local_pod("evil", deleting=True))
     asyncio.run(pods.reconcile(("evil", "web")))
     assert provider.calls == []  # the victim's ShadowPod "web" is not deleted
     assert [call[:4] for call in local.calls if call[0] == "delete"] == [("delete", Pod, "web", "evil")]

@@ -133,7 +133,7 @@ def provider_refuses_create(code: int, message: str) -> Step:
 
 def provider_unreachable() -> Step:
     async def step(world: Consumer) -> None:
-        world.node.healthy = False
+        world.nodes.health.healthy = False
 
     return step
 

@@ -270,8 +270,8 @@ def pod_status_writer(client: RecordingClient):
     from catamaran.vk.pod_status import PodStatus
 
     peering = PeeringContext("consumer", "provider-1", client, object(), EventRecorder(client, "test"), ("ns", "fc"))
-    node = SimpleNamespace(healthy=True, settings=SimpleNamespace(node_ip="10.0.0.9"))
-    return PodStatus(peering, node, SimpleNamespace(translate=None, network_down=None))
+    health = SimpleNamespace(healthy=True)
+    return PodStatus(peering, health, "10.0.0.9", SimpleNamespace(translate=None, network_down=None))
 
 
 def test_what_a_provider_forges_in_a_loop_is_one_event_per_kind_and_never_shown():

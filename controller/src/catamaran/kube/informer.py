@@ -19,6 +19,7 @@ import asyncio
 import datetime
 import logging
 import weakref
+from collections import ChainMap
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -454,6 +455,86 @@ def _announce(notify, old_cache, fresh, old_versions: dict[Key, str], versions: 
     for key in old_cache:
         if key not in fresh:
             notify("DELETED", key, None, old_cache[key])
+
+
+class InformerUnion:
+    """Several informers whose objects never share a key, read as one (get, cache, keys_in, on_change): the pods
+    bound to each of a peering's virtual nodes, each node's a field-selected watch as a kubelet's own.
+
+    Its sources run while `run` does. A source may join at any time (its objects arrive as its own events) and leave
+    (it is stopped, and DELETED is told for each object it held). `synced` is set by `sync` once the sources known
+    then have listed.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.synced = asyncio.Event()
+        self._sources: dict[str, Informer] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._handlers: list[Handler] = []
+        self._running = False
+
+    def on_change(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+        for source in self._sources.values():
+            source.on_change(handler)
+
+    def add(self, key: str, informer: Informer) -> None:
+        """`informer` as the source named `key`, running from now on if the union runs."""
+        if key in self._sources:
+            raise ValueError(f"{self.name}: source {key} is there already")
+        for handler in self._handlers:
+            informer.on_change(handler)
+        self._sources[key] = informer
+        if self._running:
+            self._tasks[key] = asyncio.get_running_loop().create_task(informer.run())
+
+    async def run(self) -> None:
+        self._running = True
+        for key, informer in self._sources.items():
+            self._tasks[key] = asyncio.get_running_loop().create_task(informer.run())
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            self._running = False
+            for task in self._tasks.values():
+                task.cancel()
+            self._tasks.clear()
+
+    def remove(self, key: str) -> None:
+        """Stop the source named `key`; its objects leave the union."""
+        task = self._tasks.pop(key, None)
+        if task is not None:
+            task.cancel()
+        informer = self._sources.pop(key, None)
+        if informer is None:
+            return
+        for object_key in list(informer.cache):
+            informer._notify("DELETED", object_key, None, informer.cache.get(object_key))
+
+    def source(self, key: str) -> Informer | None:
+        return self._sources.get(key)
+
+    async def sync(self) -> None:
+        """Wait until every present source has listed, then set `synced`."""
+        for informer in list(self._sources.values()):
+            await informer.synced.wait()
+        self.synced.set()
+
+    def get(self, namespace: str | None, name: str):
+        for source in self._sources.values():
+            found = source.get(namespace, name)
+            if found is not None:
+                return found
+        return None
+
+    @property
+    def cache(self) -> Mapping[Key, Any]:
+        """Every source's cache at once (read-only)."""
+        return ChainMap(*(source.cache for source in self._sources.values()))  # type: ignore[arg-type]
+
+    def keys_in(self, namespace: str | None) -> list[Key]:
+        return [key for source in self._sources.values() for key in source.keys_in(namespace)]
 
 
 class NamespacedInformers:

@@ -1,9 +1,10 @@
 """The virtual kubelet's composition root: every part serving one peering, built once and in dependency order, and
 the listeners between the parts as named methods.
 
-`OffloadingParts` offloads the pods bound to the virtual node (their ShadowPods, IPs, status, Events) and reflects
-what they read; `ServedPeering` adds the node, the kubelet API, the provider's ResourceOffer, the gateway's Lease and
-the credential, and follows the ForeignCluster. vk/runner.py builds a `ServedPeering` once the peering is usable and
+`OffloadingParts` offloads the pods bound to the peering's virtual nodes (their ShadowPods, IPs, status, Events) and
+reflects what they read; `ServedPeering` adds the nodes (one, or one per node pool, each with its kubelet API and
+drain: vk/virtual_nodes.py), the provider's ResourceOffer, the gateway's Lease and the credential, and follows the
+ForeignCluster. vk/runner.py builds a `ServedPeering` once the peering is usable and
 runs its `tasks()`.
 """
 
@@ -39,17 +40,17 @@ from .kubelet.certificate import ServingCertificate
 from .kubelet.channel import ProviderChannel
 from .kubelet.server import KubeletServer
 from .namespaces import TwinManager
-from .node import HealthSettings, NodeSettings, VirtualNode, cordon_of
+from .node import HealthSettings, NodeSettings, VirtualNode
 from .peering import CredentialFollower, PeeringWatch
 from .pod_ips import PodIPs
 from .pod_status import PodStatus
-from .pods import PodController, local_pods_informer, shadow_informer
+from .pods import PodController, shadow_informer
 from .reflection.peering_reflection import PeeringReflection
 from .reflection.policy import ReflectionSettings, settings_from_spec
 from .remote_events import RemoteEventMirror
-from .tenant_drain import TenantDrain
 from .trust import bounded_text
 from .validation import foreign_spec_problems, home_api_server
+from .virtual_nodes import VirtualNodes
 
 # How soon a gateway's lapsed Lease is noticed after it lapses (a local check, no API call).
 GATEWAY_RECHECK_SECONDS = 1.0
@@ -126,13 +127,13 @@ class PeeringRemoved(Exception):
 
 
 class OffloadingParts:
-    """The pods bound to the virtual node offloaded as ShadowPods, their IPs and status shown, their twins' Events
-    mirrored, and what they read reflected: built once, in dependency order, then wired (`_wire`)."""
+    """The pods bound to the peering's virtual nodes offloaded as ShadowPods, their IPs and status shown, their twins'
+    Events mirrored, and what they read reflected: built once, in dependency order, then wired (`_wire`)."""
 
     def __init__(
         self,
         peering: PeeringContext,
-        node: VirtualNode,
+        nodes: VirtualNodes,
         reflection_settings: ReflectionSettings,
         *,
         remap_cidr: str | None,
@@ -140,12 +141,19 @@ class OffloadingParts:
         workers: int = 16,
     ):
         self.peering = peering
-        self.local_pods = local_pods_informer(peering)
+        self.local_pods = nodes.local_pods  # each node's pods, watched as its node comes and goes
         self.shadows = NamespacedInformers(self._shadow_informer)
-        self.twins = TwinManager(peering, pods_on_node=self._drainable_pods, shadows_left=self._shadows_left)
+        self.twins = TwinManager(
+            peering,
+            pods_on_node=self._drainable_pods,
+            shadows_left=self._shadows_left,
+            nodes=nodes.informer,
+            selects=nodes.selects,
+        )
         # Pod IPs (checked and translated) and the status written back, one module each.
-        self.ips = PodIPs(peering, node.settings.node_ip, remap_cidr, self.twins.node, self._requeue_pods)
-        self.status = PodStatus(peering, node, self.ips)
+        node_ip = nodes.settings.node_ip
+        self.ips = PodIPs(peering, node_ip, remap_cidr, nodes.informer, self._requeue_pods)
+        self.status = PodStatus(peering, nodes.health, node_ip, self.ips)
         # Reflection works in the same twins, and issues the tokens of the same local pods.
         self.reflection = PeeringReflection(peering, self.twins, self.local_pods, reflection_settings)
         # Events about reflected objects come back onto the local objects.
@@ -158,12 +166,14 @@ class OffloadingParts:
             status=self.status,
             tokens=self.reflection.tokens,
             config_maps=self.reflection.config_maps,
+            node_labels=nodes.labels_of,
+            pool_of=nodes.pool_of,
             home_api_server=home_api_server,
             workers=workers,
         )
-        self._wire(node)
+        self._wire(nodes)
 
-    def _wire(self, node: VirtualNode) -> None:
+    def _wire(self, nodes: VirtualNodes) -> None:
         """Who hears what. Where several hear one source they are told in this order."""
         pods, twins, reflection = self.pods, self.twins, self.reflection
         # Reflection hears of twins after the pods and their Events do.
@@ -173,7 +183,8 @@ class OffloadingParts:
         twins.data_holders.append(reflection.claims.copies_in)
         self.local_pods.on_change(pods.local_changed)
         twins.offloadings.on_change(pods.offloading_changed)
-        node.health_listeners.append(pods.health_changed)
+        nodes.health.health_listeners.append(pods.health_changed)
+        nodes.changed_listeners.append(reflection.nodes_changed)  # endpoints on the peering's nodes are not copied
         # The cluster-wide Service and EndpointSlice watches also hold the `kubernetes` Service and API server.
         self.ips.local_ranges.follow_kubernetes_service(
             reflection.services.local_objects.informer, reflection.endpoint_slices.local_objects.informer
@@ -183,7 +194,7 @@ class OffloadingParts:
         self.local_pods.on_change(call(reflection.tokens.pod_changed, key=lambda key: key))
 
     def tasks(self) -> list:
-        loops = [self.local_pods.run(), *self.twins.tasks(), *self.remote_events.tasks(), *self.ips.tasks()]
+        loops = [*self.twins.tasks(), *self.remote_events.tasks(), *self.ips.tasks()]
         return loops + self.pods.tasks() + self.reflection.tasks()
 
     def pods_on_node(self) -> list[dict]:
@@ -247,20 +258,28 @@ class ServedPeering:
             events=events,
             foreign_cluster=(watch.namespace, watch.name),
         )
-        self.node = VirtualNode(self.peering, node_settings, health)
+        self.channel = channel
+        self.options = options
+        self.nodes = VirtualNodes(
+            self.peering,
+            node_settings,
+            health,
+            listener=listener,
+            bind_address=options.bind_address or node_ip,
+            make_kubelet=self._kubelet_server,
+        )
         spec = foreign["spec"]
+        self.nodes.foreign_spec = spec
         self.offloading = OffloadingParts(
             self.peering,
-            self.node,
+            self.nodes,
             settings_from_spec(spec.get("reflection")),
             remap_cidr=((spec.get("networking") or {}).get("podCIDRRemap")) or None,
             home_api_server=home_api_server(spec),
             workers=workers,
         )
-        self.drain = TenantDrain(self.peering, self.offloading.pods_on_node)
         self._start_network(foreign)
         self.gateway = GatewayLease(local)
-        self.kubelet = self._kubelet_server(listener, channel, options)
         self.offers = Informer(
             provider,
             ResourceOffer,
@@ -284,13 +303,24 @@ class ServedPeering:
         reflection.update_network(network_problem(foreign) is not None)
         ips.network_down = network_problem(foreign)
 
-    def _kubelet_server(self, listener: socket.socket, channel: ProviderChannel, options: KubeletOptions):
+    def _kubelet_server(
+        self,
+        node_name: str,
+        listener: socket.socket,
+        node: VirtualNode,
+        pods_on_node: Callable[[], list[dict]],
+        local_pod: Callable[[str, str], dict | None],
+    ) -> KubeletServer:
+        """The kubelet API of one virtual node (vk/virtual_nodes.py builds one per node), with its own certificate."""
+        options = self.options
+        pool_node = node_name != self.peering.node_name
         certificate = ServingCertificate(
             self.peering.local,
-            self.peering.node_name,
+            node_name,
             [self.node_ip],
             self_signed=options.self_signed,
-            cert_dir=options.cert_dir,
+            # The peering's node keeps the directory it always had; a pool's node a directory of its own within.
+            cert_dir=(options.cert_dir / node_name) if options.cert_dir and pool_node else options.cert_dir,
             expiration_seconds=options.certificate_seconds,
             renew_fraction=options.renew_fraction,
             client_ca_file=options.client_ca_file,
@@ -299,38 +329,34 @@ class ServedPeering:
             self.peering,
             listener,
             certificate,
-            channel,
-            local_pod=self.offloading.local_pods.get,
-            pods_on_node=self.offloading.pods_on_node,
+            self.channel,
+            local_pod=local_pod,
+            pods_on_node=pods_on_node,
             twin_of=self.offloading.twins.ready_twin,  # the namespace's own twin only, never another namespace's
-            node_published=self.node.published,
-            provider_allocatable=self.provider_allocatable,
+            node_published=node.published,
+            provider_allocatable=lambda: (node.offer or {}).get("allocatable") or {},
+            node_name=node_name,
         )
 
     def _wire(self) -> None:
         self.offers.on_change(self.offer_changed)
-        self.node.offer_synced = self.offers.synced
+        self.nodes.offer_synced = self.offers.synced
         self.foreigns.on_change(self.foreign_changed)
         self.gateway.informer.on_change(call(self.network_changed))
-        self.node.health_listeners.append(self.health_changed)  # after the pods' requeue
+        self.nodes.health.health_listeners.append(self.health_changed)  # after the pods' requeue
+        self.nodes.changed_listeners.append(self.nodes_changed)
 
     def tasks(self) -> list:
         loops = [self.offers.run(), self.until_removed(), self.gateway.informer.run(), self.follow_gateway()]
-        loops += self.node.tasks() + self.offloading.tasks() + self.drain.tasks()
-        loops += self.credential.tasks() if self.credential else []
-        return loops + self.kubelet.tasks()
-
-    def provider_allocatable(self) -> dict:
-        return (self.node.offer or {}).get("allocatable") or {}
+        loops += self.nodes.tasks() + self.offloading.tasks()
+        return loops + (self.credential.tasks() if self.credential else [])
 
     # -- listeners ----------------------------------------------------------------------
 
     def offer_changed(self, event, key, new, old) -> None:
         status = (new or {}).get("status") if new else None
-        self.node.update_offer(status)
-        cordon = cordon_of(new)  # the provider's spec: no new pod here, and with drain, none left
-        self.node.update_cordon(cordon)
-        self.drain.update(cordon)
+        # Its spec says which pools there are and the cordons (no new pod here, and with drain, none left).
+        self.nodes.update_offer(new)
         if status:
             self.offloading.ips.update_pod_cidrs(status.get("podCIDRs") or [])
         if new:
@@ -364,11 +390,11 @@ class ServedPeering:
             self.invalid_spec = True  # keep serving with the last valid settings until it is fixed
             self.report("InvalidSpec", "; ".join(problems), ready=False)
             return
-        if self.invalid_spec and self.node.healthy:
+        if self.invalid_spec and self.nodes.health.healthy:
             self.invalid_spec = False
-            self.report("Connected", f"virtual node {self.peering.node_name} is serving", ready=True)
+            self.report("Connected", self.serving(), ready=True)
         settings, _ = settings_from(new, self.node_ip, self.kubelet_port)
-        self.node.update_settings(settings)
+        self.nodes.update_settings(settings, new["spec"])
         offloading = self.offloading
         offloading.reflection.update(settings_from_spec(new["spec"].get("reflection")))
         offloading.reflection.update_local_remap(local_remap(new))
@@ -385,10 +411,20 @@ class ServedPeering:
         self.offloading.ips.update_network(problem)
 
     def health_changed(self, healthy: bool) -> None:
-        not_ready = self.node.not_ready
+        not_ready = self.nodes.health.not_ready
         reason = "ProviderReachable" if healthy else (not_ready or ("ProviderUnreachable",))[0]
-        message = (not_ready or ("", f"virtual node {self.peering.node_name} is serving"))[1]
+        message = (not_ready or ("", self.serving()))[1]
         self.report(reason, message, ready=healthy)
+
+    def nodes_changed(self) -> None:
+        """A node joined or left: the ForeignCluster's status names the nodes (its Ready condition as it is)."""
+        self.health_changed(self.nodes.health.not_ready is None)
+
+    def serving(self) -> str:
+        names = self.nodes.names or [self.peering.node_name]
+        if len(names) == 1:
+            return f"virtual node {names[0]} is serving"
+        return f"virtual nodes {', '.join(names)} are serving"
 
     # -- loops --------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from lightkube import AsyncClient
@@ -19,10 +19,16 @@ class PeeringContext:
     provider: AsyncClient  # the provider's, as its tenant
     events: EventRecorder  # Events on the consumer's objects
     foreign_cluster: tuple[str, str]  # (namespace, name) of the served ForeignCluster, where problems are reported
+    # The peering's virtual nodes now: its one node, or one per node pool (vk/virtual_nodes.py keeps it).
+    node_names: set[str] = field(default_factory=set, compare=False)
 
     @cached_property
     def node_name(self) -> str:
+        """The peering's node without pools (and the name its kubelet-facing parts use when they need one)."""
         return constants.virtual_node_name(self.provider_id)
+
+    def owns_node(self, name: str | None) -> bool:
+        return name in self.node_names
 
     @cached_property
     def tenant_namespace(self) -> str:

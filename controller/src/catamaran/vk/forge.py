@@ -20,6 +20,7 @@ from ..constants import (
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
+    LABEL_POOL,
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
     ROOT_CA_CONFIGMAP,
@@ -340,8 +341,10 @@ def shadowpod_for(
     provider_id: str,
     token_secret: str | None = None,
     home_api_server: tuple[str, int] | None = None,
+    pool: str | None = None,
 ) -> dict:
-    """The ShadowPod for a local pod: same name, in the twin namespace, spec forged for the provider."""
+    """The ShadowPod for a local pod: same name, in the twin namespace, spec forged for the provider; labelled with
+    the node pool of the virtual node it is bound to, whose placement and quota the provider gives it."""
     meta = pod["metadata"]
     labels, annotations = template_metadata(pod, consumer_id, provider_id)
     return {
@@ -350,7 +353,7 @@ def shadowpod_for(
         "metadata": {
             "name": meta["name"],
             "namespace": twin_namespace,
-            "labels": labels,
+            "labels": {**labels, **({LABEL_POOL: pool} if pool else {})},
             "annotations": {ANNOTATION_LOCAL_POD_UID: meta["uid"], ANNOTATION_LOCAL_NAMESPACE: meta["namespace"]},
         },
         "spec": {

@@ -1,9 +1,10 @@
 """Twin namespaces on this virtual kubelet's provider, following the consumer's NamespaceOffloadings.
 
 A namespace with a NamespaceOffloading gets a twin here while the offloading's clusterSelector
-matches this virtual node; when it stops matching (or the offloading is deleted) its pods on this
-node are drained first, then the twin is removed. This cluster's progress is reported as its own
-entry of the offloading's `status.clusters` (server-side apply, one field manager per cluster).
+matches a virtual node of this peering (its one node, or a pool's); when it stops matching (or the
+offloading is deleted) its pods on this provider are drained first, then the twin is removed.
+This cluster's progress is reported as its own entry of the offloading's `status.clusters`
+(server-side apply, one field manager per cluster).
 A twin is removed only once no pod and no reflected object of Catamaran's is left in it.
 A namespace without a NamespaceOffloading selecting this virtual node never gets a twin: its pods
 bound here (by name, or tolerating every taint) stay Pending; the pod controller says why.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from ..constants import (
@@ -37,7 +38,6 @@ from ..objects import as_dict, now_iso, reference
 from ..steering import OFFLOADING_NAME, remote_namespace_name
 from ..twin_claims import TWIN_TAKEN, RemoteNames, claim_refusal, twin_holder
 from .context import PeeringContext
-from .forge import offloading_selects
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,14 @@ class TwinManager:
         *,
         pods_on_node: Callable[[str], list[dict]],
         shadows_left: Callable[[str], int],
+        nodes: Informer,
+        selects: Callable[[dict | None], bool],
     ):
         self.peering = peering
         self.pods_on_node = pods_on_node
         self.shadows_left = shadows_left
+        self.nodes = nodes  # the peering's virtual nodes' labels (vk/virtual_nodes.py runs it)
+        self.selects = selects  # does a NamespaceOffloading select one of them?
         self.field_manager = f"catamaran-vk-{peering.provider_id}"
         self.requests = Informer(
             peering.provider,
@@ -69,13 +73,6 @@ class TwinManager:
         )
         self.offloadings = Informer(peering.local, NamespaceOffloading, name="namespaceoffloadings", transform=as_dict)
         self.remote_names = RemoteNames(peering.consumer_id)  # who claims each remote name
-        self.node = Informer(
-            peering.local,
-            Node,
-            name="own-node",
-            fields={"metadata.name": peering.node_name},
-            transform=lambda node: dict(node.metadata.labels or {}),
-        )
         self.queue = WorkQueue(self.name, self.reconcile, workers=4)
         self.ready_listeners: list[Callable[[str, str], None]] = []
         self.removed_listeners: list[Callable[[str], None]] = []
@@ -87,20 +84,20 @@ class TwinManager:
         self.requests.on_change(self._request_changed)
         self.offloadings.on_change(self._offloading_changed)
         # Only its labels matter here (clusterSelectors); status heartbeats change nothing.
-        self.node.on_change(call(self._requeue_all, when=changed))
+        self.nodes.on_change(call(self._requeue_all, when=changed))
 
     def tasks(self):
-        return [self.requests.run(), self.offloadings.run(), self.node.run(), self._run()]
+        return [self.requests.run(), self.offloadings.run(), self._run()]
 
     async def _run(self):
-        for informer in (self.requests, self.offloadings, self.node):
+        for informer in (self.requests, self.offloadings, self.nodes):
             await informer.synced.wait()
         self._requeue_all()
         await self.queue.run()
 
     @property
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in (self.requests, self.offloadings, self.node))
+        return all(i.synced.is_set() for i in (self.requests, self.offloadings, self.nodes))
 
     def _requeue_all(self) -> None:
         for namespace, _ in list(self.offloadings.cache):
@@ -146,13 +143,10 @@ class TwinManager:
     def offloading(self, namespace: str) -> dict | None:
         return self.offloadings.get(namespace, OFFLOADING_NAME)
 
-    @property
-    def node_labels(self) -> dict:
-        return self.node.get(None, self.peering.node_name) or {}
-
     def selected(self, namespace: str) -> bool:
-        """May pods of this namespace run here? Only when its NamespaceOffloading selects this virtual node."""
-        return offloading_selects(self.offloading(namespace), self.node_labels, self.peering.node_name)
+        """May pods of this namespace run here? Only when its NamespaceOffloading selects a virtual node of this
+        peering (its one node, or a pool's)."""
+        return self.selects(self.offloading(namespace))
 
     def twin_origin(self, twin: str) -> str | None:
         """The namespace a twin here extends (its TwinNamespace's origin), None when there is no such twin."""

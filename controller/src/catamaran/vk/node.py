@@ -1,6 +1,6 @@
-"""The virtual node: its object, capacity, conditions, Lease, and the provider health check.
+"""The virtual nodes: each one's object, capacity, conditions and Lease, and the peering's provider health check.
 
-Besides the health check, other parts may hold the node NotReady with a reason of their own
+Besides the health check, other parts may hold the nodes NotReady with a reason of their own
 (`set_problem`): informers that keep failing (WatchesFailing, watched here), a rejected credential
 (CredentialRejected). The most specific reason is shown; listeners hear every change of the verdict.
 """
@@ -23,6 +23,7 @@ from .. import health as process_health
 from ..constants import (
     ANNOTATION_OWNED_TAINTS,
     DEFAULT_SHARING_PERCENTAGE,
+    LABEL_POOL,
     LABEL_REMOTE_CLUSTER_ID,
     LABEL_TYPE,
     NODE_LEASE_DURATION_SECONDS,
@@ -39,7 +40,7 @@ from ..kube.ops import tolerating
 from ..logs import fields
 from ..objects import now_iso, set_condition
 from .context import PeeringContext
-from .trust import sanitised_message
+from .pools import Cordon
 
 log = logging.getLogger(__name__)
 
@@ -71,21 +72,11 @@ class NodeSettings:
     suggested_labels: dict = field(default_factory=dict)
     taints: list = field(default_factory=list)  # spec.nodeTaints, besides VIRTUAL_NODE_TAINT
     kubelet_port: int = 0
+    pool: str | None = None  # the node pool this node is (None: the peering's one node)
 
-
-@dataclass(frozen=True)
-class Cordon:
-    """The provider's cordon of this tenant (its ResourceOffer's spec.cordon), its reason bounded as provider text."""
-
-    drain: bool = False
-    reason: str = ""
-
-
-def cordon_of(offer: dict | None) -> Cordon | None:
-    cordon = ((offer or {}).get("spec") or {}).get("cordon")
-    if not isinstance(cordon, dict):
-        return None
-    return Cordon(drain=cordon.get("drain") is True, reason=sanitised_message(str(cordon.get("reason") or "")))
+    @property
+    def node_name(self) -> str:
+        return virtual_node_name(self.provider_id, self.pool)
 
 
 def cordon_condition(provider_id: str, cordon: Cordon | None) -> tuple[str, str, str]:
@@ -97,13 +88,13 @@ def cordon_condition(provider_id: str, cordon: Cordon | None) -> tuple[str, str,
 
 
 def node_labels(settings: NodeSettings) -> dict:
-    name = virtual_node_name(settings.provider_id)
     return {
         **settings.suggested_labels,
+        **({LABEL_POOL: settings.pool} if settings.pool else {}),
         LABEL_TYPE: TYPE_VIRTUAL_NODE,
         LABEL_REMOTE_CLUSTER_ID: settings.provider_id,
         "kubernetes.io/role": "agent",
-        "kubernetes.io/hostname": name,
+        "kubernetes.io/hostname": settings.node_name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
     }
@@ -241,87 +232,34 @@ def node_status(
     return status, vanished
 
 
-class VirtualNode:
-    """Owns the Node object, its Lease and the provider health check."""
+class ProviderHealth:
+    """The link to the provider, one per peering whatever its number of nodes: the health check of its API server,
+    and the problems other parts report (set_problem). Every virtual node of the peering shows its verdict."""
 
-    def __init__(self, peering: PeeringContext, settings: NodeSettings, health: HealthSettings):
+    def __init__(self, peering: PeeringContext, settings: HealthSettings):
         self.peering = peering
         self.settings = settings
-        self.health = health
-        self.offer: dict | None = None
-        self.cordon: Cordon | None = None
-        self._reported_cordon = cordon_condition(settings.provider_id, None)  # no Event for a node never cordoned
         self.healthy = True
         self.unhealthy_reason = ""
         self.failures = 0
         self.problems: dict[str, str] = {}  # NotReady reason -> message, besides the health check
         self.health_listeners: list = []  # called with `ready` whenever the verdict (ready, reason) changes
+        self.change_listeners: list = []  # called with nothing on every change (a node rewrites its status)
         self._verdict = (True, "")
         self._informers_changed = asyncio.Event()
-        self._changed = asyncio.Event()
-        self._reported_zero: set[str] = set()
-        self._node_uid: str | None = None
-        self._node_exists = asyncio.Event()
-        self._status_published = asyncio.Event()
-        # Set once the provider's offer has been read (the runner hands in its informer's `synced`); until then no
-        # offer means "not read yet", not "none published".
-        self.offer_synced = asyncio.Event()
-        self.offer_synced.set()
-
-    @property
-    def name(self) -> str:
-        return self.peering.node_name
-
-    def update_offer(self, offer: dict | None) -> None:
-        self.offer = offer
-        self._changed.set()
-
-    @property
-    def _event_target(self) -> dict:
-        """The Node as Events name it (Events of cluster-scoped objects live in `default`)."""
-        return {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"}
-
-    def update_cordon(self, cordon: Cordon | None) -> None:
-        if cordon != self.cordon:
-            self.cordon = cordon
-            self._changed.set()
-
-    @property
-    def wanted_taints(self) -> list[dict]:
-        """spec.nodeTaints, and the cordon's while the provider lends nothing new."""
-        return [*self.settings.taints, *([CORDON_TAINT] if self.cordon else [])]
-
-    def update_settings(self, settings: NodeSettings) -> None:
-        self.settings = settings
-        self._changed.set()
-
-    async def published(self) -> None:
-        """Until the Node exists with its status (addresses, kubelet port) written once."""
-        await self._status_published.wait()
 
     def tasks(self):
-        return [
-            self._health_loop(),
-            self._lease_loop(),
-            self._status_loop(),
-            self._watch_informers(),
-            self._offer_read(),
-        ]
-
-    async def _offer_read(self) -> None:
-        """Publish the whole status once the offer has been read, even when there is none."""
-        await self.offer_synced.wait()
-        self._changed.set()
+        return [self._health_loop(), self._watch_informers()]
 
     @property
     def not_ready(self) -> tuple[str, str] | None:
-        """(reason, message) while the node is NotReady for its health check or a problem, else None."""
+        """(reason, message) while the peering's nodes are NotReady for the health check or a problem, else None."""
         if not self.healthy:
             return "ProviderUnreachable", self.unhealthy_reason
         return top_problem(self.problems)
 
     def set_problem(self, reason: str, message: str | None) -> None:
-        """Hold the node NotReady with `reason` (a CamelCase word) and `message`; None clears it."""
+        """Hold the nodes NotReady with `reason` (a CamelCase word) and `message`; None clears it."""
         if message is None:
             if self.problems.pop(reason, None) is None:
                 return
@@ -329,10 +267,11 @@ class VirtualNode:
             return
         else:
             self.problems[reason] = message
-        self._changed.set()
-        self._tell_listeners()
+        self._changed()
 
-    def _tell_listeners(self) -> None:
+    def _changed(self) -> None:
+        for listener in self.change_listeners:
+            listener()
         verdict = self.not_ready
         summary = (verdict is None, verdict[0] if verdict else "")
         if summary == self._verdict:
@@ -355,8 +294,9 @@ class VirtualNode:
         def changed(_informer) -> None:
             self._informers_changed.set()
 
+        check = f"provider {self.peering.provider_id}"
         informers.failure_listeners.append(changed)
-        process_health.HEALTH.add_check(f"virtual node {self.name}", self._readiness)
+        process_health.HEALTH.add_check(check, self._readiness)
         try:
             while True:
                 failing = [i for i in informers.running_informers() if i.failing]
@@ -365,39 +305,29 @@ class VirtualNode:
                 self._informers_changed.clear()
         finally:
             informers.failure_listeners.remove(changed)
-            process_health.HEALTH.remove_check(f"virtual node {self.name}")
-
-    async def remove(self) -> None:
-        """Delete the Node and its Lease; call only once tasks() are cancelled, or they would recreate both."""
-        with tolerating(404):
-            await self.peering.local.delete(Node, self.name)
-        # The Lease's owner reference would let garbage collection take it, but not every cluster runs it promptly.
-        with tolerating(404):
-            await self.peering.local.delete(Lease, self.name, namespace=NODE_LEASE_NAMESPACE)
-        log.info("virtual node and lease deleted", extra=fields(node=self.name))
+            process_health.HEALTH.remove_check(check)
 
     async def _health_loop(self) -> None:
+        provider = self.peering.provider_id
         while True:
             ok, reason = await self._probe()
             if ok:
                 if not self.healthy:
-                    log.info("provider reachable again", extra=fields(node=self.name))
+                    log.info("provider reachable again", extra=fields(provider=provider))
                 self.failures = 0
                 self._set_health(True, "")
             else:
                 self.failures += 1
-                log.warning(
-                    "provider health check failed", extra=fields(node=self.name, failures=self.failures, reason=reason)
-                )
-                if self.failures >= self.health.failure_threshold:
+                failed = fields(provider=provider, failures=self.failures, reason=reason)
+                log.warning("provider health check failed", extra=failed)
+                if self.failures >= self.settings.failure_threshold:
                     self._set_health(False, f"{self.failures} consecutive health checks failed: {reason}")
-            await asyncio.sleep(self.health.period)
+            await asyncio.sleep(self.settings.period)
 
     async def _probe(self) -> tuple[bool, str]:
+        timeout = self.settings.timeout
         try:
-            code, body = await asyncio.wait_for(
-                get_raw(self.peering.provider, "/readyz", self.health.timeout), self.health.timeout + 1
-            )
+            code, body = await asyncio.wait_for(get_raw(self.peering.provider, "/readyz", timeout), timeout + 1)
         except Exception as error:  # timeouts and connection errors are the point of the check
             return False, f"{type(error).__name__}: {error}"[:200]
         # The provider answered, so it is reachable; a 401 means it refuses the tenant credential (expired or
@@ -414,8 +344,79 @@ class VirtualNode:
         changed = healthy != self.healthy
         self.healthy, self.unhealthy_reason = healthy, reason
         if changed:
+            self._changed()
+
+
+class VirtualNode:
+    """Owns one Node object of the peering and its Lease; its readiness is the peering's ProviderHealth."""
+
+    def __init__(self, peering: PeeringContext, settings: NodeSettings, health: ProviderHealth):
+        self.peering = peering
+        self.settings = settings
+        self.health = health
+        self.offer: dict | None = None
+        self.cordon: Cordon | None = None
+        self._reported_cordon = cordon_condition(settings.provider_id, None)  # no Event for a node never cordoned
+        self._changed = asyncio.Event()
+        self._reported_zero: set[str] = set()
+        self._node_uid: str | None = None
+        self._node_exists = asyncio.Event()
+        self._status_published = asyncio.Event()
+        # Set once the provider's offer has been read (the runner hands in its informer's `synced`); until then no
+        # offer means "not read yet", not "none published".
+        self.offer_synced = asyncio.Event()
+        self.offer_synced.set()
+        health.change_listeners.append(self._changed.set)
+
+    @property
+    def name(self) -> str:
+        return self.settings.node_name
+
+    def update_offer(self, offer: dict | None) -> None:
+        if offer != self.offer:
+            self.offer = offer
             self._changed.set()
-            self._tell_listeners()
+
+    @property
+    def _event_target(self) -> dict:
+        """The Node as Events name it (Events of cluster-scoped objects live in `default`)."""
+        return {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid, "namespace": "default"}
+
+    def update_cordon(self, cordon: Cordon | None) -> None:
+        if cordon != self.cordon:
+            self.cordon = cordon
+            self._changed.set()
+
+    @property
+    def wanted_taints(self) -> list[dict]:
+        """spec.nodeTaints, and the cordon's while the provider lends nothing new."""
+        return [*self.settings.taints, *([CORDON_TAINT] if self.cordon else [])]
+
+    def update_settings(self, settings: NodeSettings) -> None:
+        if settings != self.settings:
+            self.settings = settings
+            self._changed.set()
+
+    async def published(self) -> None:
+        """Until the Node exists with its status (addresses, kubelet port) written once."""
+        await self._status_published.wait()
+
+    def tasks(self):
+        return [self._lease_loop(), self._status_loop(), self._offer_read()]
+
+    async def _offer_read(self) -> None:
+        """Publish the whole status once the offer has been read, even when there is none."""
+        await self.offer_synced.wait()
+        self._changed.set()
+
+    async def remove(self) -> None:
+        """Delete the Node and its Lease; call only once tasks() are cancelled, or they would recreate both."""
+        with tolerating(404):
+            await self.peering.local.delete(Node, self.name)
+        # The Lease's owner reference would let garbage collection take it, but not every cluster runs it promptly.
+        with tolerating(404):
+            await self.peering.local.delete(Lease, self.name, namespace=NODE_LEASE_NAMESPACE)
+        log.info("virtual node and lease deleted", extra=fields(node=self.name))
 
     async def _status_loop(self) -> None:
         while True:
@@ -455,7 +456,8 @@ class VirtualNode:
             )
         await self._sync_taints(node)
         previous = [c.to_dict() for c in (node.status.conditions or [])] if node.status else []
-        if previous and not self.offer_synced.is_set() and self.not_ready is None:
+        health = self.health
+        if previous and not self.offer_synced.is_set() and health.not_ready is None:
             # A restart or a new leader: the status the last process published stands until the offer is read (a
             # NoResourceOffer now would turn a serving node NotReady); only where to reach this process changes.
             await self.peering.local.patch(
@@ -464,7 +466,7 @@ class VirtualNode:
             self._status_published.set()
             return
         status, vanished = node_status(
-            self.settings, self.offer, self.healthy, self.unhealthy_reason, previous, self.problems, self.cordon
+            self.settings, self.offer, health.healthy, health.unhealthy_reason, previous, health.problems, self.cordon
         )
         await self.peering.local.patch(Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE)
         self._status_published.set()

@@ -54,7 +54,7 @@ class PodIPs:
         self.peering = peering
         self.remap_cidr = remap_cidr
         self.consented = consented  # ip_translation.consented_pod_cidrs of the ForeignCluster; changed by a new consent
-        self.nodes = nodes  # the virtual node, whose (re)creation wakes the report loop
+        self.nodes = nodes  # the virtual nodes, whose (re)creation wakes the report loop
         self._requeue_all = requeue_all  # every local pod is looked at again when the translator changes
         # None until both the provider's announced pod ranges and the consumer's own are known: until then the
         # local pods keep the IPs they show, so a restart neither drops them nor shows unchecked ones.
@@ -137,10 +137,12 @@ class PodIPs:
                 self._changed.set()
 
     async def _node_conditions(self, wanted: list[dict]) -> None:
-        node = self.nodes.get(None, self.peering.node_name)
-        if node is None:
-            return  # not created yet: its creation wakes this loop
-        current = await self.peering.local.get(Node, self.peering.node_name)
+        for name in sorted(self.peering.node_names):  # every virtual node of the peering shows them
+            if self.nodes.get(None, name) is not None:  # one not created yet wakes this loop when it is
+                await self._conditions_of(name, wanted)
+
+    async def _conditions_of(self, name: str, wanted: list[dict]) -> None:
+        current = await self.peering.local.get(Node, name)
         conditions = [c.to_dict() for c in (current.status.conditions or [])] if current.status else []
         existing = {c["type"]: c for c in conditions}
         now = now_iso()
@@ -155,7 +157,7 @@ class PodIPs:
         if stale:
             # Strategic merge: conditions merge by type, so the node's other conditions stay as they are.
             await self.peering.local.patch(
-                Node.Status, self.peering.node_name, {"status": {"conditions": stale}}, patch_type=PatchType.STRATEGIC
+                Node.Status, name, {"status": {"conditions": stale}}, patch_type=PatchType.STRATEGIC
             )
 
     async def _foreign_conditions(self, changed: list[dict]) -> None:

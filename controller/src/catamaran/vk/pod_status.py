@@ -13,7 +13,7 @@ from ..logs import fields
 from ..objects import condition, now_iso, reference, status_patch
 from .context import PeeringContext
 from .forge import HELD_REASONS, resized_containers
-from .node import VirtualNode
+from .node import ProviderHealth
 from .pod_ips import PodIPs
 from .refusals import RefusalEvents
 from .status_back import (
@@ -68,9 +68,10 @@ def comparable_status(status: dict) -> dict:
 class PodStatus:
     """Writes local pods' status: the remote pod's as the consumer may show it, or a held pod's reason."""
 
-    def __init__(self, peering: PeeringContext, node: VirtualNode, ips: PodIPs):
+    def __init__(self, peering: PeeringContext, health: ProviderHealth, node_ip: str, ips: PodIPs):
         self.peering = peering
-        self.node = node
+        self.health = health  # the provider link every virtual node of the peering shows
+        self.node_ip = node_ip  # the hostIP of every pod here (the virtual nodes' one address)
         self.ips = ips
         self.refusals = RefusalEvents(peering.events, peering.provider_id)
 
@@ -121,14 +122,14 @@ class PodStatus:
         refused = any(
             c["type"] == "PodCreated" and c["status"] == "False" for c in (shadow_status or {}).get("conditions") or []
         )
-        if not (shadow_status or {}).get("pod") and not refused and self.node.healthy and not self.held(pod):
+        if not (shadow_status or {}).get("pod") and not refused and self.health.healthy and not self.held(pod):
             return  # nothing to report yet: the remote pod has not been created or observed
         wanted = local_pod_status(
             pod["status"],
             shadow_status,
-            node_ip=self.node.settings.node_ip,
+            node_ip=self.node_ip,
             translate=self.ips.translate,
-            provider_reachable=self.node.healthy,
+            provider_reachable=self.health.healthy,
             network_down=self.ips.network_down,
             now=now_iso(),
             spec=pod["spec"],

@@ -1,15 +1,17 @@
-"""Pods bound to the virtual node become ShadowPods in the provider's twin namespaces.
+"""Pods bound to the peering's virtual nodes become ShadowPods in the provider's twin namespaces.
 
-Local pods are watched with a server-side field selector on the node name; each twin namespace
-gets one ShadowPod watch (the tenant credential may only list inside its own namespaces). The
-remote names equal the local ones, so a restarted process rebuilds its state from the two
-clusters and neither duplicates nor loses a pod. A namespace's pods go only to its own twin (`TwinManager.twin_of`),
+Local pods are watched with a server-side field selector on each node's name (vk/virtual_nodes.py); a pod bound to a
+node pool's node makes a ShadowPod labelled with the pool, which the provider places and holds to its quota. Each twin
+namespace gets one ShadowPod watch (the tenant credential may only list inside its own namespaces). The remote names
+equal the local ones, so a restarted process rebuilds its state from the two clusters and neither duplicates nor loses
+a pod. A namespace's pods go only to its own twin (`TwinManager.twin_of`),
 and a ShadowPod is judged against the pods of its twin's origin namespace, whatever it says of itself.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
@@ -22,7 +24,7 @@ from ..constants import (
     ROOT_CA_CONFIGMAP,
     TERMINAL_PHASES,
 )
-from ..kube.informer import Informer, NamespacedInformers
+from ..kube.informer import Informer, InformerUnion, NamespacedInformers
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
@@ -107,18 +109,6 @@ def compact_shadow(shadow) -> dict:
     }
 
 
-def local_pods_informer(peering: PeeringContext) -> Informer:
-    """The pods bound to the virtual node: a server-side field selector on its name, each kept compact."""
-    return Informer(
-        peering.local,
-        Pod,
-        name="local-pods",
-        fields={"spec.nodeName": peering.node_name},
-        transform=compact_local_pod,
-        packed=True,
-    )
-
-
 def shadow_informer(peering: PeeringContext, twin: str) -> Informer:
     """The ShadowPods of one twin namespace, each kept compact (the tenant may list only inside its namespaces)."""
     return Informer(
@@ -136,17 +126,21 @@ class PodController:
         self,
         peering: PeeringContext,
         *,
-        local_pods: Informer,
+        local_pods: InformerUnion,
         twins: TwinManager,
         shadows: NamespacedInformers,
         status: PodStatus,
         tokens: TokenReflector,
         config_maps: Reflector,
+        node_labels: Callable[[str], dict],
+        pool_of: Callable[[str], str | None],
         home_api_server: tuple[str, int] | None = None,
         workers: int = 16,
     ):
         self.peering = peering
-        self.local_pods = local_pods
+        self.local_pods = local_pods  # the pods bound to each virtual node of the peering (vk/virtual_nodes.py)
+        self.node_labels = node_labels  # a virtual node's labels, which the namespace's clusterSelector must match
+        self.pool_of = pool_of  # the node pool a virtual node stands for (None: the peering's one node)
         self.twins = twins
         self.shadow_informers = shadows  # one per twin, watched once the twin is Ready (twin_ready)
         self.status = status
@@ -179,7 +173,7 @@ class PodController:
 
     async def _run(self):
         await self.local_pods.synced.wait()
-        for informer in (self.twins.requests, self.twins.offloadings, self.twins.node):
+        for informer in (self.twins.requests, self.twins.offloadings, self.twins.nodes):
             await informer.synced.wait()
         await self.queue.run()
 
@@ -225,12 +219,9 @@ class PodController:
         if pod["metadata"].get("deletionTimestamp"):
             return await self._terminate(pod, twin, shadow)
 
+        node = pod["spec"].get("nodeName") or self.peering.node_name
         refusal = offload_refusal(
-            pod,
-            self.twins.offloading(namespace),
-            self.twins.node_labels,
-            self.peering.node_name,
-            self.peering.provider_id,
+            pod, self.twins.offloading(namespace), self.node_labels(node), node, self.peering.provider_id
         )
         if refusal is not None:
             if not is_daemonset_pod(pod) and self.twins.has_twin(namespace):
@@ -240,7 +231,7 @@ class PodController:
             await self.status.hold(pod, *refusal)
             return None
         if (taken := self.twins.claim_refusal(namespace)) is not None:
-            await self.status.hold(pod, TWIN_TAKEN, f"{taken}; this pod stays Pending on {self.peering.node_name}")
+            await self.status.hold(pod, TWIN_TAKEN, f"{taken}; this pod stays Pending on {node}")
             return None
         if twin is None or shadows is None:
             self.twins.want(namespace)
@@ -261,7 +252,7 @@ class PodController:
             token_secret, wait = self._token_secret(pod, twin)
             if wait is not None:
                 return wait
-            await self._create_shadow(pod, twin, token_secret)
+            await self._create_shadow(pod, twin, token_secret, self.pool_of(node))
         elif shadow is not None and (added := missing_ephemeral_containers(pod, shadow)) is not None:
             await self._add_ephemeral_containers(pod, twin, added)
         if shadow is not None and (
@@ -317,7 +308,7 @@ class PodController:
             return None, 0.5
         return account_secret_name(pod_account(pod)), None
 
-    async def _create_shadow(self, pod: dict, twin: str, token_secret: str | None) -> None:
+    async def _create_shadow(self, pod: dict, twin: str, token_secret: str | None, pool: str | None) -> None:
         body = shadowpod_for(
             pod,
             twin_namespace=twin,
@@ -325,6 +316,7 @@ class PodController:
             provider_id=self.peering.provider_id,
             token_secret=token_secret,
             home_api_server=self.home_api_server,
+            pool=pool,
         )
         try:
             await self.peering.provider.create(ShadowPod(**body))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -49,6 +50,8 @@ class VirtualKubelet:
         self.kubelet = kubelet or KubeletOptions()
         self.workers = workers
         self.events = EventRecorder(local, FIELD_MANAGER)
+        # The peering's virtual nodes once serving (one, or its pools'), which the ForeignCluster's status names.
+        self.node_names: Callable[[], list[str]] = list
         # Status reports started from callbacks: held until done, so none is collected mid-flight or fails unseen.
         self._reports: set[asyncio.Task] = set()
 
@@ -97,10 +100,11 @@ class VirtualKubelet:
             watch.stop_secret()
 
     async def _serve(self, served: ServedPeering) -> None:
-        """Run every loop of the served peering until the ForeignCluster is deleted, then remove the virtual node."""
+        """Run every loop of the served peering until the ForeignCluster is deleted, then remove the virtual nodes."""
         peering = served.peering
-        await self._report("Connected", f"virtual node {peering.node_name} is serving", ready=True)
-        log.info("virtual kubelet running", extra=fields(provider=peering.provider_id, node=peering.node_name))
+        self.node_names = lambda: served.nodes.names
+        await self._report("Connected", served.serving(), ready=True)
+        log.info("virtual kubelet running", extra=fields(provider=peering.provider_id))
         try:
             async with asyncio.TaskGroup() as group:
                 for task in served.tasks():
@@ -112,9 +116,10 @@ class VirtualKubelet:
         # The group has cancelled and awaited every loop, so the node's loops can no longer recreate anything.
         log.info(
             "foreign cluster deleted; removing the virtual node",
-            extra=fields(foreign_cluster=self.foreign_cluster, node=peering.node_name),
+            extra=fields(foreign_cluster=self.foreign_cluster, nodes=served.nodes.names),
         )
-        await served.node.remove()
+        await served.nodes.remove_all()
+        await served.channel.close()
         await peering.provider.close()
         raise removal
 
@@ -151,12 +156,13 @@ class VirtualKubelet:
         def change(foreign: dict) -> dict | None:
             current = foreign.get("status") or {}
             conditions = set_condition(current.get("conditions") or [], kind, status, reason, message)
-            if conditions == current.get("conditions"):
+            nodes = ", ".join(self.node_names() or [virtual_node_name(foreign["spec"]["clusterID"])])
+            if conditions == current.get("conditions") and nodes == current.get("virtualNode"):
                 return None
             return {
                 "conditions": conditions,
                 "observedGeneration": foreign["metadata"].get("generation"),
-                "virtualNode": virtual_node_name(foreign["spec"]["clusterID"]),
+                "virtualNode": nodes,
             }
 
         try:

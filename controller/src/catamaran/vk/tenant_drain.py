@@ -18,7 +18,7 @@ from ..logs import fields
 from ..objects import reference
 from ..steering import is_daemonset_pod
 from .context import PeeringContext
-from .node import Cordon
+from .pools import Cordon
 
 log = logging.getLogger(__name__)
 

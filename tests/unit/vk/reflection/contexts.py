@@ -5,7 +5,7 @@ from __future__ import annotations
 from catamaran.vk.reflection.kind import Context
 from catamaran.vk.reflection.policy import ReflectionSettings
 
-CONTEXT = Context(settings=ReflectionSettings(), node_name="catamaran-p")
+CONTEXT = Context(settings=ReflectionSettings(), own_nodes=frozenset({"catamaran-p"}))
 
 
 def meta(name="web", namespace="shop", **extra):

@@ -23,7 +23,7 @@ def test_claims_are_reflected_once_the_scheduler_picked_this_virtual_node():
     assert not kind.skipped(claim, CONTEXT)
     elsewhere = {**claim, "metadata": meta("data", annotations={"volume.kubernetes.io/selected-node": "node-1"})}
     assert kind.skipped(elsewhere, CONTEXT)
-    configured = Context(settings=ReflectionSettings(storage_class="fast"), node_name="catamaran-p")
+    configured = Context(settings=ReflectionSettings(storage_class="fast"), own_nodes=frozenset({"catamaran-p"}))
     assert kind.content(claim, configured, local=True)["spec"]["storageClassName"] == "fast"
     assert "storageClassName" not in kind.content(claim, CONTEXT, local=True)["spec"]
     volume = volume_for({**claim, "metadata": {**claim["metadata"], "uid": "u-9"}}, "catamaran-p", "p", "shop-c")

@@ -20,7 +20,9 @@ def test_endpoints_already_on_this_provider_are_left_to_it():
             {"addresses": ["10.201.0.9"], "conditions": {"ready": True}, "nodeName": "catamaran-q"},
         ],
     }
-    translated = Context(settings=ReflectionSettings(), node_name="catamaran-p", translate=lambda ip: f"x{ip}")
+    translated = Context(
+        settings=ReflectionSettings(), own_nodes=frozenset({"catamaran-p"}), translate=lambda ip: f"x{ip}"
+    )
     content = EndpointSlices().content(local, translated, local=True)
     assert content["endpoints"] == [
         {"addresses": ["x10.1.0.5"], "conditions": {"ready": True}},
@@ -39,7 +41,9 @@ def test_endpoint_addresses_outside_the_providers_ranges_are_left_out():
             {"addresses": ["172.31.40.165"], "conditions": {"ready": True}},
         ],
     }
-    ranged = Context(settings=ReflectionSettings(), node_name="catamaran-p", endpoint_ranges=("10.101.0.0/16",))
+    ranged = Context(
+        settings=ReflectionSettings(), own_nodes=frozenset({"catamaran-p"}), endpoint_ranges=("10.101.0.0/16",)
+    )
     endpoints = EndpointSlices().content(local, ranged, local=True)["endpoints"]
     assert [e["addresses"] for e in endpoints] == [["10.101.0.9"]]
     assert len(EndpointSlices().content(local, CONTEXT, local=True)["endpoints"]) == 2  # no ranges published
@@ -53,12 +57,12 @@ def test_reflected_endpoints_follow_the_tunnel_and_the_remapped_addresses():
     }
     remapped = Context(
         settings=ReflectionSettings(),
-        node_name="catamaran-p",
+        own_nodes=frozenset({"catamaran-p"}),
         translate=remapper([("10.100.0.0/16", "100.64.0.0/16")]),
         endpoint_ranges=("100.64.0.0/16",),
     )
     (endpoint,) = EndpointSlices().content(local, remapped, local=True)["endpoints"]
     assert endpoint == {"addresses": ["100.64.255.9"], "conditions": {"ready": True, "serving": True}}
-    down = Context(settings=ReflectionSettings(), node_name="catamaran-p", network_down=True)
+    down = Context(settings=ReflectionSettings(), own_nodes=frozenset({"catamaran-p"}), network_down=True)
     (endpoint,) = EndpointSlices().content(local, down, local=True)["endpoints"]
     assert endpoint["conditions"] == {"ready": False, "serving": False}

@@ -11,7 +11,7 @@ from tests.unit.vk.reflection.contexts import CONTEXT, meta
 def test_ingress_class_is_the_providers_unless_configured():
     local = {"metadata": meta(), "spec": {"ingressClassName": "consumer-nginx", "rules": [{"host": "a"}]}}
     assert "ingressClassName" not in Ingresses().content(local, CONTEXT, local=True)["spec"]
-    configured = Context(settings=ReflectionSettings(ingress_class="public"), node_name="n")
+    configured = Context(settings=ReflectionSettings(ingress_class="public"), own_nodes=frozenset({"n"}))
     assert Ingresses().content(local, configured, local=True)["spec"]["ingressClassName"] == "public"
     tampered = {"metadata": meta(), "spec": {"ingressClassName": "other", "rules": [{"host": "a"}]}}
     assert Ingresses().content(tampered, configured, local=False)["spec"]["ingressClassName"] == "other"

@@ -21,7 +21,9 @@ def test_services_leave_allocation_to_the_provider_and_headless_stays_headless()
             "externalTrafficPolicy": "Cluster",
         },
     }
-    nodeports = Context(settings=ReflectionSettings(), node_name="catamaran-p", service_types=("ClusterIP", "NodePort"))
+    nodeports = Context(
+        settings=ReflectionSettings(), own_nodes=frozenset({"catamaran-p"}), service_types=("ClusterIP", "NodePort")
+    )
     spec = Services().content(local, nodeports, local=True)["spec"]
     assert spec["type"] == "NodePort"
     assert "clusterIP" not in spec
@@ -54,7 +56,7 @@ def test_a_service_type_the_provider_refuses_is_reflected_as_cluster_ip_and_said
     (warning,) = Services().adjustments(local, CONTEXT)
     assert "type LoadBalancer is not allowed by the provider's terms (allowed: ClusterIP)" in warning
     allowed = Context(
-        settings=ReflectionSettings(), node_name="catamaran-p", service_types=("ClusterIP", "LoadBalancer")
+        settings=ReflectionSettings(), own_nodes=frozenset({"catamaran-p"}), service_types=("ClusterIP", "LoadBalancer")
     )
     assert Services().content(local, allowed, local=True)["spec"]["loadBalancerClass"] == "example.com/vip"
     assert "externalIPs" not in Services().content(local, allowed, local=True)["spec"]  # never, whatever the terms

@@ -54,8 +54,10 @@ class KubeletServer:
         twin_of: Callable[[str], str | None],
         node_published: Callable[[], Awaitable[None]],
         provider_allocatable: Callable[[], Mapping] = dict,
+        node_name: str | None = None,
     ):
         self.peering = peering
+        self.node_name = node_name or peering.node_name  # the virtual node this server answers for
         self.node_published = node_published  # the certificate names addresses the node must publish first
         self.sock = sock
         self.certificate = certificate
@@ -63,12 +65,12 @@ class KubeletServer:
         self.local_pod = local_pod
         self.pods_on_node = pods_on_node
         self.twin_of = twin_of
-        self.gatekeeper = Gatekeeper(peering.local, peering.node_name)
+        self.gatekeeper = Gatekeeper(peering.local, self.node_name)
         self.stats = NodeStats(
             channel,
             pods_on_node,
             twin_of,
-            peering.node_name,
+            self.node_name,
             allocatable=provider_allocatable,
             refusals=RefusalEvents(peering.events, peering.provider_id),
         )
@@ -85,7 +87,7 @@ class KubeletServer:
         await self.node_published()
         await self.certificate.obtain()
         server = await asyncio.start_server(self._connection, sock=self.sock, ssl=self.certificate.context)
-        log.info("kubelet API serving", extra=fields(node=self.peering.node_name, port=self.port))
+        log.info("kubelet API serving", extra=fields(node=self.node_name, port=self.port))
         try:
             await self.certificate.keep_renewed()
         finally:
@@ -95,7 +97,6 @@ class KubeletServer:
             for task in connections:
                 task.cancel()
             await asyncio.gather(*connections, return_exceptions=True)
-            await self.channel.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -116,7 +117,7 @@ class KubeletServer:
             await self.gatekeeper.check(request, route.verb if route is not None else UNROUTED_VERB)
             rest = parts[1:]
             if route is None or not route.matches(rest):
-                raise HttpError(404, f"{request.path}: not served by virtual node {self.peering.node_name}")
+                raise HttpError(404, f"{request.path}: not served by virtual node {self.node_name}")
             if request.method not in route.methods:
                 raise HttpError(405, f"{request.method} is not allowed on {request.path} (allowed: {route.allowed})")
             await getattr(self, route.serve)(request, endpoint, rest)
@@ -151,7 +152,7 @@ class KubeletServer:
 
     async def _summary(self, request: Request, endpoint: str, rest: list[str]) -> None:
         snapshot = await self.stats.snapshot()
-        await request.respond_json(200, summary(snapshot, self.peering.node_name, self.stats.started))
+        await request.respond_json(200, summary(snapshot, self.node_name, self.stats.started))
 
     async def _resource_metrics(self, request: Request, endpoint: str, rest: list[str]) -> None:
         text = resource_metrics(await self.stats.snapshot())
@@ -160,7 +161,7 @@ class KubeletServer:
     def _twin(self, namespace: str, name: str, uid: str | None = None) -> str:
         pod = self.local_pod(namespace, name)
         if pod is None or (uid and pod["metadata"].get("uid") != uid):
-            raise HttpError(404, f"pod {namespace}/{name} is not on node {self.peering.node_name}")
+            raise HttpError(404, f"pod {namespace}/{name} is not on node {self.node_name}")
         twin = self.twin_of(namespace)
         if not twin:
             raise HttpError(503, f"namespace {namespace} has no twin on the provider yet")

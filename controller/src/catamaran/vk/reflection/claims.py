@@ -19,11 +19,12 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 BINDING_ANNOTATIONS = ("pv.kubernetes.io/", "volume.kubernetes.io/", "volume.beta.kubernetes.io/")
 
 
-def claimed_here(claim: dict, node_name: str) -> bool:
+def claimed_here(claim: dict, own_nodes: frozenset[str] | set[str]) -> bool:
+    """A claim of the virtual class the scheduler meant for one of the peering's virtual nodes."""
     spec, meta = claim.get("spec") or {}, claim.get("metadata") or {}
     return (
         spec.get("storageClassName") == VIRTUAL_STORAGE_CLASS
-        and (meta.get("annotations") or {}).get(SELECTED_NODE) == node_name
+        and (meta.get("annotations") or {}).get(SELECTED_NODE) in own_nodes
     )
 
 
@@ -36,7 +37,7 @@ class PersistentVolumeClaims(ReflectedKind):
     keeps_copies_on_policy_change = True
 
     def skipped(self, local: dict, context: Context) -> bool:
-        return not claimed_here(local, context.node_name)
+        return not claimed_here(local, context.own_nodes)
 
     def metadata(self, obj: dict, context: Context) -> dict:
         metadata = super().metadata(obj, context)

@@ -44,7 +44,7 @@ class EndpointSlices(ReflectedKind):
         metadata["labels"] = {**metadata.get("labels", {}), ENDPOINT_SLICE_MANAGED_BY_LABEL: REFLECTED_SLICE_MANAGER}
         endpoints = []
         for endpoint in obj.get("endpoints") or []:
-            if local and endpoint.get("nodeName") == context.node_name:
+            if local and endpoint.get("nodeName") in context.own_nodes:
                 continue
             addresses = endpoint.get("addresses") or []
             if local:

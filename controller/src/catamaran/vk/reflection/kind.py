@@ -14,7 +14,7 @@ from .policy import ReflectionSettings
 @dataclass(frozen=True)
 class Context:
     settings: ReflectionSettings
-    node_name: str  # this virtual node: endpoints of pods already on the provider are left to it
+    own_nodes: frozenset[str]  # the peering's virtual nodes: endpoints of pods already on the provider are left to it
     translate: Callable[[str], str] = lambda ip: ip  # a consumer address as the provider sees it
     # The provider's terms for what its tenant writes (its ResourceOffer): Service types it allows, and the ranges
     # EndpointSlice addresses may lie in (None: not published, so not filtered here; its admission still decides).

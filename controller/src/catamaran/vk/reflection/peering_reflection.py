@@ -74,11 +74,15 @@ class PeeringReflection:
     def _context(self) -> Context:
         return Context(
             settings=self.settings,
-            node_name=self.peering.node_name,
+            own_nodes=frozenset(self.peering.node_names),
             translate=remapper(self.local_remap),
             network_down=self.network_down,
             **self.terms,
         )
+
+    def nodes_changed(self) -> None:
+        """A virtual node joined or left the peering: endpoints on its pods are (no longer) the provider's own."""
+        self._rewrite()
 
     def update_network(self, down: bool) -> None:
         """The fabric's tunnel went down or came back: reflected endpoints are rewritten as (not) ready."""

@@ -20,7 +20,7 @@ from ...logs import fields
 from ...objects import as_dict
 from ..context import PeeringContext
 from ..namespaces import TwinManager
-from .claims import claimed_here
+from .claims import SELECTED_NODE, claimed_here
 from .reflector import Reflector
 
 log = logging.getLogger(__name__)
@@ -31,15 +31,18 @@ def volume_name(claim: dict) -> str:
     return f"pvc-{claim['metadata']['uid']}"
 
 
-def volume_for(claim: dict, node_name: str, provider_id: str, twin: str) -> dict:
-    """The local PersistentVolume standing for the provider's copy of `claim`. Pure."""
+def volume_for(claim: dict, peering_node: str, provider_id: str, twin: str) -> dict:
+    """The local PersistentVolume standing for the provider's copy of `claim`, bound to the virtual node its pod was
+    scheduled to (the pool whose provider nodes hold the data) and labelled with the peering's own node name, which
+    names the peering whatever its pools. Pure."""
     meta, spec = claim["metadata"], claim["spec"]
+    node_name = (meta.get("annotations") or {}).get(SELECTED_NODE) or peering_node
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {
             "name": volume_name(claim),
-            "labels": {LABEL_VIRTUAL_VOLUME_NODE: node_name},
+            "labels": {LABEL_VIRTUAL_VOLUME_NODE: peering_node},
             "annotations": {PROVISIONED_BY: VIRTUAL_STORAGE_PROVISIONER},
         },
         "spec": {
@@ -105,7 +108,7 @@ class VirtualVolumes:
         claim = self.claims.local_of(namespace, name)
         if (
             claim is None
-            or not claimed_here(claim, self.peering.node_name)
+            or not claimed_here(claim, self.peering.node_names)
             or (claim.get("spec") or {}).get("volumeName")
         ):
             return None
