@@ -149,9 +149,17 @@ class VirtualNodes:
         return [*self.health.tasks(), self.informer.run(), self.local_pods.run(), self._run()]
 
     async def _run(self) -> None:
-        await self.offer_synced.wait()
         await self.informer.synced.wait()
         try:
+            if not self.offer_synced.is_set():
+                # Until the provider's offer is read (it may be unreachable): the nodes there are, or the peering's
+                # one node, served as they were (node.py keeps their last status until then).
+                found = self._found() or [virtual_node_name(self.peering.provider_id)]
+                for name in found:
+                    unit = self._run_unit(self.add_node(self._found_plan(name)))
+                    self._apply(unit, None)
+                await self.local_pods.sync()
+                await self.offer_synced.wait()
             await self._converge()
             await self.local_pods.sync()
             while True:
@@ -176,20 +184,26 @@ class VirtualNodes:
             unit.plan, unit.going = plan, False
             self._apply(unit, tenant)
         # Nodes of this peering that exist but are not wanted (a restart after their pool went) are drained too.
-        found = {name for _, name in self.informer.cache if self._is_ours(name)}
-        for name in sorted((set(self.units) | found) - set(wanted)):
-            unit = self.units.get(name) or self._run_unit(self.add_node(PeeringNode(name, pool=self._pool_in(name))))
+        for name in sorted((set(self.units) | set(self._found())) - set(wanted)):
+            unit = self.units.get(name) or self._run_unit(self.add_node(self._found_plan(name)))
             unit.going = True
             self._apply(unit, tenant)
             if unit.pods.synced.is_set() and not unit.pods_on_node():
                 await self._finish(unit)
 
-    def _is_ours(self, name: str) -> bool:
+    def _found(self) -> list[str]:
+        """The nodes of this peering that exist."""
         base = virtual_node_name(self.peering.provider_id)
-        return name == base or name.startswith(f"{base}.")
+        pools = (name.removeprefix(f"{base}.") for _, name in self.informer.cache if name.startswith(f"{base}."))
+        found = [virtual_node_name(self.peering.provider_id, pool) for pool in pools if pool and "." not in pool]
+        return sorted(found + ([base] if self.informer.get(None, base) is not None else []))
 
-    def _pool_in(self, name: str) -> str | None:
-        return name.partition(".")[2] or None
+    def _found_plan(self, name: str) -> PeeringNode:
+        """A node found, as this side's settings describe it (its pool's labels and taints)."""
+        pool = name.partition(".")[2]
+        if not pool:
+            return PeeringNode(name)
+        return peering_nodes(self.peering.provider_id, {"spec": {"pools": [{"name": pool}]}}, self.foreign_spec)[name]
 
     def _settings(self, plan: PeeringNode, port: int) -> NodeSettings:
         base = self.settings
