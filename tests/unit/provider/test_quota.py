@@ -87,3 +87,39 @@ def test_a_pod_whose_resources_each_fit_some_node_but_never_one_together_is_beyo
     nodes = [{"cpu": "8", "memory": "8Gi", "pods": "110"}, {"cpu": "2", "memory": "64Gi", "pods": "110"}]
     wanted = {"cpu": quantities.parse("6"), "memory": quantities.parse("32Gi")}
     assert quota.beyond_every_node(nodes, wanted) == ["no one node has all of cpu, memory, pods"]
+
+
+def test_each_pool_of_a_tenant_is_its_own_bucket_apart_from_the_tenants_own():
+    ledger = quota.Ledger()
+    cap = {"cpu": Fraction(1), "pods": Fraction(10)}
+    one = {"cpu": Fraction(1)}
+    ledger.observe(("t", "own"), "c", one)  # the tenant's own bucket is full
+    assert ledger.admit(("t", "more"), "c", one, cap) == ["cpu (requested 1, in use 1, quota 1)"]
+    # A pool's pods are held to the pool's quota, whatever the tenant's own pods use.
+    assert ledger.admit(("t", "g1"), "c", one, cap, pool="gpu") == []
+    assert ledger.admit(("t", "g2"), "c", one, cap, pool="gpu") == ["cpu (requested 1, in use 1, quota 1)"]
+    assert ledger.admit(("t", "s1"), "c", one, cap, pool="small") == []
+    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(1)}
+    assert ledger.used("c", pool="gpu") == {"cpu": Fraction(1), "pods": Fraction(1)}
+    assert ledger.used("other", pool="gpu") == {}, "another tenant's pool of the same name is its own"
+
+    ledger.observe(("t", "g1"), "c", one, pool="gpu")  # seen: its reservation settled, counted once, in the pool only
+    assert ledger.used("c", pool="gpu") == {"cpu": Fraction(1), "pods": Fraction(1)}
+    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(1)}
+    ledger.observe(("t", "g1"), None, None)  # gone: the pool's usage falls, the tenant's does not
+    assert ledger.used("c", pool="gpu") == {}
+    assert ledger.used("c") == {"cpu": Fraction(1), "pods": Fraction(1)}
+    assert ledger.admit(("t", "g2"), "c", one, cap, pool="gpu") == []
+
+
+def test_a_pod_of_a_pool_resized_is_judged_in_its_pool():
+    ledger = quota.Ledger()
+    cap = {"cpu": Fraction(2), "pods": Fraction(10)}
+    ledger.observe(("t", "a"), "c", {"cpu": Fraction(1)}, pool="gpu")
+    ledger.observe(("t", "b"), "c", {"cpu": Fraction(2)})  # the tenant's own, in its own bucket
+    assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(2)}, cap, pool="gpu") == []
+    assert ledger.used("c", pool="gpu") == {"cpu": Fraction(2), "pods": Fraction(1)}
+    assert ledger.used("c") == {"cpu": Fraction(2), "pods": Fraction(1)}
+    assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(3)}, cap, pool="gpu") == [
+        "cpu (requested 3, in use 0, quota 2)"
+    ]

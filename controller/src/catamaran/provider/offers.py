@@ -9,6 +9,12 @@ Security level and its sharing percentage. Only nodes the placement admits count
 every pod made from the tenant's ShadowPods carries the placement, and the tenant's quota is its
 sharing percentage of those nodes' allocatable. The status publishes the quota and what the
 tenant's pods use of it.
+
+A tenant may also be lent node pools (spec.pools, docs/design.md "Node pools"): each has its own placement,
+sharing percentage and cordon. A pool's pods (labelled LABEL_POOL) get the pool's placement instead of the
+tenant's and count against the pool's quota, the pool's sharing percentage of the nodes its placement admits,
+apart from the tenant's own pods and its other pools'; status.pools publishes each pool as the status publishes
+the tenant.
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ from ..constants import (
     DEFAULT_SHARING_PERCENTAGE,
     DEFAULT_TWIN_NAME_POLICY,
     LABEL_ORIGIN_CLUSTER_ID,
+    LABEL_POOL,
     LABEL_TENANT,
     LABEL_TYPE,
+    MAX_POOLS,
     OFFLOADING_GROUP,
     POD_SECURITY_LEVELS,
     RESOURCE_OFFER_NAME,
@@ -112,6 +120,41 @@ def _pairs(mapping: dict | None, default: dict) -> tuple:
 
 
 @dataclass(frozen=True)
+class PoolTerms:
+    """One node pool lent to a tenant (an entry of its ResourceOffer's spec.pools)."""
+
+    name: str
+    placement: Placement = field(default_factory=Placement)
+    sharing_percentage: int = DEFAULT_SHARING_PERCENTAGE
+    # Its cordon: no new pod of the pool (the consumer's virtual kubelet drains the running ones when asked).
+    cordoned: bool = False
+    cordon_reason: str = ""
+    drain: bool = False
+
+    @classmethod
+    def from_pool_spec(cls, spec: dict, default_percentage: int) -> PoolTerms:
+        cordon = spec.get("cordon")
+        return cls(
+            name=spec["name"],
+            placement=Placement.from_offer_spec(spec),
+            sharing_percentage=int(spec.get("sharingPercentage") or default_percentage),
+            cordoned=cordon is not None,
+            cordon_reason=(cordon or {}).get("reason") or "",
+            drain=bool((cordon or {}).get("drain")),
+        )
+
+
+def _pools(specs: list | None, default_percentage: int) -> tuple[PoolTerms, ...]:
+    """The pools of spec.pools, in its order: the first of a name (the CRD's list map makes names unique), at most
+    MAX_POOLS (its maxItems)."""
+    pools: dict[str, PoolTerms] = {}
+    for spec in specs or ():
+        if spec.get("name") and spec["name"] not in pools and len(pools) < MAX_POOLS:
+            pools[spec["name"]] = PoolTerms.from_pool_spec(spec, default_percentage)
+    return tuple(pools.values())
+
+
+@dataclass(frozen=True)
 class TenantTerms:
     """A tenant's terms on this provider, from its ResourceOffer's spec (defaults when unset)."""
 
@@ -143,6 +186,12 @@ class TenantTerms:
     # spec.cordon: no new pod for the tenant (its virtual kubelet drains the running ones when asked).
     cordoned: bool = False
     cordon_reason: str = ""
+    # spec.pools: the node pools lent to the tenant, each its own virtual node on the consumer.
+    pools: tuple[PoolTerms, ...] = ()
+
+    def pool(self, name: str) -> PoolTerms | None:
+        """The pool of that name lent to the tenant, None when it lends none of it."""
+        return next((pool for pool in self.pools if pool.name == name), None)
 
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
@@ -156,10 +205,11 @@ class TenantTerms:
         isolation = spec.get("isolation") or {}
         # The CRD's schema rejects anything else; should it ever get through, the strictest choice applies.
         names = spec.get("twinNamespaceNames") or DEFAULT_TWIN_NAME_POLICY
+        sharing = int(spec.get("sharingPercentage") or DEFAULT_SHARING_PERCENTAGE)
         return cls(
             placement=Placement.from_offer_spec(spec),
             pod_security=level if level in POD_SECURITY_LEVELS else POD_SECURITY_LEVELS[0],
-            sharing_percentage=int(spec.get("sharingPercentage") or DEFAULT_SHARING_PERCENTAGE),
+            sharing_percentage=sharing,
             credential_lifetime_seconds=int(lifetime),
             service_types=lent_service_types(services.get("allowedTypes")),
             load_balancer_classes=tuple(sorted(services.get("allowedLoadBalancerClasses") or ())),
@@ -191,6 +241,7 @@ class TenantTerms:
             egress_to_api_server=bool(isolation.get("egressToAPIServer")),
             cordoned=spec.get("cordon") is not None,
             cordon_reason=(spec.get("cordon") or {}).get("reason") or "",
+            pools=_pools(spec.get("pools"), sharing),
         )
 
 
@@ -209,6 +260,7 @@ class PodSummary:
     node: str
     tenant: str | None
     requests: dict
+    pool: str | None = None  # the tenant's pool the pod is of (its LABEL_POOL), None: the tenant's own
 
 
 def summarize_node(node) -> NodeSummary:
@@ -235,15 +287,26 @@ def summarize_pod(pod) -> PodSummary | None:
     if pod.status is not None and pod.status.phase in TERMINAL_PHASES:
         return None
     spec = pod.spec.to_dict() if pod.spec else {}
+    labels = pod.metadata.labels or {}
     return PodSummary(
         node=spec.get("nodeName") or "",
-        tenant=(pod.metadata.labels or {}).get(LABEL_ORIGIN_CLUSTER_ID),
+        tenant=labels.get(LABEL_ORIGIN_CLUSTER_ID),
         requests=quantities.pod_requests(spec),
+        pool=labels.get(LABEL_POOL) or None,
     )
 
 
 def offer_status(nodes: dict, pods: dict, tenant: str, placement: Placement | None = None) -> dict:
     """Free resources for `tenant` on the nodes its placement admits; its own offloaded pods do not count."""
+    return {
+        **placement_status(nodes, pods, tenant, placement),
+        "podCIDRs": covering_networks({cidr for node in nodes.values() for cidr in node.pod_cidrs}),
+    }
+
+
+def placement_status(nodes: dict, pods: dict, tenant: str, placement: Placement | None = None) -> dict:
+    """free, allocatable, nodes and pressure of the schedulable nodes `placement` admits, as `tenant` sees them: the
+    tenant's own pods (of any pool) do not count against what is free."""
     placement = placement or Placement()
     usable = {name: node for (_, name), node in nodes.items() if node.schedulable and placement.admits(node)}
     requests = (pod.requests for pod in pods.values() if pod and pod.node in usable and pod.tenant != tenant)
@@ -254,9 +317,21 @@ def offer_status(nodes: dict, pods: dict, tenant: str, placement: Placement | No
         "free": {r: quantities.format_quantity(r, quantities.round_down(r, v)) for r, v in sorted(free.items())},
         "allocatable": {r: quantities.format_quantity(r, v) for r, v in sorted(allocatable.items())},
         "nodes": len(usable),
-        "podCIDRs": covering_networks({cidr for node in nodes.values() for cidr in node.pod_cidrs}),
         "pressure": pressure,
     }
+
+
+def quota_status(cap: dict[str, Fraction], used: dict[str, Fraction]) -> dict:
+    """A quota and what is used of it; every resource of the quota is shown, zero included, so a merge patch
+    overwrites what was used before."""
+    return {"quota": quota.formatted(cap), "used": quota.formatted({**dict.fromkeys(cap, Fraction(0)), **used})}
+
+
+def pool_status(
+    nodes: dict, pods: dict, tenant: str, pool: PoolTerms, cap: dict[str, Fraction], used: dict[str, Fraction]
+) -> dict:
+    """A pool's entry of status.pools: the tenant's fields for the pool's placement, its quota `cap` and `used`."""
+    return {"name": pool.name, **placement_status(nodes, pods, tenant, pool.placement), **quota_status(cap, used)}
 
 
 class ResourceOfferController:
@@ -284,7 +359,8 @@ class ResourceOfferController:
         )
         self.queue = WorkQueue(self.name, self.reconcile, workers=2)
         self.ledger = quota.Ledger()
-        self._quotas: dict[str, dict[str, Fraction]] = {}  # tenant namespace -> quota, until nodes or terms change
+        # (tenant namespace, pool or None) -> its quota, until the nodes or the tenant's terms change
+        self._quotas: dict[tuple[str, str | None], dict[str, Fraction]] = {}
         self._admission_listeners: list[Callable[[str | None], None]] = []
         self._published: dict[str, dict] = {}
         # The NetworkPolicy enforcement condition of a placement's tenants (enforcement_probe.py sets it when it runs).
@@ -303,8 +379,9 @@ class ResourceOfferController:
             listener(consumer)
 
     def _offer_changed(self, event, key, new, old) -> None:
-        if event == "DELETED" or new != old:  # new terms change which nodes count, the quota and the level
-            self._quotas.pop(key[0], None)
+        if event == "DELETED" or new != old:  # new terms change which nodes count, the quotas and the level
+            for cached in [k for k in self._quotas if k[0] == key[0]]:
+                del self._quotas[cached]
             self.queue.add(key[0])
             if key[0].startswith(TENANT_NAMESPACE_PREFIX):
                 self._admission_may_change(key[0].removeprefix(TENANT_NAMESPACE_PREFIX))
@@ -317,12 +394,12 @@ class ResourceOfferController:
         self._admission_may_change(None)
 
     def _pod_changed(self, event, key, new, old) -> None:
-        self.ledger.observe(key, new.tenant if new else None, new.requests if new else None)
+        self.ledger.observe(key, new.tenant if new else None, new.requests if new else None, new.pool if new else None)
         if new == old:
             return
         self.all_tenants_changed()
-        if old is not None and old.tenant and (new is None or new.requests != old.requests):
-            self._admission_may_change(old.tenant)  # the tenant's usage went down
+        if old is not None and old.tenant and (new is None or (new.requests, new.pool) != (old.requests, old.pool)):
+            self._admission_may_change(old.tenant)  # the usage of the tenant's bucket (its own or a pool's) went down
 
     def terms(self, tenant_namespace: str) -> TenantTerms:
         return self.offers.get(tenant_namespace, RESOURCE_OFFER_NAME) or TenantTerms()
@@ -331,33 +408,55 @@ class ResourceOfferController:
         """This cluster's pod ranges, from its nodes."""
         return sorted({cidr for node in self.nodes.cache.values() for cidr in node.pod_cidrs})
 
-    def placement(self, tenant_namespace: str) -> Placement:
-        return self.terms(tenant_namespace).placement
+    def _lent(self, tenant_namespace: str, pool: str | None) -> tuple[Placement, int] | None:
+        """(placement, sharing percentage) of the tenant's own pods (`pool` None) or of one of its pools; None for a
+        pool the tenant is not lent."""
+        terms = self.terms(tenant_namespace)
+        if pool is None:
+            return terms.placement, terms.sharing_percentage
+        found = terms.pool(pool)
+        return None if found is None else (found.placement, found.sharing_percentage)
 
-    def quota(self, tenant_namespace: str) -> dict[str, Fraction]:
-        """The tenant's cap per resource: its sharing percentage of the allocatable of the nodes it may use."""
-        cached = self._quotas.get(tenant_namespace)
+    def _usable(self, placement: Placement) -> list[dict]:
+        """The allocatable of each schedulable node `placement` admits."""
+        return [node.allocatable for node in self.nodes.cache.values() if node.schedulable and placement.admits(node)]
+
+    def placement(self, tenant_namespace: str, pool: str | None = None) -> Placement:
+        """Where the tenant's pods of `pool` (None: of no pool) run; KeyError for a pool the tenant is not lent."""
+        lent = self._lent(tenant_namespace, pool)
+        if lent is None:
+            raise KeyError(f"pool {pool} is not lent to {tenant_namespace}")
+        return lent[0]
+
+    def quota(self, tenant_namespace: str, pool: str | None = None) -> dict[str, Fraction]:
+        """The cap per resource of the tenant's pods of `pool` (None: of no pool): its sharing percentage of the
+        allocatable of the nodes its placement admits; nothing for a pool the tenant is not lent."""
+        cached = self._quotas.get((tenant_namespace, pool))
         if cached is None:
-            terms = self.terms(tenant_namespace)
-            usable = (
-                node.allocatable
-                for node in self.nodes.cache.values()
-                if node.schedulable and terms.placement.admits(node)
-            )
-            cached = self._quotas[tenant_namespace] = quota.tenant_quota(usable, terms.sharing_percentage)
+            lent = self._lent(tenant_namespace, pool)
+            if lent is None:
+                return {}  # not cached: a ShadowPod's label names any pool it likes
+            cached = self._quotas[(tenant_namespace, pool)] = quota.tenant_quota(self._usable(lent[0]), lent[1])
         return cached
 
-    def beyond_every_node(self, tenant_namespace: str, requests: dict[str, Fraction]) -> list[str]:
-        """Why no node the tenant's placement admits could ever hold a pod of these requests ([]: one could)."""
-        placement = self.placement(tenant_namespace)
-        usable = [node.allocatable for node in self.nodes.cache.values() if node.schedulable and placement.admits(node)]
+    def beyond_every_node(
+        self, tenant_namespace: str, requests: dict[str, Fraction], pool: str | None = None
+    ) -> list[str]:
+        """Why no node the placement of the tenant's pods of `pool` (None: of no pool) admits could ever hold a pod
+        of these requests ([]: one could)."""
+        lent = self._lent(tenant_namespace, pool)
+        if lent is None:
+            return [f"pool {pool} is not lent to the tenant"]
+        usable = self._usable(lent[0])
         if not usable:
-            return ["no schedulable node matches the tenant's placement"]
+            whose = "the tenant's placement" if pool is None else f"the placement of pool {pool}"
+            return [f"no schedulable node matches {whose}"]
         return quota.beyond_every_node(usable, requests)
 
-    def admit(self, pod_key, consumer: str, requests: dict[str, Fraction]) -> list[str]:
-        """Reserve a new pod of `consumer` against its quota, or say which resources it would exceed."""
-        return self.ledger.admit(pod_key, consumer, requests, self.quota(tenant_namespace(consumer)))
+    def admit(self, pod_key, consumer: str, requests: dict[str, Fraction], pool: str | None = None) -> list[str]:
+        """Reserve a new pod of `consumer` (of `pool`, None: of none) against that bucket's quota, or say which
+        resources it would exceed."""
+        return self.ledger.admit(pod_key, consumer, requests, self.quota(tenant_namespace(consumer), pool), pool=pool)
 
     def release(self, pod_key) -> None:
         self.ledger.release(pod_key)
@@ -379,17 +478,25 @@ class ResourceOfferController:
         if tenant is None:
             self._published.pop(namespace, None)
             return None
-        status = offer_status(self.nodes.cache, self.pods.cache, tenant, self.placement(namespace))
+        terms = self.terms(namespace)
+        status = offer_status(self.nodes.cache, self.pods.cache, tenant, terms.placement)
         # Where the tenant's EndpointSlices may point (its reflection filters to them; admission enforces them).
-        status["endpointRanges"], _ = tenant_terms.endpoint_ranges(
-            self.terms(namespace).consumer_pod_cidrs, self.pod_cidrs()
-        )
-        enforced = self.network_policy_condition(self.placement(namespace))
+        status["endpointRanges"], _ = tenant_terms.endpoint_ranges(terms.consumer_pod_cidrs, self.pod_cidrs())
+        enforced = self.network_policy_condition(terms.placement)
         status["conditions"] = [enforced] if enforced is not None else []
-        cap, used = self.quota(namespace), self.ledger.used(tenant)
-        # Every resource of the quota is shown, zero included, so a merge patch overwrites what was used before.
-        status["quota"] = quota.formatted(cap)
-        status["used"] = quota.formatted({**dict.fromkeys(cap, Fraction(0)), **used})
+        status.update(quota_status(self.quota(namespace), self.ledger.used(tenant)))
+        # A list: a merge patch replaces it whole, so every pool is written each time.
+        status["pools"] = [
+            pool_status(
+                self.nodes.cache,
+                self.pods.cache,
+                tenant,
+                pool,
+                self.quota(namespace, pool.name),
+                self.ledger.used(tenant, pool=pool.name),
+            )
+            for pool in terms.pools
+        ]
         if self.offers.get(namespace, RESOURCE_OFFER_NAME) is None:
             with tolerating(409):
                 await self.client.create(

@@ -4,6 +4,8 @@ hold a pod at all. Pure.
 The quota is the tenant's sharing percentage of the allocatable of the nodes its placement admits,
 so a consumer that ignores its virtual node's capacity (pods bound by nodeName, ShadowPods written
 directly) still cannot take more. Usage is what the tenant's live pods request, one `pods` each.
+A tenant lent node pools has one bucket per pool besides its own: a pod of a pool counts in its
+pool's bucket only, against the pool's quota; a pod of none counts in the tenant's own bucket.
 
 Between the manager's decision to create a pod and the moment its informer sees that pod, the
 pod is held as a reservation; every admission counts reservations, so concurrent workers never
@@ -66,50 +68,66 @@ def formatted(amounts: Mapping[str, Fraction]) -> dict[str, str]:
     return {resource: quantities.format_quantity(resource, value) for resource, value in sorted(amounts.items())}
 
 
+# Whose usage: (tenant, None) for the tenant's own pods, (tenant, pool) for a pool's.
+Bucket = tuple[str, str | None]
+
+
 class Ledger:
-    """Per-tenant usage of the pods an informer sees, plus reservations for pods not seen yet."""
+    """Usage per bucket (a tenant's own, or one of its pools') of the pods an informer sees, plus reservations for
+    pods not seen yet. `pool` None everywhere is the tenant's own bucket."""
 
     def __init__(self) -> None:
-        self._seen: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}  # pod key -> (tenant, usage)
-        self._used: dict[str, dict[str, Fraction]] = {}
-        self._reserved: dict[Hashable, tuple[str, dict[str, Fraction]]] = {}
+        self._seen: dict[Hashable, tuple[Bucket, dict[str, Fraction]]] = {}  # pod key -> (bucket, usage)
+        self._used: dict[Bucket, dict[str, Fraction]] = {}
+        self._reserved: dict[Hashable, tuple[Bucket, dict[str, Fraction]]] = {}
 
-    def observe(self, key: Hashable, tenant: str | None, requests: Mapping[str, Fraction] | None) -> None:
-        """A pod as the informer now sees it (`requests` None: gone). Its reservation, if any, is settled once the pod
-        is seen created, or seen with the reserved usage (a resize)."""
+    def observe(
+        self, key: Hashable, tenant: str | None, requests: Mapping[str, Fraction] | None, pool: str | None = None
+    ) -> None:
+        """A pod as the informer now sees it (`requests` None: gone), of `pool` (None: the tenant's own). Its
+        reservation, if any, is settled once the pod is seen created, or seen with the reserved usage (a resize)."""
         previous = self._seen.pop(key, None)
         if previous is not None:
             _subtract(self._used.setdefault(previous[0], {}), previous[1])
         if requests is not None and tenant:
+            bucket = (tenant, pool or None)
             usage = pod_usage(requests)
-            self._seen[key] = (tenant, usage)
-            quantities.add(self._used.setdefault(tenant, {}), usage)
+            self._seen[key] = (bucket, usage)
+            quantities.add(self._used.setdefault(bucket, {}), usage)
             reserved = self._reserved.get(key)
             if reserved is not None and (previous is None or reserved[1] == usage):
                 del self._reserved[key]  # created, or seen resized
 
-    def used(self, tenant: str, excluding: Hashable | None = None) -> dict[str, Fraction]:
-        """What the tenant's pods take now, reservations included; `excluding` a pod being replaced."""
-        total = {r: v for r, v in self._used.get(tenant, {}).items() if v}
+    def used(self, tenant: str, excluding: Hashable | None = None, pool: str | None = None) -> dict[str, Fraction]:
+        """What the tenant's pods of `pool` (None: of no pool) take now, reservations included; `excluding` a pod
+        being replaced."""
+        bucket = (tenant, pool or None)
+        total = {r: v for r, v in self._used.get(bucket, {}).items() if v}
         seen = self._seen.get(excluding)
-        if seen is not None and seen[0] == tenant:
+        if seen is not None and seen[0] == bucket:
             _subtract(total, seen[1])
         for key, (owner, usage) in self._reserved.items():
-            if owner != tenant or key == excluding:
+            if owner != bucket or key == excluding:
                 continue
             # A pod seen already holds a reservation while it is resized: what the resize adds counts.
-            seen_usage = self._seen[key][1] if key in self._seen else {}
+            seen_usage = self._seen[key][1] if key in self._seen and self._seen[key][0] == bucket else {}
             quantities.add(total, {r: v - seen_usage.get(r, 0) for r, v in usage.items() if v > seen_usage.get(r, 0)})
         return total
 
     def admit(
-        self, key: Hashable, tenant: str, requests: Mapping[str, Fraction], quota: Mapping[str, Fraction]
+        self,
+        key: Hashable,
+        tenant: str,
+        requests: Mapping[str, Fraction],
+        quota: Mapping[str, Fraction],
+        pool: str | None = None,
     ) -> list[str]:
-        """Reserve the pod's usage when it fits the quota; otherwise return what it would exceed."""
+        """Reserve the pod's usage in its bucket (the tenant's own, or `pool`'s) when it fits that bucket's `quota`;
+        otherwise return what it would exceed."""
         usage = pod_usage(requests)
-        refused = excess(quota, self.used(tenant, excluding=key), usage)
+        refused = excess(quota, self.used(tenant, excluding=key, pool=pool), usage)
         if not refused:
-            self._reserved[key] = (tenant, usage)
+            self._reserved[key] = ((tenant, pool or None), usage)
         return refused
 
     def release(self, key: Hashable) -> None:

@@ -3,10 +3,14 @@
 Before it creates a Pod, the manager holds the ShadowPod to its tenant's terms: no pod while the provider cordons
 the tenant, and the pod spec is rewritten and checked field by field (provider/terms.py), must meet the tenant's Pod
 Security level, fit one node its placement admits and fit its quota (its requests after the terms' defaults). A
-refusal is the ShadowPod's `PodCreated=False` condition (reason TenantCordoned, FieldNotAllowed,
-PodSecurityViolation, Infeasible or QuotaExceeded) and a Warning Event; the ShadowPod is tried again when the
-tenant's terms or the nodes change or its pods free some of its quota. A ShadowPod
+refusal is the ShadowPod's `PodCreated=False` condition (reason TenantCordoned, PoolNotOffered, PoolCordoned,
+FieldNotAllowed, PodSecurityViolation, Infeasible or QuotaExceeded) and a Warning Event; the ShadowPod is tried again
+when the tenant's terms or the nodes change or its pods free some of its quota. A ShadowPod
 whose local pod is of another consumer namespace than its twin's origin gets no Pod either (reason ForeignNamespace).
+
+A ShadowPod labelled LABEL_POOL is of one of the tenant's node pools: its pod gets the pool's placement instead of the
+tenant's, carries the label (the pod is accounted in the pool's bucket by it) and is held to the pool's quota; a pool
+the tenant is not lent, or one cordoned, gets no pod. A pod keeps the pool it was made for until it is made again.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..constants import (
     ANNOTATION_ORIGIN_NAMESPACE,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
+    LABEL_POOL,
     MANAGED_BY_CATAMARAN,
     MAX_TERMINATION_GRACE_SECONDS,
     SHADOWPOD_RESIZE_CONDITION,
@@ -72,12 +77,21 @@ def classify_create_error(error: ApiError) -> tuple[str, str]:
     return "CreateFailed", message
 
 
+def pool_of(shadow: dict) -> str | None:
+    """The node pool a ShadowPod's pod is of (its label LABEL_POOL), None: the tenant's own."""
+    return (shadow["metadata"].get("labels") or {}).get(LABEL_POOL) or None
+
+
 def pod_from_shadow(
-    shadow: dict, placement: Placement | None = None, consumer: str | None = None, terms: TenantTerms | None = None
+    shadow: dict,
+    placement: Placement | None = None,
+    consumer: str | None = None,
+    terms: TenantTerms | None = None,
+    pool: str | None = None,
 ) -> dict:
     """The Pod for a ShadowPod. With `consumer` (the tenant owning the twin), the labels that say whose pod
-    it is come from the manager, not from the ShadowPod, so a tenant cannot hide a pod from its quota; with
-    `terms`, the spec is rewritten as they say (provider/terms.py)."""
+    it is and of which of its pools (`pool`, None: of none) come from the manager, not from the ShadowPod's pod, so
+    a tenant cannot hide a pod from its quota; with `terms`, the spec is rewritten as they say (provider/terms.py)."""
     meta = shadow["metadata"]
     template = shadow["spec"]["pod"]
     spec = placement.apply(template["spec"]) if placement else template["spec"]
@@ -91,6 +105,9 @@ def pod_from_shadow(
         annotations = tenant_terms.tenant_pod_annotations(annotations, terms)
     if consumer:
         labels.update({LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer})
+        labels.pop(LABEL_POOL, None)
+        if pool:
+            labels[LABEL_POOL] = pool
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -218,6 +235,29 @@ def resize_for(pod: dict, wanted: dict) -> dict | None:
     return {"spec": patch} if patch else None
 
 
+def pool_refusal(terms: TenantTerms, pool: str) -> tuple[str, str] | None:
+    """(reason, message) when the tenant may have no new pod of `pool`: the provider does not lend it the pool
+    (PoolNotOffered), or cordons it (PoolCordoned); None when it may."""
+    lent = terms.pool(pool)
+    if lent is None:
+        pools = ", ".join(p.name for p in terms.pools) or "none"
+        return "PoolNotOffered", f"the provider lends this tenant no pool {pool} (pools lent: {pools})"
+    if lent.cordoned:
+        return "PoolCordoned", f"the provider lends pool {pool} nothing new: " + (lent.cordon_reason or "cordoned")
+    return None
+
+
+def _whose(pool: str | None) -> str:
+    """Whose pods a refusal speaks of: the tenant's, or its pool's."""
+    return "the tenant's pods" if pool is None else f"the pods of pool {pool}"
+
+
+def _bucket(consumer: str, pool: str | None) -> str:
+    """The quota a refusal speaks of: the tenant's own, or its pool's."""
+    whose = f"tenant {consumer}" if pool is None else f"pool {pool} of tenant {consumer}"
+    return f"{whose} on this provider"
+
+
 def _owned_by(pod: dict, shadow: dict) -> bool:
     owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
     return owner is not None and owner.get("uid") == shadow["metadata"]["uid"]
@@ -341,11 +381,13 @@ class ShadowPodController:
         if missing := [c for c in wanted if c.get("name") not in pod.get("ephemeralContainers", [])]:
             await self._add_ephemeral_containers(shadow, missing)
         # Only the pod's labels, annotations, deadline and resources change in place: the placement need not be applied.
+        # The pod stays of the pool it was made for (its label, by which it is accounted) until it is made again.
         consumer, _, terms = self._tenant_terms(shadow)
-        wanted_pod = pod_from_shadow(shadow, consumer=consumer, terms=terms if consumer else None)
+        pool = ((pod.get("changeable") or {}).get("labels") or {}).get(LABEL_POOL) or None
+        wanted_pod = pod_from_shadow(shadow, consumer=consumer, terms=terms if consumer else None, pool=pool)
         resize_refused = None
         if resize := resize_for(pod, wanted_pod):
-            resize_refused = await self._resize(shadow, consumer, wanted_pod, resize)
+            resize_refused = await self._resize(shadow, consumer, wanted_pod, resize, pool)
         await self._copy_status(shadow, pod, resize_refused)
         if changes := changes_for(pod, wanted_pod):
             try:
@@ -355,14 +397,16 @@ class ShadowPodController:
                 await self.events.record(reference(shadow), "Warning", "RemotePodUpdateRefused", message)
         return REFUSED_RETRY_S if resize_refused else None
 
-    async def _resize(self, shadow: dict, consumer: str | None, wanted_pod: dict, body: dict) -> tuple[str, str] | None:
+    async def _resize(
+        self, shadow: dict, consumer: str | None, wanted_pod: dict, body: dict, pool: str | None = None
+    ) -> tuple[str, str] | None:
         """Resize the pod in place as its ShadowPod now asks (the consumer's `pods/resize`) once the new requests fit
-        one node and the tenant's quota; else (reason, message) why not: Infeasible, or Deferred while other pods
-        hold the quota (the kubelet's words). A refused resize is tried again when the tenant's usage or terms
-        change, and a Warning Event says why when the reason is new."""
+        one node and the quota of the pod's bucket (the tenant's, or its pool's); else (reason, message) why not:
+        Infeasible, or Deferred while other pods hold the quota (the kubelet's words). A refused resize is tried
+        again when the tenant's usage or terms change, and a Warning Event says why when the reason is new."""
         meta = shadow["metadata"]
         key = (meta["namespace"], meta["name"])
-        refusal = self._resize_refusal(key, consumer, wanted_pod) if consumer else None
+        refusal = self._resize_refusal(key, consumer, wanted_pod, pool) if consumer else None
         if refusal is None:
             try:
                 await self.client.patch(
@@ -382,16 +426,17 @@ class ShadowPodController:
             await self.events.record(reference(shadow), "Warning", "ResizeRefused", refusal[1])
         return refusal
 
-    def _resize_refusal(self, key, consumer: str, wanted_pod: dict) -> tuple[str, str] | None:
-        """(reason, message) when the tenant may not have its pod at the resized requests, None once reserved."""
+    def _resize_refusal(self, key, consumer: str, wanted_pod: dict, pool: str | None = None) -> tuple[str, str] | None:
+        """(reason, message) when the tenant may not have its pod (of `pool`, None: of none) at the resized requests,
+        None once reserved."""
         namespace = tenant_namespace(consumer)
         requests = quantities.pod_requests(wanted_pod["spec"])
-        if beyond := self.offers.beyond_every_node(namespace, requests):
-            return "Infeasible", f"no node of this provider the tenant's pods may use can hold it: {'; '.join(beyond)}"
-        if beyond := quota.excess(self.offers.quota(namespace), {}, quota.pod_usage(requests)):
-            return "Infeasible", f"exceeds the whole quota of tenant {consumer} on this provider: {'; '.join(beyond)}"
-        if exceeded := self.offers.admit(key, consumer, requests):
-            return "Deferred", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
+        if beyond := self.offers.beyond_every_node(namespace, requests, pool):
+            return "Infeasible", f"no node of this provider {_whose(pool)} may use can hold it: {'; '.join(beyond)}"
+        if beyond := quota.excess(self.offers.quota(namespace, pool), {}, quota.pod_usage(requests)):
+            return "Infeasible", f"exceeds the whole quota of {_bucket(consumer, pool)}: {'; '.join(beyond)}"
+        if exceeded := self.offers.admit(key, consumer, requests, pool):
+            return "Deferred", f"exceeds the quota of {_bucket(consumer, pool)}: {'; '.join(exceeded)}"
         return None
 
     async def _pass_on_grace(self, shadow: dict, pod: dict) -> None:
@@ -416,7 +461,7 @@ class ShadowPodController:
         """`kubectl debug` on the consumer: the containers join the running Pod, held to the tenant's Pod Security
         level like the rest of it (a refusal is an Event on the ShadowPod, which the consumer mirrors)."""
         meta = shadow["metadata"]
-        _, enforced, terms, pod = self._tenant_pod(shadow)
+        _, enforced, terms, _, pod = self._tenant_pod(shadow)
         level = podsecurity.stricter(terms.pod_security, enforced)
         found = podsecurity.violations(
             {**pod["spec"], "ephemeralContainers": containers}, level, pod["metadata"].get("annotations")
@@ -468,9 +513,10 @@ class ShadowPodController:
         return None
 
     def _refusal(
-        self, key, consumer: str | None, terms: TenantTerms, enforced: str | None, pod: dict
+        self, key, consumer: str | None, terms: TenantTerms, enforced: str | None, pod: dict, pool: str | None = None
     ) -> tuple[str, str] | None:
-        """Why the tenant may not have this pod now (reason, message), or None once its quota is reserved.
+        """Why the tenant may not have this pod (of `pool`, None: of none) now (reason, message), or None once the
+        quota of its bucket is reserved.
 
         The level is the tenant's, or the twin's label while that is stricter (not relabelled yet), so the
         pod is never sent to be refused by Pod Security Admission."""
@@ -478,6 +524,8 @@ class ShadowPodController:
             return "TenantCordoned", "the provider lends this tenant nothing new: " + (
                 terms.cordon_reason or "cordoned"
             )
+        if consumer is not None and pool is not None and (refusal := pool_refusal(terms, pool)) is not None:
+            return refusal
         refused = tenant_terms.refused_fields(pod["spec"])
         if refused:
             return "FieldNotAllowed", f"the provider's terms refuse pod spec fields: {', '.join(refused)}"
@@ -491,11 +539,11 @@ class ShadowPodController:
             return None
         requests = quantities.pod_requests(pod["spec"])
         # Before the quota: a pod no node can hold never runs, however much of the quota is free later.
-        if beyond := self.offers.beyond_every_node(tenant_namespace(consumer), requests):
-            return "Infeasible", f"no node of this provider the tenant's pods may use can hold it: {'; '.join(beyond)}"
-        exceeded = self.offers.admit(key, consumer, requests)
+        if beyond := self.offers.beyond_every_node(tenant_namespace(consumer), requests, pool):
+            return "Infeasible", f"no node of this provider {_whose(pool)} may use can hold it: {'; '.join(beyond)}"
+        exceeded = self.offers.admit(key, consumer, requests, pool)
         if exceeded:
-            return "QuotaExceeded", f"exceeds the quota of tenant {consumer} on this provider: {'; '.join(exceeded)}"
+            return "QuotaExceeded", f"exceeds the quota of {_bucket(consumer, pool)}: {'; '.join(exceeded)}"
         return None
 
     def _tenant_terms(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms]:
@@ -504,19 +552,24 @@ class ShadowPodController:
         terms = self.offers.terms(tenant_namespace(consumer)) if consumer else TenantTerms()
         return consumer, enforced, terms
 
-    def _tenant_pod(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms, dict]:
-        """(tenant, the twin's enforced level, the tenant's terms, the Pod its terms make of the ShadowPod)."""
+    def _tenant_pod(self, shadow: dict) -> tuple[str | None, str | None, TenantTerms, str | None, dict]:
+        """(tenant, the twin's enforced level, the tenant's terms, the pool of the ShadowPod's pod, the Pod its terms
+        make of the ShadowPod: with the pool's placement, or the tenant's for a pod of no pool or of one not lent,
+        which is refused)."""
         consumer, enforced, terms = self._tenant_terms(shadow)
-        # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level.
-        pod = pod_from_shadow(shadow, terms.placement, consumer, terms if consumer else None)
-        return consumer, enforced, terms, pod
+        # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level, no pool.
+        pool = pool_of(shadow) if consumer else None
+        lent = terms.pool(pool) if pool is not None else None
+        placement = lent.placement if lent is not None else terms.placement
+        pod = pod_from_shadow(shadow, placement, consumer, terms if consumer else None, pool)
+        return consumer, enforced, terms, pool, pod
 
     async def _create_pod(self, shadow: dict) -> float | None:
         meta = shadow["metadata"]
         key = (meta["namespace"], meta["name"])
-        consumer, enforced, terms, pod = self._tenant_pod(shadow)
+        consumer, enforced, terms, pool, pod = self._tenant_pod(shadow)
         foreign = foreign_namespace(shadow, self._twin_annotations(meta["namespace"]))
-        refusal = ("ForeignNamespace", foreign) if foreign else self._refusal(key, consumer, terms, enforced, pod)
+        refusal = ("ForeignNamespace", foreign) if foreign else self._refusal(key, consumer, terms, enforced, pod, pool)
         if refusal is not None:
             self._refused.setdefault(consumer, set()).add(key)
             await self._report_refusal(shadow, *refusal)
