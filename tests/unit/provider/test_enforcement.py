@@ -178,3 +178,19 @@ def test_a_canary_the_api_refuses_is_reported_as_such_and_the_round_goes_on():
         _canary(provider)
 
     run(scenario)
+
+
+def test_a_tenants_enforcement_condition_is_its_weakest_placements_its_pools_included():
+    from catamaran.provider.offers import weakest_enforcement
+
+    enforced = {"type": "NetworkPolicyEnforced", "status": "True", "reason": "Enforced", "message": "ok"}
+    unknown = {**enforced, "status": "Unknown", "reason": "CanaryPending", "message": "starting"}
+    refused = {**enforced, "status": "False", "reason": "NotEnforced", "message": "open"}
+    assert weakest_enforcement([(None, None), ("gpu", refused)]) is None, "its own placement not probed yet"
+    assert weakest_enforcement([(None, enforced), ("gpu", None)]) == enforced
+    assert weakest_enforcement([(None, enforced), ("a", unknown), ("b", refused)]) == {
+        **refused,
+        "message": "pool b: open",
+    }
+    assert weakest_enforcement([(None, unknown), ("gpu", unknown)]) == unknown
+    assert weakest_enforcement([(None, refused), ("gpu", unknown)]) == refused

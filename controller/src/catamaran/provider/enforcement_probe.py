@@ -120,11 +120,12 @@ class EnforcementProbe:
                 pass
 
     def _placements(self) -> dict[str, Placement]:
-        """Each distinct placement of the tenants that have a twin namespace here, by key."""
+        """Each distinct placement of the tenants that have a twin namespace here, and of their node pools, by key."""
         placements = {}
         for _, namespace in self.offers.tenants.cache:
-            placement = self.offers.placement(namespace)
-            placements[_key(placement)] = placement
+            terms = self.offers.terms(namespace)
+            for placement in (terms.placement, *(pool.placement for pool in terms.pools)):
+                placements[_key(placement)] = placement
         return placements
 
     async def round(self) -> None:

@@ -334,6 +334,22 @@ def pool_status(
     return {"name": pool.name, **placement_status(nodes, pods, tenant, pool.placement), **quota_status(cap, used)}
 
 
+def weakest_enforcement(conditions: list[tuple[str | None, dict | None]]) -> dict | None:
+    """The tenant's NetworkPolicyEnforced: its own placement's condition unless one of its pools' placements is worse
+    (False, then Unknown), which is shown naming the pool; None until its own placement has been probed."""
+    own = conditions[0][1]
+    rank = {"False": 0, "Unknown": 1}
+    worst = min(
+        ((pool, c) for pool, c in conditions if c is not None and c.get("status") in rank),
+        key=lambda found: rank[found[1]["status"]],
+        default=None,
+    )
+    if own is None or worst is None or worst[0] is None or rank.get(own.get("status"), 2) <= rank[worst[1]["status"]]:
+        return own
+    pool, condition = worst
+    return {**condition, "message": f"pool {pool}: {condition.get('message', '')}"}
+
+
 class ResourceOfferController:
     name = "resourceoffers"
 
@@ -482,7 +498,8 @@ class ResourceOfferController:
         status = offer_status(self.nodes.cache, self.pods.cache, tenant, terms.placement)
         # Where the tenant's EndpointSlices may point (its reflection filters to them; admission enforces them).
         status["endpointRanges"], _ = tenant_terms.endpoint_ranges(terms.consumer_pod_cidrs, self.pod_cidrs())
-        enforced = self.network_policy_condition(terms.placement)
+        placements = [(None, terms.placement), *((pool.name, pool.placement) for pool in terms.pools)]
+        enforced = weakest_enforcement([(pool, self.network_policy_condition(p)) for pool, p in placements])
         status["conditions"] = [enforced] if enforced is not None else []
         status.update(quota_status(self.quota(namespace), self.ledger.used(tenant)))
         # A list: a merge patch replaces it whole, so every pool is written each time.
