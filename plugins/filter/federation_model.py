@@ -14,8 +14,8 @@ description:
   - Reads every inventory host of the given list as a cluster (C(catamaran_cluster_id), C(catamaran_kubeconfig),
     C(catamaran_context), C(catamaran_cluster_labels), C(catamaran_api_server), C(catamaran_provider_reflection),
     C(catamaran_allowed_pod_security), C(catamaran_tenant_allowances), C(catamaran_network),
-    C(catamaran_home_api_server), C(catamaran_peerings), C(catamaran_offloaded_namespaces),
-    C(catamaran_offloading_policies)) and returns the validated federation.
+    C(catamaran_cordoned_tenants), C(catamaran_cordoned_pools), C(catamaran_home_api_server), C(catamaran_peerings),
+    C(catamaran_offloaded_namespaces), C(catamaran_offloading_policies)) and returns the validated federation.
   - C(catamaran_offloading_policies) offload every namespace whose labels match, each with the options of
     M(catamaran.federation.namespace_offloading_policy) (C(name), C(namespace_selector), C(pod_offloading_strategy),
     C(namespace_mapping_strategy), C(cluster_selector)).
@@ -53,6 +53,16 @@ description:
   - A provider's C(catamaran_cordoned_tenants) maps a consumer's cluster id to C(state) (V(cordoned) by default,
     V(drained) or V(uncordoned)) and an optional C(reason); that consumer's peering passes it as
     O(catamaran.federation.peering#module:cordon), so the provider stops lending without un-peering.
+  - A peering's C(pools) splits its provider into node pools, each a virtual node C(catamaran-<provider>.<pool>) of
+    the consumer, with the keys of O(catamaran.federation.peering#module:pools) but C(cordon) (C(name),
+    C(provider_node_selector), C(provider_tolerations), C(sharing_percentage), by default the peering's,
+    C(node_labels), C(node_taints)); at most 16, each name a DNS-1123 label of at most 20 characters listed once, whose
+    virtual node's name fits the 63 characters of a C(kubernetes.io/hostname) label.
+  - A provider's C(catamaran_cordoned_pools) maps a consumer's cluster id to its pools by name, each to C(state)
+    (V(cordoned) by default, V(drained) or V(uncordoned)) and an optional C(reason), as C(catamaran_cordoned_tenants)
+    does for a whole tenant; that pool of the consumer's peering passes it as
+    O(catamaran.federation.peering#module:pools[].cordon). A pool it names that the consumer's peering with it does
+    not declare (or a consumer that does not peer with it) is an error naming the pool.
   - A peering's resource-reflection settings are the provider's C(catamaran_provider_reflection) overridden key by key
     (per kind and per field of a kind; lists replace) by the peering's own C(reflection); both take the suboptions
     of O(catamaran.federation.peering#module:reflection).
@@ -68,8 +78,11 @@ description:
     value (cluster labels, C(node_labels), C(provider_node_selector)), an invalid C(node_taints) entry (key, value
     or effect invalid, a key and effect listed twice, Catamaran's own taint), a C(pod_cidr_remap) or an entry of
     C(pod_cidrs) that is not a CIDR,
-    health-check numbers below 1, unknown keys in any mapping (peerings, C(health_check), tolerations, taints,
-    offloaded namespaces, offloading policies), an offloading policy without a name or with an empty C(namespace_selector),
+    health-check numbers below 1, unknown keys in any mapping (peerings, pools, C(health_check), tolerations, taints,
+    offloaded namespaces, offloading policies), an invalid pool (a name that is no DNS-1123 label of at most 20
+    characters or is listed twice, more than 16 pools, a virtual node name longer than 63 characters, a pool's
+    placement, share, labels or taints invalid as the peering's, a C(cordon) written in the consumer's entry), an
+    offloading policy without a name or with an empty C(namespace_selector),
     invalid reflection settings (an unknown kind, a policy other than DenyList or AllowList, workers
     outside 0-64), invalid provider terms (an unknown Service type or twin-name policy, a load-balancer, priority,
     storage or Ingress class that is not a valid name, an annotation key or Ingress host pattern that is not a valid
@@ -114,8 +127,12 @@ _value:
       C(allowances).
     - C(peerings) maps each consumer id to its resolved peerings, each holding the provider's connection and the
       ForeignCluster and ResourceOffer settings (C(reflection) merged as described above, V({}) when nothing is
-      set; C(pod_security) and C(credential_lifetime) with their defaults; the other provider terms only where
+      set; C(pod_security) and C(credential_lifetime) with their defaults; C(pools), V([]) without pools, each
+      with its share and, where the provider cordons it, its C(cordon); the other provider terms only where
       set).
+    - C(pools) maps each consumer id to its providers' ids, each to the names of the peering's pools, as the
+      P(catamaran.federation.controller#role) role's
+      O(catamaran.federation.controller#role:main:controller_virtual_kubelet_pools) takes them.
     - C(offloadings) maps each consumer id to its offloaded namespaces.
     - C(offloading_policies) maps each consumer id to its offloading policies.
     - C(hosts) maps each inventory host to its cluster id.
@@ -159,6 +176,7 @@ CLUSTER_VARIABLES = (
     "catamaran_tenant_allowances",
     "catamaran_network",
     "catamaran_cordoned_tenants",
+    "catamaran_cordoned_pools",
     "catamaran_home_api_server",
     "catamaran_peerings",
     "catamaran_offloaded_namespaces",
@@ -183,7 +201,11 @@ PEERING_KEYS = {
     "reflection",
     "pod_security",
     "credential_lifetime",
+    "pools",
 } | set(validation.TERMS_OPTIONS)
+# A pool of a peering takes the peering module's pool options but its cordon, which is the provider's to set
+# (catamaran_cordoned_pools).
+POOL_KEYS = tuple(field for field in validation.POOL_FIELDS if field != "cordon")
 TOLERATION_KEYS = ("key", "operator", "value", "effect", "toleration_seconds")
 # What a provider lends unless its inventory says more: never privileged by default.
 DEFAULT_ALLOWED_POD_SECURITY = ("restricted", "baseline")
@@ -460,6 +482,35 @@ def _cordoned_tenants(host, variables):
     return tenants
 
 
+def _cordoned_pools(host, variables):
+    """catamaran_cordoned_pools: consumer cluster id -> pool name -> its cordon (state, reason), as the provider
+    declares it for the pools it lends that consumer."""
+    where = "host %s: catamaran_cordoned_pools" % host
+    given = variables.get("catamaran_cordoned_pools") or {}
+    if not isinstance(given, dict):
+        raise AnsibleFilterError(
+            "%s must be a mapping of consumer cluster ids to mappings of pool names, got %r" % (where, given)
+        )
+    cordoned = {}
+    for consumer_id, pools in given.items():
+        here = "%s.%s" % (where, consumer_id)
+        _label(consumer_id, here)
+        pools = pools or {}
+        if not isinstance(pools, dict):
+            raise AnsibleFilterError(
+                "%s must be a mapping of pool names to cordons (state, reason), got %r" % (here, pools)
+            )
+        for name, cordon in pools.items():
+            there = "%s.%s" % (here, name)
+            _checked(validation.pool_name, name, there)
+            cordon = _checked(validation.pool_cordon, cordon or {}, there)
+            reason = cordon.get("reason")
+            cordoned.setdefault(consumer_id, {})[name] = dict(
+                state=cordon.get("state", "cordoned"), **({"reason": reason} if reason else {})
+            )
+    return cordoned
+
+
 # A cluster's fields, each read from its variables on its own so that every wrong one is reported.
 CLUSTER_FIELDS = (
     ("id", lambda host, v: _label(v.get("catamaran_cluster_id", host), "host %s: catamaran_cluster_id" % host)),
@@ -471,6 +522,7 @@ CLUSTER_FIELDS = (
     ("allowances", _tenant_allowances),
     ("network", _network),
     ("cordoned_tenants", _cordoned_tenants),
+    ("cordoned_pools", _cordoned_pools),
     ("home_api_server", _home_api_server),
     (
         "reflection",
@@ -490,6 +542,36 @@ def _cluster(host, variables, errors):
         except AnsibleFilterError as error:
             errors.append(str(error))
     return cluster if len(cluster) == len(CLUSTER_FIELDS) + 1 else None
+
+
+def _pools(entry, consumer, provider, sharing, where):
+    """A peering's node pools, checked as the peering module checks them, each with the peering's share unless it
+    sets its own and with the cordon its provider declares for it (catamaran_cordoned_pools)."""
+    where += ": pools"
+    given = entry.get("pools")
+    for index, pool in enumerate(given if isinstance(given, list) else []):
+        if isinstance(pool, dict) and "cordon" in pool:
+            raise AnsibleFilterError(
+                "%s[%d]: a pool's cordon is its provider's to set: in host %s's catamaran_cordoned_pools, under %s and "
+                "the pool's name" % (where, index, provider["host"], consumer["id"])
+            )
+    _checked(lambda pools, here: validation.pools(pools, provider["id"], here, POOL_KEYS), given, where)
+    cordons = provider["cordoned_pools"].get(consumer["id"]) or {}
+    resolved = []
+    for pool in given or []:
+        name = pool["name"]
+        resolved.append(
+            dict(
+                name=name,
+                provider_node_selector=dict(pool.get("provider_node_selector") or {}),
+                provider_tolerations=list(pool.get("provider_tolerations") or []),
+                sharing_percentage=pool.get("sharing_percentage", sharing),
+                node_labels=dict(pool.get("node_labels") or {}),
+                node_taints=list(pool.get("node_taints") or []),
+                **({"cordon": cordons[name]} if name in cordons else {}),
+            )
+        )
+    return resolved
 
 
 def _peering(consumer, entry, clusters, where, broken=()):
@@ -550,6 +632,7 @@ def _peering(consumer, entry, clusters, where, broken=()):
     )
     _checked(validation.peering_terms, entry, where + ": ")
     _within_allowances(entry, provider, where)
+    pools = _pools(entry, consumer, provider, sharing, where)
     return dict(
         provider_id=provider_id,
         kubeconfig=provider["kubeconfig"],
@@ -568,6 +651,7 @@ def _peering(consumer, entry, clusters, where, broken=()):
         reflection=reflection.merge(provider["reflection"], settings),
         pod_security=pod_security,
         credential_lifetime=lifetime,
+        pools=pools,
         **(
             {"cordon": provider["cordoned_tenants"][consumer["id"]]}
             if consumer["id"] in provider["cordoned_tenants"]
@@ -681,6 +765,45 @@ def _unknown_variables(hostvars, hosts):
     return errors
 
 
+def _undeclared_cordoned_pools(clusters, peerings, unresolved):
+    """One error per pool a provider cordons (catamaran_cordoned_pools) that the consumer's peering with it does not
+    declare; consumers whose own entries are wrong (`unresolved`) are left to their errors."""
+    errors = []
+    for provider_id, provider in sorted(clusters.items()):
+        for consumer_id, cordoned in sorted(provider["cordoned_pools"].items()):
+            where = "host %s: catamaran_cordoned_pools.%s" % (provider["host"], consumer_id)
+            if consumer_id in unresolved:
+                continue
+            if consumer_id not in clusters:
+                errors.append(
+                    "%s: no cluster with id %r in the inventory (known: %s)"
+                    % (where, consumer_id, ", ".join(sorted(clusters)))
+                )
+                continue
+            peering = [entry for entry in peerings[consumer_id] if entry["provider_id"] == provider_id]
+            if not peering:
+                errors.append(
+                    "%s: cluster %s (host %s) does not peer with %s, so it has no pool %s to cordon"
+                    % (where, consumer_id, clusters[consumer_id]["host"], provider_id, ", ".join(sorted(cordoned)))
+                )
+                continue
+            declared = [pool["name"] for pool in peering[0]["pools"]]
+            for name in sorted(set(cordoned) - set(declared)):
+                errors.append(
+                    "%s.%s: the peering of %s (host %s) with %s declares no pool %s (%s)"
+                    % (
+                        where,
+                        name,
+                        consumer_id,
+                        clusters[consumer_id]["host"],
+                        provider_id,
+                        name,
+                        "its pools: %s" % ", ".join(declared) if declared else "it declares no pools",
+                    )
+                )
+    return errors
+
+
 def _failure(errors):
     if len(errors) == 1:
         return AnsibleFilterError(errors[0])
@@ -704,6 +827,7 @@ def federation_model(hostvars, hosts):
             continue
         clusters[cluster["id"]] = cluster
     peerings, offloadings, policies = {}, {}, {}
+    unresolved = set(broken)  # clusters whose peerings are not all resolved
     for cluster_id, cluster in sorted(clusters.items()):
         host = cluster["host"]
         variables = hostvars[host]
@@ -718,6 +842,8 @@ def federation_model(hostvars, hosts):
             errors,
         )
         peering_errors = len(errors) > before
+        if peering_errors:
+            unresolved.add(cluster_id)
         peerings[cluster_id] = resolved
         namespaces = _entries(
             host,
@@ -746,6 +872,7 @@ def federation_model(hostvars, hosts):
             )
         offloadings[cluster_id] = namespaces
         policies[cluster_id] = selecting
+    errors.extend(_undeclared_cordoned_pools(clusters, peerings, unresolved))
     if errors:
         raise _failure(errors)
     hosts_to_ids = dict((cluster["host"], cluster_id) for cluster_id, cluster in clusters.items())
@@ -753,6 +880,10 @@ def federation_model(hostvars, hosts):
         clusters=clusters,
         hosts=hosts_to_ids,
         peerings=peerings,
+        pools=dict(
+            (cluster_id, dict((entry["provider_id"], [pool["name"] for pool in entry["pools"]]) for entry in resolved))
+            for cluster_id, resolved in peerings.items()
+        ),
         offloadings=offloadings,
         offloading_policies=policies,
     )

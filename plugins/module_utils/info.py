@@ -87,8 +87,41 @@ def managed_report(cluster, catamaran_crds):
     )
 
 
+def node_report(name, node):
+    """A virtual node's name, whether it exists, its readiness, whether it is cordoned and its resources."""
+    status = (node or {}).get("status") or {}
+    return dict(
+        name=name,
+        exists=node is not None,
+        ready=condition(node, "Ready").get("status") == "True",
+        unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
+        capacity=status.get("capacity") or {},
+        allocatable=status.get("allocatable") or {},
+    )
+
+
+def pools_report(provider_id, spec, nodes):
+    """The peering's node pools: those its ForeignCluster sets (spec.pools) and those that have a virtual node
+    (catamaran-<provider>.<pool>; the provider's offer decides which exist), each with its node, sorted by name."""
+    settings = dict((pool.get("name"), pool) for pool in spec.get("pools") or [] if pool.get("name"))
+    prefix = virtual_node_name(provider_id) + "."
+    names = set(settings) | set(name[len(prefix) :] for name in nodes if name.startswith(prefix))
+    report = []
+    for pool in sorted(names):
+        node_name = virtual_node_name(provider_id, pool)
+        report.append(
+            dict(
+                name=pool,
+                node_labels=settings.get(pool, {}).get("nodeLabels") or {},
+                node_taints=settings.get(pool, {}).get("nodeTaints") or [],
+                virtual_node=node_report(node_name, nodes.get(node_name)),
+            )
+        )
+    return report
+
+
 def peerings_report(cluster):
-    """ForeignClusters on a consumer with their virtual nodes' readiness and resources."""
+    """ForeignClusters on a consumer with their virtual nodes' (and pools' nodes') readiness and resources."""
     if not cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "foreignclusters.%s" % CORE_GROUP):
         return []
     foreigns = cluster.list(FOREIGN_CLUSTER_API, "ForeignCluster", namespace=SYSTEM_NAMESPACE)
@@ -98,10 +131,9 @@ def peerings_report(cluster):
     report = []
     for foreign in foreigns:
         spec = foreign.get("spec") or {}
-        node_name = virtual_node_name(spec.get("clusterID", foreign["metadata"]["name"]))
-        node = nodes.get(node_name)
+        provider_id = spec.get("clusterID", foreign["metadata"]["name"])
+        node_name = virtual_node_name(provider_id)
         ready = condition(foreign, "Ready")
-        node_ready = condition(node, "Ready")
         report.append(
             dict(
                 provider_id=spec.get("clusterID"),
@@ -113,14 +145,8 @@ def peerings_report(cluster):
                 reason=ready.get("reason"),
                 message=ready.get("message"),
                 managed_by_ansible=(foreign["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY,
-                virtual_node=dict(
-                    name=node_name,
-                    exists=node is not None,
-                    ready=node_ready.get("status") == "True",
-                    unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
-                    capacity=((node or {}).get("status") or {}).get("capacity") or {},
-                    allocatable=((node or {}).get("status") or {}).get("allocatable") or {},
-                ),
+                virtual_node=node_report(node_name, nodes.get(node_name)),
+                pools=pools_report(provider_id, spec, nodes),
             )
         )
     return sorted(report, key=lambda entry: entry["name"])

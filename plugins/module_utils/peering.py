@@ -40,7 +40,6 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     OFFLOADING_GROUP,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
-    TAINT_EFFECTS,
     TENANT_CREDENTIAL_SECRET,
     TENANT_PRIORITY_CLASS,
     TYPE_VIRTUAL_NODE,
@@ -75,10 +74,10 @@ PROVIDER_CRDS = tuple("%s.%s" % (p, OFFLOADING_GROUP) for p in ("shadowpods", "t
 TOKEN_PLACEHOLDER = "issued-by-the-provider-on-apply"
 
 
-TOLERATION_OPERATORS = ("Equal", "Exists")
 MAX_POD_CIDRS = 8  # as many as the ForeignCluster's spec.networking.podCIDRs holds
 CONSENT_FIELD = ("spec", "networking", "podCIDRs")
 RESOURCE_OFFER_CRD = "resourceoffers.%s" % OFFLOADING_GROUP
+POOLS_FIELD = ("spec", "pools")
 # Terms a release added to the ResourceOffer, and what they are the terms of (for the plan of an upgrade).
 ADDED_TERMS_FIELDS = (
     (("spec", "pods"), "the tenant's pods"),
@@ -87,24 +86,8 @@ ADDED_TERMS_FIELDS = (
     (("spec", "isolation"), "the tenant's network"),
     (("spec", "consumerAPIServer"), "the tenant's network (the consumer's API server)"),
     (("spec", "cordon"), "the tenant's cordon"),
+    (POOLS_FIELD, "the tenant's node pools"),
 )
-
-
-def check_toleration(toleration, where):
-    """A toleration as the API accepts it, refused here before anything is applied."""
-    if not isinstance(toleration, dict):
-        raise InvalidInput("%s must be a mapping, got %r" % (where, toleration))
-    operator = toleration.get("operator") or "Equal"
-    if operator not in TOLERATION_OPERATORS:
-        raise InvalidInput("%s.operator must be one of %s, got %r" % (where, ", ".join(TOLERATION_OPERATORS), operator))
-    if toleration.get("effect") and toleration["effect"] not in TAINT_EFFECTS:
-        raise InvalidInput(
-            "%s.effect must be one of %s, got %r" % (where, ", ".join(TAINT_EFFECTS), toleration["effect"])
-        )
-    if operator == "Exists" and toleration.get("value"):
-        raise InvalidInput("%s: operator Exists takes no value" % where)
-    if operator == "Equal" and not toleration.get("key"):
-        raise InvalidInput("%s: operator Equal needs a key" % where)
 
 
 def api_toleration(toleration):
@@ -116,6 +99,61 @@ def api_toleration(toleration):
 def api_taint(taint):
     """A module taint as the ForeignCluster's spec.nodeTaints holds it (no unset value)."""
     return dict((key, taint[key]) for key in ("key", "value", "effect") if taint.get(key) is not None)
+
+
+def api_cordon(cordon):
+    """A cordon option as the ResourceOffer holds it ({drain, reason}), or None when it lends all (uncordoned)."""
+    if not cordon or cordon.get("state", "cordoned") == "uncordoned":
+        return None
+    written = {"drain": cordon.get("state") == "drained"}
+    if cordon.get("reason"):
+        written["reason"] = cordon["reason"]
+    return written
+
+
+def offer_pools(params):
+    """The provider's terms of each pool (ResourceOffer spec.pools), in the order given: its placement (which replaces
+    the tenant's for the pool's pods), its share (unset, the peering's) and its cordon; [] without pools."""
+    sharing = params.get("sharing_percentage")
+    written = []
+    for pool in params.get("pools") or []:
+        entry = {"name": pool["name"]}
+        if pool.get("provider_node_selector"):
+            entry["nodeSelector"] = dict(pool["provider_node_selector"])
+        if pool.get("provider_tolerations"):
+            entry["tolerations"] = [api_toleration(t) for t in pool["provider_tolerations"]]
+        entry["sharingPercentage"] = (
+            pool["sharing_percentage"]
+            if pool.get("sharing_percentage") is not None
+            else (DEFAULT_SHARING_PERCENTAGE if sharing is None else sharing)
+        )
+        cordon = api_cordon(pool.get("cordon"))
+        if cordon:
+            entry["cordon"] = cordon
+        written.append(entry)
+    return written
+
+
+def foreign_pools(params):
+    """The consumer's settings of each pool's virtual node (ForeignCluster spec.pools): labels and taints besides the
+    peering's; [] without pools."""
+    written = []
+    for pool in params.get("pools") or []:
+        entry = {"name": pool["name"]}
+        if pool.get("node_labels"):
+            entry["nodeLabels"] = dict(pool["node_labels"])
+        if pool.get("node_taints"):
+            entry["nodeTaints"] = [api_taint(t) for t in pool["node_taints"]]
+        written.append(entry)
+    return written
+
+
+def virtual_nodes(provider_id, params):
+    """The peering's virtual nodes: its pools' (catamaran-<provider>.<pool>) when it has pools, else its one node."""
+    pools = params.get("pools") or []
+    if pools:
+        return [virtual_node_name(provider_id, pool["name"]) for pool in pools]
+    return [virtual_node_name(provider_id)]
 
 
 def terms(params):
@@ -209,9 +247,8 @@ class Peering:
         sharing = params.get("sharing_percentage")
         if sharing is not None and not 1 <= sharing <= 100:
             raise InvalidInput("sharing_percentage must be between 1 and 100, got %s" % sharing)
-        for index, toleration in enumerate(params.get("provider_tolerations") or []):
-            check_toleration(toleration, "provider_tolerations[%d]" % index)
         try:
+            validation.tolerations(params.get("provider_tolerations"), "provider_tolerations")
             validation.labels(params.get("node_labels"), "node_labels")
             validation.taints(params.get("node_taints"), "node_taints")
             validation.labels(params.get("provider_node_selector"), "provider_node_selector")
@@ -232,6 +269,7 @@ class Peering:
             validation.peering_terms(params)
             if params.get("cordon"):
                 validation.cordon(params["cordon"], "cordon")
+            validation.pools(params.get("pools"), provider_id, "pools")
             agreed = terms(params)
             validation.pod_security(agreed["podSecurity"], "pod_security")
             validation.credential_lifetime(agreed["credentialLifetimeSeconds"], "credential_lifetime")
@@ -264,6 +302,17 @@ class Peering:
                     raise InvalidInput(message)
                 # A plan of a new federation: the crds role's dry run installed nothing, so plan as if it had.
                 self.module.ansible.warn(message + "; the plan assumes they are installed first")
+        if params.get("pools") and not self.module.check_mode:
+            # An API server prunes a field its CRD does not declare: the pools would be dropped without a word.
+            for cluster, crd in ((self.provider, RESOURCE_OFFER_CRD), (self.consumer, FOREIGN_CLUSTER_CRD)):
+                if cluster.get(CRD_API, "CustomResourceDefinition", crd) and not crds.serves_field(
+                    cluster, crd, POOLS_FIELD
+                ):
+                    raise InvalidInput(
+                        "%s: its CRD %s has no spec.pools, so the pools %s would be dropped: upgrade Catamaran's "
+                        "CRDs first (catamaran.federation.crds)"
+                        % (cluster.label, crd, ", ".join(pool["name"] for pool in params["pools"]))
+                    )
         existing = self.provider.get("v1", "Namespace", self.tenant_namespace)
         labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
         if existing and labels.get(LABEL_MANAGED_BY) != MANAGED_BY_CATAMARAN:
@@ -412,7 +461,18 @@ class Peering:
                 "data": {"kubeconfig": base64.b64encode(yaml.safe_dump(credential).encode()).decode()},
             },
         )
-        changes.apply(self.consumer, self.foreign_cluster(params, labels, foreign_networking))
+        foreign = self.foreign_cluster(params, labels, foreign_networking)
+        if (
+            "pools" in foreign["spec"]
+            and changes.check_mode
+            and not crds.serves_field(self.consumer, FOREIGN_CLUSTER_CRD, POOLS_FIELD)
+        ):
+            del foreign["spec"]["pools"]
+            changes.note(
+                "%s: write the settings of the node pools' virtual nodes (spec.pools) once its ForeignCluster CRD "
+                "serves them (the crds step of the same run upgrades it; a check-mode run cannot)" % self.consumer.label
+            )
+        changes.apply(self.consumer, foreign)
 
     def resource_offer(self, params, consumer_pod_cidrs=(), network=None):
         """The tenant's placement and terms on the provider: the manager reads it, the tenant may only read it.
@@ -432,11 +492,13 @@ class Peering:
         if params.get("home_api_server"):
             # Where the tenant's pods reach it: the provider's manager lets them (the twins' NetworkPolicy).
             spec["consumerAPIServer"] = params["home_api_server"]
-        cordon = params.get("cordon")
-        if cordon and cordon.get("state", "cordoned") != "uncordoned":
-            spec["cordon"] = {"drain": cordon.get("state") == "drained"}
-            if cordon.get("reason"):
-                spec["cordon"]["reason"] = cordon["reason"]
+        cordon = api_cordon(params.get("cordon"))
+        if cordon:
+            spec["cordon"] = cordon
+        # Without pools, no field at all: the apply then removes the pools an earlier run wrote.
+        pools = offer_pools(params)
+        if pools:
+            spec["pools"] = pools
         return {
             "apiVersion": OFFLOADING_API,
             "kind": "ResourceOffer",
@@ -478,6 +540,9 @@ class Peering:
         reflected = reflection.spec(params.get("reflection"))
         if reflected:
             spec["reflection"] = reflected
+        pools = foreign_pools(params)
+        if pools:
+            spec["pools"] = pools
         return {
             "apiVersion": FOREIGN_CLUSTER_API,
             "kind": "ForeignCluster",
@@ -519,9 +584,10 @@ class Peering:
         self.module.hide(token, secret["data"]["token"])
         return token
 
-    def wait_ready(self, timeout, fabric=False):
-        """Until the virtual node is Ready and, in the fabric, the provider's pod ranges as the consumer sees them
-        are known (the consumer's other fabric peerings announce them to their providers)."""
+    def wait_ready(self, timeout, fabric=False, nodes=None):
+        """Until the virtual nodes (`nodes`, by default the one pool-less node) are Ready and, in the fabric, the
+        provider's pod ranges as the consumer sees them are known (the consumer's other fabric peerings announce them
+        to their providers). One deadline for all."""
         deadline = time.monotonic() + timeout
 
         def ready(node):
@@ -531,11 +597,18 @@ class Peering:
         def ranges_known(foreign):
             return bool((((foreign or {}).get("status") or {}).get("network") or {}).get("remotePodCIDRs"))
 
-        done, node = self.consumer.watch_until("v1", "Node", self.node_name, None, ready, timeout)
+        def left():
+            return max(1, int(deadline - time.monotonic()))
+
+        waiting = None
+        for name in nodes or [self.node_name]:
+            if not self.consumer.watch_until("v1", "Node", name, None, ready, left())[0]:
+                waiting = name
+                break
+        done = waiting is None
         if done and fabric:
-            left = max(1, int(deadline - time.monotonic()))
             done = self.consumer.watch_until(
-                FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE, ranges_known, left
+                FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE, ranges_known, left()
             )[0]
         if not done:
             foreign = self.consumer.get(FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
@@ -547,11 +620,16 @@ class Peering:
                 )
                 or "no status yet (is its virtual kubelet running?)"
             )
-            raise InvalidInput(
-                "%s: virtual node %s is not Ready after %ss; ForeignCluster %s: %s"
-                % (self.consumer.label, self.node_name, timeout, self.provider_id, why)
+            what = (
+                "virtual node %s is not Ready" % waiting
+                if waiting
+                else "the pod ranges of %s are not known (ForeignCluster status.network.remotePodCIDRs)"
+                % self.provider_id
             )
-        return node
+            raise InvalidInput(
+                "%s: %s after %ss; ForeignCluster %s: %s" % (self.consumer.label, what, timeout, self.provider_id, why)
+            )
+        return True
 
     # -- absent --------------------------------------------------------------------------------
     def absent(self, drain_timeout, wait_timeout):
@@ -560,9 +638,11 @@ class Peering:
         forced, not_cleaned = [], []
         if self.consumer is None:
             not_cleaned.append(
-                "%s (unreachable): virtual node %s, its Lease and pods, ForeignCluster %s/%s and Secret %s/%s"
+                "%s (unreachable): virtual node %s (and the nodes of its pools, %s.<pool>), their Leases and pods, "
+                "ForeignCluster %s/%s and Secret %s/%s"
                 % (
                     self.consumer_id,
+                    self.node_name,
                     self.node_name,
                     SYSTEM_NAMESPACE,
                     self.provider_id,
@@ -573,10 +653,12 @@ class Peering:
             self._remove_tenant(changes, wait_timeout)
             self.fabric.remove(changes)
             return changes, forced, not_cleaned
-        node = self.consumer.get("v1", "Node", self.node_name)
-        if node is not None:
+        nodes = self._live_virtual_nodes()
+        names = [node["metadata"]["name"] for node in nodes]
+        for node in nodes:
             changes.patch(self.consumer, node, {"spec": {"unschedulable": True}})
-            forced = self._drain(changes, drain_timeout) if self.provider else self._drop_pods(changes)
+        if nodes:
+            forced = self._drain(changes, drain_timeout, names) if self.provider else self._drop_pods(changes, names)
         changes.delete(self.consumer, FOREIGN_CLUSTER_API, "ForeignCluster", self.provider_id, SYSTEM_NAMESPACE)
         changes.delete(self.consumer, "v1", "Secret", self.secret_name, SYSTEM_NAMESPACE)
         self.fabric.remove(changes)
@@ -587,18 +669,34 @@ class Peering:
                 "%s (unreachable): tenant namespace %s with its credential, and the twin namespaces and pods of "
                 "tenant %s" % (self.provider_id, self.tenant_namespace, self.consumer_id)
             )
-        if node is not None and not changes.check_mode:
-            # The virtual kubelet deletes its node when its ForeignCluster goes; without one, we do.
-            gone = self.consumer.watch_until("v1", "Node", self.node_name, None, lambda n: n is None, 30)[0]
-            if not gone:
-                changes.delete(self.consumer, "v1", "Node", self.node_name)
-                changes.delete(self.consumer, "coordination.k8s.io/v1", "Lease", self.node_name, NODE_LEASE_NAMESPACE)
-                forced.append("deleted virtual node %s (no virtual kubelet removed it)" % self.node_name)
+        if nodes and not changes.check_mode:
+            # The virtual kubelet deletes its nodes when its ForeignCluster goes; without one, we do.
+            deadline = time.monotonic() + 30
+            for name in names:
+                left = max(1, int(deadline - time.monotonic()))
+                if self.consumer.watch_until("v1", "Node", name, None, lambda n: n is None, left)[0]:
+                    continue
+                changes.delete(self.consumer, "v1", "Node", name)
+                changes.delete(self.consumer, "coordination.k8s.io/v1", "Lease", name, NODE_LEASE_NAMESPACE)
+                forced.append("deleted virtual node %s (no virtual kubelet removed it)" % name)
         return changes, forced, not_cleaned
 
-    def _drop_pods(self, changes):
+    def _live_virtual_nodes(self):
+        """The peering's virtual nodes on the consumer: the pool-less one and its pools' (catamaran-<provider>.<pool>;
+        a dot never appears in a cluster id, so no other peering's node has that prefix), whichever exist."""
+        found = {}
+        base = self.consumer.get("v1", "Node", self.node_name)
+        if base is not None:
+            found[self.node_name] = base
+        for node in self.consumer.list("v1", "Node", labels="%s=%s" % (LABEL_TYPE, TYPE_VIRTUAL_NODE)):
+            name = node["metadata"]["name"]
+            if name.startswith(self.node_name + "."):
+                found[name] = node
+        return [found[name] for name in sorted(found)]
+
+    def _drop_pods(self, changes, nodes):
         """The provider is gone: nothing can remove the remote copies, so release the local pods at once."""
-        pods = self._pods_on_node()
+        pods = self._pods_on(nodes)
         for pod in pods:
             meta = pod["metadata"]
             if not meta.get("deletionTimestamp"):
@@ -614,40 +712,53 @@ class Peering:
             return []
         return [
             "deleted %d pods on %s with grace period 0 (provider %s unreachable)"
-            % (len(pods), self.node_name, self.provider_id)
+            % (len(pods), ", ".join(nodes), self.provider_id)
         ]
 
-    @property
-    def _on_node(self):
-        return "spec.nodeName=%s" % self.node_name
+    @staticmethod
+    def _on_node(node):
+        return "spec.nodeName=%s" % node
 
-    def _pods_on_node(self):
-        return self.consumer.list("v1", "Pod", fields=self._on_node)
+    def _pods_on(self, nodes):
+        """The pods bound to these nodes, one list call per node (a field selector names one)."""
+        return [pod for node in nodes for pod in self.consumer.list("v1", "Pod", fields=self._on_node(node))]
 
-    def _drain(self, changes, timeout):
-        """Delete the pods on the virtual node; its virtual kubelet removes them remotely first."""
-        pods = self._pods_on_node()
+    def _drain(self, changes, timeout, nodes):
+        """Delete the pods on the virtual nodes; their virtual kubelet removes them remotely first. One deadline for
+        all the nodes."""
+        pods = self._pods_on(nodes)
         for pod in pods:
             meta = pod["metadata"]
             changes.delete(self.consumer, "v1", "Pod", meta["name"], meta["namespace"])
         if changes.check_mode or not pods:
             return []
-        drained, pods = self.consumer.watch_list_until(
-            "v1", "Pod", None, lambda items: not items, timeout, fields=self._on_node
-        )
-        if drained:
+        deadline = time.monotonic() + timeout
+        left_over = []
+        for node in nodes:
+            drained, remaining = self.consumer.watch_list_until(
+                "v1",
+                "Pod",
+                None,
+                lambda items: not items,
+                max(1, int(deadline - time.monotonic())),
+                fields=self._on_node(node),
+            )
+            if not drained:
+                left_over.append((node, remaining))
+        if not left_over:
             return []
-        # Nobody serves the node: remove the remote copies ourselves, then release the local pods.
+        # Nobody serves the nodes: remove the remote copies ourselves, then release the local pods.
         for namespace in self._tenant_namespaces():
             name = namespace["metadata"]["name"]
             for shadow in self.provider.list(OFFLOADING_API, "ShadowPod", namespace=name):
                 self.provider.delete(OFFLOADING_API, "ShadowPod", shadow["metadata"]["name"], name)
+        pods = [pod for _node, remaining in left_over for pod in remaining]
         for pod in pods:
             meta = pod["metadata"]
             self.consumer.delete("v1", "Pod", meta["name"], meta["namespace"], grace_period=0)
         return [
             "force-deleted %d pods on %s after %ss (remote copies removed directly)"
-            % (len(pods), self.node_name, timeout)
+            % (len(pods), ", ".join(node for node, _remaining in left_over), timeout)
         ]
 
     @property

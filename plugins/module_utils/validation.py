@@ -20,6 +20,9 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     DEFAULT_CONTAINER_LIMITS,
     DEFAULT_CONTAINER_REQUESTS,
     DEFAULT_OBJECT_QUOTA,
+    LABEL_POOL,
+    MAX_POOL_NAME,
+    MAX_POOLS,
     MAX_TERMINATION_GRACE_SECONDS,
     MIN_CREDENTIAL_LIFETIME_SECONDS,
     POD_SECURITY_LEVELS,
@@ -27,6 +30,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     TAINT_EFFECTS,
     TWIN_NAME_POLICIES,
     VIRTUAL_NODE_TAINT_KEY,
+    virtual_node_name,
 )
 
 # k8s.io/apimachinery validation: a qualified name is [prefix/]name, the prefix a DNS-1123 subdomain.
@@ -40,6 +44,12 @@ MAX_ISOLATION_ENTRIES = 32
 HEALTH_CHECK_FIELDS = ("period_seconds", "timeout_seconds", "failure_threshold")
 CONTAINER_DEFAULTS_FIELDS = ("requests", "limits")
 TAINT_FIELDS = ("key", "value", "effect")
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "toleration_seconds")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+# As many tolerations as the ResourceOffer's spec.tolerations (and each pool's) holds.
+MAX_TOLERATIONS = 32
+# A node's name is its kubernetes.io/hostname label, whose value holds at most 63 characters.
+MAX_NODE_NAME = 63
 
 
 class InvalidSetting(ValueError):
@@ -136,6 +146,42 @@ def taints(items, where):
         if (key, effect) in seen:
             raise InvalidSetting("%s: a taint with key %s and effect %s is listed before" % (here, key, effect))
         seen.add((key, effect))
+    return items
+
+
+def toleration(value, where):
+    """A toleration as the API accepts it (the option's snake_case keys: key, operator, value, effect,
+    toleration_seconds; unset ones None)."""
+    if not isinstance(value, dict):
+        raise InvalidSetting("%s must be a mapping, got %r" % (where, value))
+    known_keys(value, TOLERATION_FIELDS, where)
+    operator = value.get("operator") or "Equal"
+    if operator not in TOLERATION_OPERATORS:
+        raise InvalidSetting(
+            "%s.operator must be one of %s, got %r" % (where, ", ".join(TOLERATION_OPERATORS), operator)
+        )
+    if value.get("effect") and value["effect"] not in TAINT_EFFECTS:
+        raise InvalidSetting("%s.effect must be one of %s, got %r" % (where, ", ".join(TAINT_EFFECTS), value["effect"]))
+    if operator == "Exists" and value.get("value"):
+        raise InvalidSetting("%s: operator Exists takes no value" % where)
+    if operator == "Equal" and not value.get("key"):
+        raise InvalidSetting("%s: operator Equal needs a key" % where)
+    seconds = value.get("toleration_seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+        raise InvalidSetting("%s.toleration_seconds must be a whole number of seconds, got %r" % (where, seconds))
+    return value
+
+
+def tolerations(items, where):
+    """A list of tolerations (provider_tolerations), at most as many as the ResourceOffer holds."""
+    if items is None:
+        return []
+    if not isinstance(items, (list, tuple)):
+        raise InvalidSetting("%s must be a list of tolerations, got %r" % (where, items))
+    if len(items) > MAX_TOLERATIONS:
+        raise InvalidSetting("%s: at most %d tolerations, got %d" % (where, MAX_TOLERATIONS, len(items)))
+    for index, item in enumerate(items):
+        toleration(item, "%s[%d]" % (where, index))
     return items
 
 
@@ -450,3 +496,96 @@ def peering_terms(settings, where=""):
         if settings.get(option) is not None:
             check(settings[option], where + option)
     return settings
+
+
+# A node pool of a peering (docs/design.md, "Node pools"), as the peering module's O(pools) and an inventory's
+# catamaran_peerings entry write it; an inventory's pools take no cordon (the provider's catamaran_cordoned_pools).
+POOL_FIELDS = (
+    "name",
+    "provider_node_selector",
+    "provider_tolerations",
+    "sharing_percentage",
+    "node_labels",
+    "node_taints",
+    "cordon",
+)
+CORDON_FIELDS = ("state", "reason")
+
+
+def pool_name(name, where):
+    """A pool's name: a DNS-1123 label of at most MAX_POOL_NAME characters (it names a virtual node and a label)."""
+    if not isinstance(name, str) or len(name) > MAX_POOL_NAME or not DNS1123_LABEL.match(name):
+        raise InvalidSetting(
+            "%s: %r is not a pool name (a DNS-1123 label: lower-case letters, digits and '-', starting and ending "
+            "with a letter or digit, at most %d characters)" % (where, name, MAX_POOL_NAME)
+        )
+    return name
+
+
+def pool_node_name(provider_id, name, where):
+    """The pool's virtual node, catamaran-<provider>.<pool>: its name is its kubernetes.io/hostname label, so at most
+    MAX_NODE_NAME characters."""
+    node = virtual_node_name(provider_id, name)
+    if len(node) > MAX_NODE_NAME:
+        room = MAX_NODE_NAME - len(virtual_node_name(provider_id)) - 1
+        raise InvalidSetting(
+            "%s: the pool's virtual node %s would have %d characters, more than the %d of a kubernetes.io/hostname "
+            "label (with provider %s, a pool name of at most %d characters fits)"
+            % (where, node, len(node), MAX_NODE_NAME, provider_id, max(room, 0))
+        )
+    return node
+
+
+def sharing_percentage(value, where):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        raise InvalidSetting("%s must be an integer from 1 to 100, got %r" % (where, value))
+    return value
+
+
+def pool_cordon(settings, where):
+    """A pool's cordon: a mapping of state and reason, as the peering's cordon (validation.cordon)."""
+    if not isinstance(settings, dict):
+        raise InvalidSetting("%s must be a mapping (state, reason), got %r" % (where, settings))
+    known_keys(settings, CORDON_FIELDS, where)
+    return cordon(settings, where)
+
+
+def pools(items, provider_id, where, fields=POOL_FIELDS):
+    """A peering's node pools: at most MAX_POOLS, each a mapping of `fields` with a name of its own whose virtual node
+    name fits a hostname label, its placement (node selector, tolerations), share, node labels and taints checked as
+    the peering's own. Returns the list ([] when unset). Messages name the pool by position and, once it is valid,
+    by name."""
+    if items is None:
+        return []
+    if not isinstance(items, (list, tuple)):
+        raise InvalidSetting("%s must be a list of pools, got %r" % (where, items))
+    if len(items) > MAX_POOLS:
+        raise InvalidSetting("%s: at most %d pools per peering, got %d" % (where, MAX_POOLS, len(items)))
+    seen = {}
+    for index, pool in enumerate(items):
+        here = "%s[%d]" % (where, index)
+        if not isinstance(pool, dict):
+            raise InvalidSetting("%s must be a mapping with a name, got %r" % (here, pool))
+        known_keys(pool, fields, here)
+        if pool.get("name") is None:
+            raise InvalidSetting("%s: a pool needs a name" % here)
+        name = pool_name(pool["name"], here + ".name")
+        if name in seen:
+            listed = "%s[%d]" % (where.rsplit(": ", 1)[-1], seen[name])
+            raise InvalidSetting("%s: pool %s is listed before, as %s" % (here, name, listed))
+        seen[name] = index
+        here = "%s (pool %s)" % (here, name)
+        pool_node_name(provider_id, name, here)
+        if pool.get("sharing_percentage") is not None:
+            sharing_percentage(pool["sharing_percentage"], here + ".sharing_percentage")
+        labels(pool.get("provider_node_selector"), here + ".provider_node_selector")
+        tolerations(pool.get("provider_tolerations"), here + ".provider_tolerations")
+        node_labels = labels(pool.get("node_labels"), here + ".node_labels")
+        if LABEL_POOL in node_labels:
+            raise InvalidSetting(
+                "%s.node_labels: the virtual kubelet sets the label %s=%s itself; remove it" % (here, LABEL_POOL, name)
+            )
+        taints(pool.get("node_taints"), here + ".node_taints")
+        if pool.get("cordon") is not None:
+            pool_cordon(pool["cordon"], here + ".cordon")
+    return items

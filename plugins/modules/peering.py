@@ -582,6 +582,119 @@ options:
       reason:
         description: Why, shown to the consumer (at most 256 characters).
         type: str
+  pools:
+    description:
+      - Node pools of the provider lent to this consumer, each a virtual node of its own on the consumer, named
+        C(catamaran-<provider_id>.<pool>) and labelled C(catamaran.io/pool=<pool>) (docs/design.md, "Node pools").
+        With pools, the peering's virtual nodes are its pools' (RV(peering.virtual_nodes)); without, it has the one
+        node C(catamaran-<provider_id>).
+      - "The provider's terms of each pool are written to the tenant's ResourceOffer (C(spec.pools): C(name),
+        C(nodeSelector), C(tolerations), C(sharingPercentage), C(cordon)), which decides which pools exist; the
+        settings of each pool's virtual node to the ForeignCluster (C(spec.pools): C(name), C(nodeLabels),
+        C(nodeTaints))."
+      - A pod bound to a pool's node runs on the provider with the pool's placement, which replaces the peering's
+        (O(provider_node_selector), O(provider_tolerations)) for it, and counts against the pool's quota
+        (O(pools[].sharing_percentage) of the allocatable of the provider nodes that placement admits). The peering's
+        other terms, its O(cordon), O(node_labels) and O(node_taints) apply to every pool.
+      - A pool left out of the list (or every pool, with an empty list) is taken back. The consumer's virtual kubelet
+        cordons its node, evicts its pods through the consumer's Eviction API (so PodDisruptionBudgets hold) and
+        deletes the node and its Lease once no pod is bound to it; the pool-less node goes the same way once pools
+        appear.
+      - At most 16 pools, each name once. A name and O(provider_id) must leave the virtual node's name within the
+        63 characters of a C(kubernetes.io/hostname) label; the module refuses one that does not, naming it.
+      - The consumer's virtual kubelet may manage the pools' nodes only where the P(catamaran.federation.controller#role)
+        role was given them (O(catamaran.federation.controller#role:main:controller_virtual_kubelet_pools)).
+    type: list
+    elements: dict
+    default: []
+    version_added: 0.3.0
+    suboptions:
+      name:
+        description:
+          - The pool's name, a DNS-1123 label (lower-case letters, digits and C(-)) of at most 20 characters.
+        type: str
+        required: true
+      provider_node_selector:
+        description:
+          - Labels a provider node must carry to run the pool's pods (C(nodeSelector) of the pool in the ResourceOffer),
+            as O(provider_node_selector) for the whole peering.
+        type: dict
+        default: {}
+      provider_tolerations:
+        description:
+          - Tolerations the provider's manager adds to the pool's pods (C(tolerations) of the pool in the
+            ResourceOffer), as O(provider_tolerations) for the whole peering; at most 32.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          key:
+            description: The taint key; empty with O(pools[].provider_tolerations[].operator=Exists) matches every key.
+            type: str
+          operator:
+            description: How O(pools[].provider_tolerations[].value) is compared.
+            type: str
+            choices: [Equal, Exists]
+            default: Equal
+          value:
+            description: The taint value (with V(Equal)).
+            type: str
+          effect:
+            description: The taint effect to tolerate; empty tolerates every effect.
+            type: str
+            choices: [NoSchedule, PreferNoSchedule, NoExecute]
+          toleration_seconds:
+            description: With V(NoExecute), how long a pod stays bound after the taint appears.
+            type: int
+      sharing_percentage:
+        description:
+          - Share (1-100) of the free resources of the provider nodes the pool's placement admits that its node offers
+            and its quota holds (C(sharingPercentage) of the pool in the ResourceOffer).
+          - Unset, the peering's O(sharing_percentage).
+        type: int
+      node_labels:
+        description:
+          - Labels the pool's virtual node carries besides the peering's O(node_labels) (C(nodeLabels) of the pool in
+            the ForeignCluster); valid label keys and values, never C(catamaran.io/pool), which the virtual kubelet
+            sets.
+        type: dict
+        default: {}
+      node_taints:
+        description:
+          - Taints the pool's virtual node carries besides the peering's O(node_taints) (C(nodeTaints) of the pool in
+            the ForeignCluster), checked as those.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          key:
+            description: The taint key, a valid label key.
+            type: str
+            required: true
+          value:
+            description: The taint value, a valid label value; unset, empty.
+            type: str
+          effect:
+            description: What the taint does to pods that do not tolerate it.
+            type: str
+            required: true
+            choices: [NoSchedule, PreferNoSchedule, NoExecute]
+      cordon:
+        description:
+          - The provider stops lending the pool alone (C(cordon) of the pool in the ResourceOffer), as O(cordon) does
+            for the whole tenant. V(cordoned) - the provider refuses new pods of the pool (reason C(PoolCordoned))
+            and the pool's virtual node turns unschedulable. V(drained) - also evicts the pool's pods on the consumer
+            (PodDisruptionBudgets hold). V(uncordoned), or no O(pools[].cordon) - all returns.
+        type: dict
+        suboptions:
+          state:
+            description: What the provider lends of the pool.
+            type: str
+            choices: [cordoned, drained, uncordoned]
+            default: cordoned
+          reason:
+            description: Why, shown to the consumer (at most 256 characters).
+            type: str
   home_api_server:
     description:
       - Where the provider's pods reach the consumer's API server, V(https://host[:port]), written to the
@@ -779,6 +892,30 @@ EXAMPLES = r"""
       state: drained
       reason: node maintenance until Monday
 
+- name: Lend cluster-2 in two pools, its real node and its GPU nodes, each a virtual node of its own on cluster-1
+  catamaran.federation.peering:
+    consumer: {kubeconfig: ~/.kube/cluster-1}
+    provider: {kubeconfig: ~/.kube/cluster-2}
+    consumer_id: cluster-1
+    provider_id: cluster-2
+    pools:
+      # Virtual node catamaran-cluster-2.real, for the provider's real node (tainted to keep others off).
+      - name: real
+        provider_node_selector: {catamaran.io/lab-node-kind: real}
+        provider_tolerations:
+          - {key: catamaran.io/lab-node-kind, operator: Equal, value: real, effect: NoSchedule}
+        node_labels: {example.com/disk: ssd}
+      # Virtual node catamaran-cluster-2.gpu: half of what the GPU nodes have free, only for pods tolerating its taint.
+      - name: gpu
+        provider_node_selector: {example.com/gpu: "true"}
+        sharing_percentage: 50
+        node_taints:
+          - {key: example.com/gpu, value: "true", effect: NoSchedule}
+        cordon:
+          state: cordoned
+          reason: driver upgrade
+  register: pooled
+
 - name: Peer through the network fabric, the provider's gateway behind a NodePort Service (address and port read back)
   catamaran.federation.peering:
     consumer: {kubeconfig: ~/.kube/cluster-1}
@@ -898,11 +1035,22 @@ peering:
       type: str
       sample: catamaran-system/cluster-2
     virtual_node:
-      description: The virtual node's name.
+      description:
+        - The name of the peering's pool-less virtual node; with O(pools), its virtual nodes are RV(peering.virtual_nodes).
       type: str
       sample: catamaran-cluster-2
+    virtual_nodes:
+      description:
+        - The names of the peering's virtual nodes, one per pool of O(pools) (C(catamaran-<provider_id>.<pool>), in the
+          order given), else the one node RV(peering.virtual_node).
+      type: list
+      elements: str
+      sample: ["catamaran-cluster-2.real", "catamaran-cluster-2.gpu"]
+      version_added: 0.3.0
     virtual_node_ready:
-      description: Whether the virtual node was Ready when the module finished (only checked with O(wait=true)).
+      description:
+        - Whether every virtual node of RV(peering.virtual_nodes) was Ready when the module finished (only checked with
+          O(wait=true)).
       type: bool
       sample: true
     consumer_pod_cidrs:
@@ -959,7 +1107,7 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     TENANT_PRIORITY_CLASS,
     TWIN_NAME_POLICIES,
 )
-from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, connect_both
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, connect_both, virtual_nodes
 from ansible_collections.catamaran.federation.plugins.module_utils.reflection import (
     KIND_OPTIONS,
     POLICIES,
@@ -982,6 +1130,47 @@ def reflection_options():
         filtered_annotations=dict(type="list", elements="str"),
         ingress_class_name=dict(type="str"),
         storage_class_name=dict(type="str"),
+    )
+
+
+def toleration_options():
+    """The suboptions of a toleration (O(provider_tolerations), O(pools[].provider_tolerations))."""
+    return dict(
+        key=dict(type="str", no_log=False),
+        operator=dict(type="str", choices=["Equal", "Exists"], default="Equal"),
+        value=dict(type="str"),
+        effect=dict(type="str", choices=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+        toleration_seconds=dict(type="int"),
+    )
+
+
+def taint_options():
+    """The suboptions of a taint (O(node_taints), O(pools[].node_taints))."""
+    return dict(
+        key=dict(type="str", required=True, no_log=False),
+        value=dict(type="str"),
+        effect=dict(type="str", required=True, choices=list(TAINT_EFFECTS)),
+    )
+
+
+def cordon_options():
+    """The suboptions of a cordon (O(cordon), O(pools[].cordon))."""
+    return dict(
+        state=dict(type="str", choices=list(validation.CORDON_STATES), default="cordoned"),
+        reason=dict(type="str"),
+    )
+
+
+def pool_options():
+    """O(pools): the suboptions of a pool; names, ranges and counts are checked by Peering.validate."""
+    return dict(
+        name=dict(type="str", required=True),
+        provider_node_selector=dict(type="dict", default={}),
+        provider_tolerations=dict(type="list", elements="dict", default=[], options=toleration_options()),
+        sharing_percentage=dict(type="int"),
+        node_labels=dict(type="dict", default={}),
+        node_taints=dict(type="list", elements="dict", default=[], options=taint_options()),
+        cordon=dict(type="dict", options=cordon_options()),
     )
 
 
@@ -1016,13 +1205,8 @@ def argument_spec():
         object_quota=dict(type="dict", default=dict(DEFAULT_OBJECT_QUOTA)),
         max_termination_grace_period=dict(type="int", default=DEFAULT_MAX_TERMINATION_GRACE_SECONDS),
         allowed_pod_annotations=dict(type="list", elements="str", default=list(DEFAULT_ALLOWED_POD_ANNOTATIONS)),
-        cordon=dict(
-            type="dict",
-            options=dict(
-                state=dict(type="str", choices=list(validation.CORDON_STATES), default="cordoned"),
-                reason=dict(type="str"),
-            ),
-        ),
+        cordon=dict(type="dict", options=cordon_options()),
+        pools=dict(type="list", elements="dict", default=[], options=pool_options()),
         allowed_storage_classes=dict(type="list", elements="str", default=[]),
         allowed_ingress_classes=dict(type="list", elements="str", default=[]),
         allowed_ingress_hosts=dict(type="list", elements="str", default=[]),
@@ -1034,29 +1218,9 @@ def argument_spec():
         rotate_credential=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         node_labels=dict(type="dict", default={}),
-        node_taints=dict(
-            type="list",
-            elements="dict",
-            default=[],
-            options=dict(
-                key=dict(type="str", required=True, no_log=False),
-                value=dict(type="str"),
-                effect=dict(type="str", required=True, choices=list(TAINT_EFFECTS)),
-            ),
-        ),
+        node_taints=dict(type="list", elements="dict", default=[], options=taint_options()),
         provider_node_selector=dict(type="dict", default={}),
-        provider_tolerations=dict(
-            type="list",
-            elements="dict",
-            default=[],
-            options=dict(
-                key=dict(type="str", no_log=False),
-                operator=dict(type="str", choices=["Equal", "Exists"], default="Equal"),
-                value=dict(type="str"),
-                effect=dict(type="str", choices=["NoSchedule", "PreferNoSchedule", "NoExecute"]),
-                toleration_seconds=dict(type="int"),
-            ),
-        ),
+        provider_tolerations=dict(type="list", elements="dict", default=[], options=toleration_options()),
         health_check=dict(
             type="dict",
             default={},
@@ -1102,11 +1266,12 @@ def main():
         peering = connect_both(module, params, consumer_id, provider_id)
         forced, not_cleaned = [], []
         ready = False
+        nodes = virtual_nodes(provider_id, params)
         if params["state"] == "present":
             changes = peering.present(params)
             if params["wait"] and not module.check_mode:
                 fabric = (params.get("network") or {}).get("mode") == "fabric"
-                peering.wait_ready(params["wait_timeout"], fabric=fabric)
+                peering.wait_ready(params["wait_timeout"], fabric=fabric, nodes=nodes)
                 ready = True
         else:
             changes, forced, not_cleaned = peering.absent(params["drain_timeout"], params["wait_timeout"])
@@ -1117,6 +1282,7 @@ def main():
             credentials_secret="%s/%s" % (SYSTEM_NAMESPACE, peering.secret_name),
             foreign_cluster="%s/%s" % (SYSTEM_NAMESPACE, provider_id),
             virtual_node=peering.node_name,
+            virtual_nodes=nodes,
             virtual_node_ready=ready,
             consumer_pod_cidrs=peering.consumer_pod_cidrs() if params["state"] == "present" else [],
         )

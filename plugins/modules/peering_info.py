@@ -14,6 +14,8 @@ version_added: 0.1.0
 description:
   - Lists the ForeignClusters in C(catamaran-system) with their Ready condition, and each one's virtual node
     with its readiness, capacity and allocatable resources.
+  - A peering with node pools (O(catamaran.federation.peering#module:pools)) has one virtual node per pool,
+    C(catamaran-<provider_id>.<pool>); each is reported under RV(peerings[].pools) with the same details.
   - Two list calls in all, whatever the number of peerings.
 author:
   - Catamaran developers (!UNKNOWN)
@@ -28,9 +30,13 @@ EXAMPLES = r"""
     kubeconfig: ~/.kube/cluster-1
   register: info
 
-- name: Every virtual node is Ready
+- name: Every virtual node of a peering without pools is Ready
   ansible.builtin.assert:
-    that: info.peerings | rejectattr('virtual_node.ready') | list | length == 0
+    that: info.peerings | rejectattr('pools') | rejectattr('virtual_node.ready') | list | length == 0
+
+- name: Every virtual node of a pool is Ready
+  ansible.builtin.assert:
+    that: info.peerings | map(attribute='pools') | flatten | rejectattr('virtual_node.ready') | list | length == 0
 """
 
 RETURN = r"""
@@ -79,7 +85,10 @@ peerings:
       type: bool
       sample: true
     virtual_node:
-      description: The virtual node.
+      description:
+        - The peering's pool-less virtual node, C(catamaran-<provider_id>) (with pools, it exists only until its pods
+          are gone).
+        - C(exists), C(ready) (its Ready condition is True), C(unschedulable), C(capacity) and C(allocatable).
       type: dict
       sample:
         name: catamaran-cluster-2
@@ -88,6 +97,39 @@ peerings:
         unschedulable: false
         capacity: {"cpu": "12", "memory": "48Gi", "pods": "165"}
         allocatable: {"cpu": "12", "memory": "48Gi", "pods": "165"}
+    pools:
+      description:
+        - The peering's node pools, sorted by name, each with its virtual node; empty without pools.
+        - A pool is listed when the ForeignCluster sets it (C(spec.pools)) or when its virtual node exists (the
+          provider's ResourceOffer decides which pools are lent, so one the provider no longer lends shows until its
+          node is gone, and one it does not lend shows with C(virtual_node.exists) false).
+      type: list
+      elements: dict
+      version_added: 0.3.0
+      contains:
+        name:
+          description: The pool's name.
+          type: str
+          sample: gpu
+        node_labels:
+          description: Labels of the pool's virtual node besides the peering's (the ForeignCluster's C(spec.pools)).
+          type: dict
+          sample: {"example.com/disk": "ssd"}
+        node_taints:
+          description: Taints of the pool's virtual node besides the peering's (C(key), C(value), C(effect)).
+          type: list
+          elements: dict
+          sample: [{"key": "example.com/gpu", "value": "true", "effect": "NoSchedule"}]
+        virtual_node:
+          description: The pool's virtual node, with the same details as RV(peerings[].virtual_node).
+          type: dict
+          sample:
+            name: catamaran-cluster-2.gpu
+            exists: true
+            ready: true
+            unschedulable: false
+            capacity: {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1", "pods": "110"}
+            allocatable: {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1", "pods": "110"}
 """
 
 from ansible_collections.catamaran.federation.plugins.module_utils.common import run_info_module

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import sys
 
@@ -18,6 +19,21 @@ from ansible_collections.catamaran.federation.plugins.module_utils.constants imp
     tenant_namespace,
 )
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import CONSUMER_CRDS, CRD_API, PROVIDER_CRDS
+
+
+def _fields_match(obj, selector):
+    """The field selectors the modules use: metadata.name=<name> and spec.nodeName=<node>, as the API server reads
+    them."""
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        path, value = term.split("=", 1)
+        found = obj
+        for key in path.split("."):
+            found = (found or {}).get(key)
+        if found != value:
+            return False
+    return True
 
 
 def _matches(obj, selector):
@@ -74,7 +90,10 @@ class FakeCluster:
         return [
             copy.deepcopy(obj)
             for (api, k, ns, _), obj in sorted(self.objects.items(), key=lambda item: str(item[0]))
-            if (api, k) == (api_version, kind) and namespace in (None, ns) and _matches(obj, labels)
+            if (api, k) == (api_version, kind)
+            and namespace in (None, ns)
+            and _matches(obj, labels)
+            and _fields_match(obj, fields)
         ]
 
     def apply(self, obj, dry_run=False, force=True):
@@ -108,9 +127,34 @@ class FakeCluster:
             self.deleted.append((kind, name))
         return True
 
+    def merge_patch(self, api_version, kind, name, patch, namespace=None, dry_run=False, subresource=None):
+        """A JSON merge patch (RFC 7386) of a stored object."""
+
+        def merged(target, change):
+            if not isinstance(change, dict):
+                return copy.deepcopy(change)
+            result = dict(target) if isinstance(target, dict) else {}
+            for key, value in change.items():
+                if value is None:
+                    result.pop(key, None)
+                else:
+                    result[key] = merged(result.get(key), value)
+            return result
+
+        current = self.get(api_version, kind, name, namespace)
+        result = merged(current, patch)
+        if not dry_run:
+            self._store(result)
+        return copy.deepcopy(result)
+
     def watch_list_until(self, api_version, kind, namespace, done, timeout, labels=None, fields=None):
-        items = self.list(api_version, kind, namespace, labels)
+        items = self.list(api_version, kind, namespace, labels, fields)
         return done(items), items
+
+    def watch_until(self, api_version, kind, name, namespace, done, timeout):
+        """No time passes: the object as it is now decides."""
+        obj = self.get(api_version, kind, name, namespace)
+        return done(obj), obj
 
 
 class FakeAnsible:
@@ -138,6 +182,16 @@ def node(name, pod_cidrs=None, pod_cidr=None, virtual=False):
         spec["podCIDR"] = pod_cidr
     labels = {LABEL_TYPE: TYPE_VIRTUAL_NODE} if virtual else {}
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def tenant_credential(consumer_id="c1"):
+    """What the provider's manager would have minted: the module waits for it before storing it on the consumer."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "catamaran-tenant-credential", "namespace": f"catamaran-tenant-{consumer_id}", "uid": "u"},
+        "data": {"token": base64.b64encode(b"token").decode()},
+    }
 
 
 def crd(name):

@@ -19,22 +19,12 @@ from ansible_collections.catamaran.federation.plugins.module_utils import fabric
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering
 
-from tests.unit.collection.peering_fakes import OFFER, FakeModule, clusters, node, params
+from tests.unit.collection.peering_fakes import OFFER, FakeModule, clusters, node, params, tenant_credential
 
 FOREIGN = "c1: ForeignCluster catamaran-system/p1"
 CONSUMER_KEY = "c1: Secret catamaran-fabric/catamaran-fabric-to-p1"
 PROVIDER_KEY = "p1: Secret catamaran-fabric/catamaran-fabric-from-c1"
 FABRIC = {"network": {"mode": "fabric", "gateway_address": "192.0.2.10", "gateway_port": 51820}}
-
-
-def tenant_credential(consumer_id="c1"):
-    """What the provider's manager would have minted: the module waits for it before storing it on the consumer."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "catamaran-tenant-credential", "namespace": f"catamaran-tenant-{consumer_id}", "uid": "u"},
-        "data": {"token": base64.b64encode(b"token").decode()},
-    }
 
 
 def fabric_clusters(**nodes):

@@ -12,7 +12,7 @@ from catamaran_lab.paths import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible_collections.catamaran.federation.plugins.module_utils.peering import terms
+from ansible_collections.catamaran.federation.plugins.module_utils.peering import Peering, terms, virtual_nodes
 from ansible_collections.catamaran.federation.plugins.modules import peering as peering_module
 from ansible_collections.catamaran.federation.plugins.modules.peering import argument_spec
 from ansible_collections.catamaran.federation.plugins.modules.peering import argument_spec as peering_spec
@@ -125,3 +125,84 @@ def test_the_modules_documented_defaults_and_choices_are_its_argument_specs():
     """The defaults the documentation states are the constants the argument spec takes (as validate-modules checks
     in `make sanity`, here in seconds)."""
     _compare(documented_options(), peering_module.argument_spec(), "")
+
+
+# -- node pools ------------------------------------------------------------------------------------------------------
+
+
+def validated(**given):
+    required = {"consumer": {"kubeconfig": "/k1"}, "provider": {"kubeconfig": "/k2"}}
+    return ArgumentSpecValidator(argument_spec()).validate(dict(required, consumer_id="c1", provider_id="p1", **given))
+
+
+@pytest.mark.parametrize(
+    ("pools", "message"),
+    [
+        ([{"provider_node_selector": {}}], "missing required arguments: name found in pools"),
+        ([{"name": "a", "gpus": 1}], "pools.gpus. Supported parameters include"),
+        ([{"name": "a", "cordon": {"state": "paused"}}], "state must be one of: cordoned, drained, uncordoned"),
+        (
+            [{"name": "a", "node_taints": [{"key": "k"}]}],
+            "missing required arguments: effect found in pools -> node_taints",
+        ),
+        (
+            [{"name": "a", "provider_tolerations": [{"key": "k", "operator": "In"}]}],
+            "operator must be one of: Equal, Exists, got: In",
+        ),
+        ([{"name": "a", "sharing_percentage": "half"}], "'sharing_percentage' is of type str"),
+    ],
+)
+def test_the_argument_spec_refuses_a_pools_unknown_options_and_choices(pools, message):
+    result = validated(pools=pools)
+    assert any(message in error for error in result.error_messages), result.error_messages
+
+
+def test_pools_as_the_argument_spec_gives_them_are_written_into_both_specs():
+    """The module's body gets each suboption, unset ones as None or their default: what it writes is only what was
+    set, and a pool's share is the peering's unless it has its own."""
+    result = validated(
+        sharing_percentage=60,
+        pools=[
+            {
+                "name": "real",
+                "provider_node_selector": {"catamaran.io/lab-node-kind": "real"},
+                "provider_tolerations": [
+                    {"key": "catamaran.io/lab-node-kind", "value": "real", "effect": "NoSchedule"}
+                ],
+            },
+            {"name": "gpu", "sharing_percentage": 30, "node_labels": {"example.com/gpu": "true"}, "cordon": {}},
+        ],
+    )
+    assert not result.error_messages, result.error_messages
+    given = result.validated_parameters
+    assert given["pools"][1]["cordon"] == {"state": "cordoned", "reason": None}
+    Peering.validate(given)
+    peering = Peering(None, None, None, "c1", "p1")
+    assert peering.resource_offer(given)["spec"]["pools"] == [
+        {
+            "name": "real",
+            "nodeSelector": {"catamaran.io/lab-node-kind": "real"},
+            "tolerations": [
+                {"key": "catamaran.io/lab-node-kind", "operator": "Equal", "value": "real", "effect": "NoSchedule"}
+            ],
+            "sharingPercentage": 60,
+        },
+        {"name": "gpu", "sharingPercentage": 30, "cordon": {"drain": False}},
+    ]
+    assert peering.foreign_cluster(given, {})["spec"]["pools"] == [
+        {"name": "real"},
+        {"name": "gpu", "nodeLabels": {"example.com/gpu": "true"}},
+    ]
+
+
+def test_without_pools_the_argument_spec_gives_an_empty_list_and_one_virtual_node():
+    given = validated().validated_parameters
+    assert given["pools"] == []
+    assert virtual_nodes("p1", given) == ["catamaran-p1"]
+    assert "pools" not in Peering(None, None, None, "c1", "p1").resource_offer(given)["spec"]
+
+
+def test_the_modules_documented_return_names_the_virtual_nodes():
+    returned = yaml.safe_load(peering_module.RETURN)["peering"]["contains"]
+    assert returned["virtual_nodes"]["type"] == "list"
+    assert returned["virtual_node"]["type"] == "str"

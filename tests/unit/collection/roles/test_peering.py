@@ -36,3 +36,21 @@ def test_the_role_validates_and_passes_every_option_the_model_resolves():
     for option in validation.TERMS_OPTIONS:
         assert role_options[option]["type"] == module_options[option]["type"]
         assert role_options[option].get("choices") == module_options[option].get("choices")
+
+
+def test_the_role_passes_the_peerings_pools_to_the_module():
+    """Each pool as the model resolves it (its cordon merged in) is what the module takes: the role's and the module's
+    pool options are the same, and the task passes the list as it is."""
+    specs = yaml.safe_load((REPO_ROOT / "roles/peering/meta/argument_specs.yml").read_text())["argument_specs"]
+    role_pool = specs["main"]["options"]["peering_providers"]["options"]["pools"]["options"]
+    module_pool = peering_module.argument_spec()["pools"]["options"]
+    assert set(role_pool) == set(module_pool)
+    assert role_pool["cordon"]["options"]["state"]["choices"] == module_pool["cordon"]["options"]["state"]["choices"]
+    hostvars = inventory(pools=[{"name": "gpu", "sharing_percentage": 40}])
+    hostvars["h2"]["catamaran_cordoned_pools"] = {"cluster-1": {"gpu": {"state": "drained"}}}
+    (peering,) = federation_model(hostvars, ["h1", "h2"])["peerings"]["cluster-1"]
+    (pool,) = peering["pools"]
+    assert set(pool) <= set(role_pool)
+    assert pool["cordon"] == {"state": "drained"}
+    (task,) = yaml.safe_load((REPO_ROOT / "roles/peering/tasks/main.yml").read_text())
+    assert task["catamaran.federation.peering"]["pools"] == "{{ item.pools | default([]) }}"
