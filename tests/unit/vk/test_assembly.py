@@ -189,6 +189,8 @@ def test_the_served_peering_listens_by_named_methods(tmp_path, monkeypatch):
     assert parts.offers._handlers == [parts.offer_changed]
     assert parts.foreigns._handlers[-1] == parts.foreign_changed
     assert parts.nodes.offer_synced is parts.offers.synced
+    # A node joining or leaving is told to the reflection (endpoints), then to the ForeignCluster's status.
+    assert parts.nodes.changed_listeners == [parts.offloading.reflection.nodes_changed, parts.report_nodes]
     parts.health_changed(False)
     invalid = {"spec": {"clusterID": "provider", "nodeTaints": [{"key": "a", "effect": "Sometimes"}]}}
     parts.foreign_changed("MODIFIED", ("catamaran-system", "provider"), invalid, None)

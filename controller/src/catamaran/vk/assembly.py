@@ -242,12 +242,14 @@ class ServedPeering:
         options: KubeletOptions,
         report: Callable[..., None],
         set_condition: Callable[[str, str, str, str], None] = lambda *_: None,
+        report_nodes: Callable[[], None] = lambda: None,
         workers: int = 16,
     ):
         self.node_ip = node_ip
         self.kubelet_port = listener.getsockname()[1]
         self.report = report  # (reason, message, ready=): the Ready condition on the ForeignCluster, from a callback
         self.set_condition = set_condition  # (type, status, reason, message): another condition on it
+        self.report_nodes = report_nodes  # the names of the peering's virtual nodes on it, as they change
         self.foreigns = watch.foreigns  # running since the runner began
         node_settings, health = settings_from(foreign, node_ip, self.kubelet_port)
         self.peering = PeeringContext(
@@ -344,7 +346,7 @@ class ServedPeering:
         self.foreigns.on_change(self.foreign_changed)
         self.gateway.informer.on_change(call(self.network_changed))
         self.nodes.health.health_listeners.append(self.health_changed)  # after the pods' requeue
-        self.nodes.changed_listeners.append(self.nodes_changed)
+        self.nodes.changed_listeners.append(self.report_nodes)
 
     def tasks(self) -> list:
         loops = [self.offers.run(), self.until_removed(), self.gateway.informer.run(), self.follow_gateway()]
@@ -415,10 +417,6 @@ class ServedPeering:
         reason = "ProviderReachable" if healthy else (not_ready or ("ProviderUnreachable",))[0]
         message = (not_ready or ("", self.serving()))[1]
         self.report(reason, message, ready=healthy)
-
-    def nodes_changed(self) -> None:
-        """A node joined or left: the ForeignCluster's status names the nodes (its Ready condition as it is)."""
-        self.health_changed(self.nodes.health.not_ready is None)
 
     def serving(self) -> str:
         names = self.nodes.names or [self.peering.node_name]

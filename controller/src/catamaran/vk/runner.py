@@ -91,6 +91,7 @@ class VirtualKubelet:
                 options=self.kubelet,
                 report=self._report_soon,
                 set_condition=self._set_condition_soon,
+                report_nodes=self._report_nodes_soon,
                 workers=self.workers,
             )
             await self._serve(served)
@@ -131,6 +132,10 @@ class VirtualKubelet:
         """_set_condition, from a synchronous callback."""
         self._soon(self._set_condition(kind, status, reason, message))
 
+    def _report_nodes_soon(self) -> None:
+        """_set_condition's names of the virtual nodes alone, from a synchronous callback (a node joined or left)."""
+        self._soon(self._set_condition(None, "", "", ""))
+
     def _soon(self, report) -> None:
         task = asyncio.get_running_loop().create_task(report)
         self._reports.add(task)
@@ -149,16 +154,20 @@ class VirtualKubelet:
         """The Ready condition on the ForeignCluster's status."""
         await self._set_condition("Ready", "True" if ready else "False", reason, message)
 
-    async def _set_condition(self, kind: str, status: str, reason: str, message: str) -> None:
-        """A condition and the virtual node's name on the ForeignCluster's status, and an Event when its reason
-        changes (a Warning when it turns False)."""
+    async def _set_condition(self, kind: str | None, status: str, reason: str, message: str) -> None:
+        """A condition (None: none, only the nodes) and the virtual nodes' names on the ForeignCluster's status, and an
+        Event when the condition's reason changes (a Warning when it turns False)."""
 
         def change(foreign: dict) -> dict | None:
             current = foreign.get("status") or {}
-            conditions = set_condition(current.get("conditions") or [], kind, status, reason, message)
+            conditions = current.get("conditions") or []
+            if kind is not None:
+                conditions = set_condition(conditions, kind, status, reason, message)
             nodes = ", ".join(self.node_names() or [virtual_node_name(foreign["spec"]["clusterID"])])
             if conditions == current.get("conditions") and nodes == current.get("virtualNode"):
                 return None
+            if kind is None:
+                return {"virtualNode": nodes}
             return {
                 "conditions": conditions,
                 "observedGeneration": foreign["metadata"].get("generation"),
@@ -175,7 +184,7 @@ class VirtualKubelet:
                 extra=fields(foreign_cluster=self.foreign_cluster, condition=kind, error=str(error)),
             )
             return
-        if foreign is None:
+        if foreign is None or kind is None:
             return
         current = foreign.get("status") or {}
         previous = next((c for c in current.get("conditions") or [] if c["type"] == kind), None)
