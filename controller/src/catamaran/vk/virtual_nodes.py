@@ -150,6 +150,7 @@ class VirtualNodes:
 
     async def _run(self) -> None:
         await self.informer.synced.wait()
+        syncing: asyncio.Task | None = None  # until the first nodes' pods are listed (local_pods.synced)
         try:
             if not self.offer_synced.is_set():
                 # Until the provider's offer is read (it may be unreachable): the nodes there are, or the peering's
@@ -158,10 +159,10 @@ class VirtualNodes:
                 for name in found:
                     unit = self._run_unit(self.add_node(self._found_plan(name)))
                     self._apply(unit, None)
-                await self.local_pods.sync()
+                syncing = asyncio.get_running_loop().create_task(self.local_pods.sync())
                 await self.offer_synced.wait()
             await self._converge()
-            await self.local_pods.sync()
+            syncing = syncing or asyncio.get_running_loop().create_task(self.local_pods.sync())
             while True:
                 await self._wake.wait()
                 self._wake.clear()
@@ -172,6 +173,8 @@ class VirtualNodes:
                     await asyncio.sleep(RETRY_S)
                     self._wake.set()
         finally:
+            if syncing is not None:
+                syncing.cancel()
             for unit in self.units.values():
                 for task in unit.tasks:
                     task.cancel()
