@@ -14,11 +14,11 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 
 from catamaran.constants import LABEL_POOL, LABEL_REMOTE_CLUSTER_ID, LABEL_TYPE, TYPE_VIRTUAL_NODE
 from catamaran.kube.events import EventRecorder
-from catamaran.vk import tenant_drain
+from catamaran.vk import tenant_drain, virtual_nodes
 from catamaran.vk.context import PeeringContext
 from catamaran.vk.kubelet.server import listen
 from catamaran.vk.node import CORDON_TAINT, HealthSettings, NodeSettings
-from catamaran.vk.virtual_nodes import VirtualNodes
+from catamaran.vk.virtual_nodes import VirtualNodes, stopped
 from tests.unit.fakes.kube import FakeCluster, settle
 from tests.unit.fakes.offloading import NoKubelet, run
 
@@ -197,4 +197,27 @@ def test_without_pools_the_peering_serves_its_one_node_on_the_process_port():
         assert LABEL_POOL not in served.node(BASE)["metadata"]["labels"]
         await served.stop()
 
+    run(scenario)
+
+
+def test_a_nodes_loop_that_lost_its_cancellation_is_cancelled_again_until_it_ends(monkeypatch):
+    async def scenario():
+        cancels = []
+
+        async def loses_the_first_cancel():
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancels.append(1)
+                    if len(cancels) > 1:
+                        raise  # as a loop whose request swallowed one cancellation, then met another
+
+        task = asyncio.get_running_loop().create_task(loses_the_first_cancel())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(stopped([task]), 10)
+        assert task.cancelled()
+        assert len(cancels) == 2
+
+    monkeypatch.setattr(virtual_nodes, "CANCEL_AGAIN_S", 0.01)
     run(scenario)

@@ -33,6 +33,7 @@ from .tenant_drain import TenantDrain
 log = logging.getLogger(__name__)
 
 RETRY_S = 2.0  # after a node could not be removed (its deletion failed): tried again
+CANCEL_AGAIN_S = 1.0
 
 
 @dataclass
@@ -50,6 +51,15 @@ class NodeUnit:
 
     def pods_on_node(self) -> list[dict]:
         return list(self.pods.cache.values())
+
+
+async def stopped(tasks: list[asyncio.Task]) -> None:
+    """Cancel the tasks and wait until they have ended, cancelling again those that went on: a cancellation can be
+    lost (Python 3.11's wait_for returns a result that arrived as it was cancelled), and a loop that lost it runs on."""
+    while pending := [task for task in tasks if not task.done()]:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
 
 
 def merged_taints(base: list[dict], pool: tuple) -> list[dict]:
@@ -266,9 +276,7 @@ class VirtualNodes:
     async def _finish(self, unit: NodeUnit) -> None:
         """A going node with no pod left: its loops stopped, its Node and Lease deleted, its watch and port closed."""
         name = unit.plan.name
-        for task in unit.tasks:
-            task.cancel()
-        await asyncio.gather(*unit.tasks, return_exceptions=True)
+        await stopped(unit.tasks)
         await unit.node.remove()
         self.local_pods.remove(name)
         unit.sock.close()
