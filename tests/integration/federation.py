@@ -30,10 +30,13 @@ from catamaran.constants import (
     FABRIC_KEY_TO_PROVIDER_PREFIX,
     FABRIC_NAMESPACE,
     FABRIC_PRIVATE_KEY,
+    LABEL_REMOTE_CLUSTER_ID,
+    LABEL_TYPE,
     RESOURCE_OFFER_NAME,
     SYSTEM_NAMESPACE,
     TENANT_SERVICE_ACCOUNT,
     TENANT_TOKEN_BINDING_SECRET,
+    TYPE_VIRTUAL_NODE,
     tenant_namespace,
     virtual_node_name,
 )
@@ -423,7 +426,9 @@ def unpeer(lab: Lab, consumer: str, provider: str) -> None:
         check=False,
         timeout=120,
     )
-    lab.kubectl(consumer, "delete", "node", f"catamaran-{provider}", "--timeout=30s", check=False)
+    # The peering's nodes: its one node, or its pools' (catamaran-<provider>.<pool>).
+    nodes = f"{LABEL_REMOTE_CLUSTER_ID}={provider},{LABEL_TYPE}={TYPE_VIRTUAL_NODE}"
+    lab.kubectl(consumer, "delete", "node", "-l", nodes, "--timeout=30s", check=False)
     lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "foreigncluster", provider, "--timeout=30s", check=False)
     lab.kubectl(consumer, "-n", SYSTEM_NAMESPACE, "delete", "secret", credentials_secret(provider), check=False)
 
