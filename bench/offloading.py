@@ -14,6 +14,13 @@ so it never disturbs the test lab. Scenarios (one or more per run):
             scheduler spreads over the virtual nodes; the same figures, and memory against pods Ready.
   tenants   `--consumers` consumers peered with one provider, each offloading `--tenant-pods` pods at
             once: the provider manager's RSS and CPU per offloaded pod.
+  pools     one consumer, one provider: the virtual kubelet with the peering's one node, then (restarted, so
+            its peak memory is its own) with `--pools` node pools, one per provider node: its CPU and RSS idle
+            for `--idle` seconds and offloading `--pool-pods` pods, and what each extra pool adds, against one
+            virtual kubelet's own figures.
+  infeasible  one consumer, one provider: `--infeasible` pods, one after another, each requesting more CPU than
+            any provider node has (but less than the virtual node offers): from its creation to the consumer's pod
+            showing why it cannot run (condition catamaran.io/RemotePodCreated, reason Infeasible).
 
 Every run prints the settings it ran with, writes the raw figures to bench/results/*.csv and charts to
 bench/results/*.png. It asserts nothing.
@@ -55,6 +62,7 @@ VIRTUAL_NODE_TOLERATION = {"key": "virtual-node.catamaran.io/not-allowed", "oper
 WORKERS = {"virtual kubelet pods": 16, "virtual kubelet tokens": 16, "provider manager": 32}
 SAMPLE_S = 2.0
 DEFAULT_N = [100, 1000]
+POOLS_IDLE_S = 60.0
 
 
 def bench_deployment(name: str, replicas: int, offloaded: bool, namespace: str = NAMESPACE) -> dict:
@@ -517,9 +525,133 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
         fed.stop()
 
 
+def pools(args, rows: list[dict], charts: dict) -> None:
+    lab, wanted = harness.bench_lab(clusters=2)
+    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
+    provider = PROVIDERS[0]
+    vk = f"vk {CONSUMER}/{provider}"
+    fed = Federation(lab, [CONSUMER], [provider], cpus=cpu_plan(args, [CONSUMER], [provider]))
+    nodes = lab.kubectl(provider, "get", "nodes", "-l", "catamaran.io/lab-node=true", "-o", "name").stdout.split()
+    names = sorted(n.removeprefix("node/") for n in nodes)[: args.pools]
+    if len(names) < args.pools:
+        raise SystemExit(f"--pools {args.pools}: the bench provider has {len(names)} nodes (one pool each)")
+    lent = [{"name": f"pool-{i}", "nodeSelector": {"kubernetes.io/hostname": n}} for i, n in enumerate(names)]
+    pool_nodes = [virtual_node_name(provider, pool["name"]) for pool in lent]
+    placed = ", ".join(f"{pool['name']} on provider node {name}" for pool, name in zip(lent, names, strict=True))
+    print(f"  pools: {placed}")
+    figures: dict[int, dict] = {}
+    try:
+        fed.start()
+        print_run_settings(fed)
+        fed.offload(CONSUMER, NAMESPACE)
+        for count in (1, args.pools):
+            served = pool_nodes if count > 1 else [virtual_node_name(provider)]
+            if count > 1:
+                federation.grant_terms(lab, CONSUMER, provider, field_manager="pools", pools=lent)
+                wait_until(lambda: nodes_ready(lab, pool_nodes) and not nodes_ready(lab, [virtual_node_name(provider)]))
+            # A process just started, then idle, in both configurations: its peak memory is this one's alone.
+            fed.processes[vk].stop()
+            fed.processes[vk].start()
+            fed.pin()
+            wait_until(lambda served=served: nodes_ready(lab, served))
+            pid = fed.processes[vk].process.pid
+            time.sleep(10)  # past start-up (lists, first writes)
+            cpu_before = harness.cpu_seconds(pid)
+            time.sleep(args.idle)
+            idle_cpu = (harness.cpu_seconds(pid) - cpu_before) / args.idle
+            idle_rss = harness.memory_mib(pid)[0]
+            body = bench_deployment(f"pools-{count}", args.pool_pods, True)
+            run = asyncio.run(timed_deployments(fed, [(CONSUMER, body)], f"pools-{count}", 1800, True))
+            report(
+                f"{count} virtual node{'s' if count > 1 else ''}, N = {args.pool_pods}{cpu_note(args)}", None, run, rows
+            )
+            figures[count] = {
+                "idle CPU ms/s": idle_cpu * 1000,
+                "idle RSS MiB": idle_rss,
+                f"CPU s for {args.pool_pods} pods": run.cpu_s[vk],
+                "peak RSS MiB": run.peak_mib[vk],
+            }
+            clean(lab, [CONSUMER], NAMESPACE, fed.providers)
+        one, many = figures[1], figures[args.pools]
+        extra = args.pools - 1
+        print(f"\n== what an extra pool adds to the virtual kubelet ({args.pools} pools against one node)")
+        print(f"  {'figure':<24} {'one node':>10} {f'{args.pools} pools':>10} {'per pool':>10} {'of one VK':>10}")
+        for figure in one:
+            added = (many[figure] - one[figure]) / extra
+            share = added / one[figure] if one[figure] else math.nan
+            print(f"  {figure:<24} {one[figure]:10.2f} {many[figure]:10.2f} {added:10.2f} {share:10.1%}")
+            rows.append(
+                {"scenario": "pools", "figure": figure, "one node": one[figure], "pools": many[figure]}
+                | {"pool count": args.pools, "per extra pool": added, "of one virtual kubelet": share}
+            )
+    finally:
+        fed.stop()
+
+
+INFEASIBLE_CPU = "1500"  # bench/lab.yaml nodes have 1000 CPUs each: the virtual node offers 90 % of their sum
+
+
+def infeasible(args, rows: list[dict], charts: dict) -> None:
+    lab, wanted = harness.bench_lab(clusters=2)
+    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
+    fed = Federation(lab, [CONSUMER], PROVIDERS[:1], cpus=cpu_plan(args, [CONSUMER], PROVIDERS[:1]))
+    try:
+        fed.start()
+        print_run_settings(fed)
+        fed.offload(CONSUMER, NAMESPACE)
+        print(f"  {args.infeasible} pods one after another, each requesting {INFEASIBLE_CPU} CPUs (a node has 1000)")
+        seconds = asyncio.run(infeasible_answers(lab, args.infeasible))
+        p50, p99 = harness.percentile(seconds, 0.5), harness.percentile(seconds, 0.99)
+        worst = max(seconds)
+        print(f"\n== an infeasible pod's reason on the consumer: p50 {p50:.2f} s, p99 {p99:.2f} s, max {worst:.2f} s")
+        rows += [{"scenario": "infeasible", "pod": i, "seconds": s} for i, s in enumerate(seconds)]
+    finally:
+        fed.stop()
+
+
+async def infeasible_answers(lab: Lab, count: int) -> list[float]:
+    """Seconds from each pod's creation until its consumer's pod says Infeasible (a watch of it, from this process)."""
+    from lightkube.resources.core_v1 import Pod
+
+    client = harness.client_for(lab, CONSUMER)
+    seconds = []
+    try:
+        for index in range(count):
+            name = f"infeasible-{index}"
+            body = bench_deployment(name, 1, True)["spec"]["template"]
+            body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = INFEASIBLE_CPU
+            pod = Pod.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body["spec"]})
+            started = time.monotonic()
+            await client.create(pod, namespace=NAMESPACE)
+            watch = client.watch(Pod, namespace=NAMESPACE, fields={"metadata.name": name})
+            async for _, seen in watch:
+                conditions = (seen.status.conditions if seen.status else None) or []
+                if any(c.type == "catamaran.io/RemotePodCreated" and c.reason == "Infeasible" for c in conditions):
+                    seconds.append(time.monotonic() - started)
+                    break
+            await client.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
+    finally:
+        await client.close()
+    return seconds
+
+
+def nodes_ready(lab: Lab, names: list[str]) -> bool:
+    return all(federation.node_ready(lab, CONSUMER, name) == "True" for name in names)
+
+
+def wait_until(predicate, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the virtual nodes were not as wanted within {timeout_s:.0f} s")
+        time.sleep(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=["single", "fleet", "tenants", "all"], action="append")
+    parser.add_argument(
+        "--scenario", choices=["single", "fleet", "tenants", "pools", "infeasible", "all"], action="append"
+    )
     parser.add_argument("--n", type=int, action="append", help="single: replica counts (default 100 and 1000)")
     parser.add_argument("--recreate", type=int, default=100, help="single: remote pods deleted one by one (0: skip)")
     parser.add_argument("--namespaces", type=int, default=200, help="single: offloaded namespaces (0: skip)")
@@ -528,6 +660,10 @@ def main() -> None:
     parser.add_argument("--skip-baseline", action="store_true", help="fleet: no local baseline")
     parser.add_argument("--consumers", type=int, default=3, help="tenants: consumers peered with one provider")
     parser.add_argument("--tenant-pods", type=int, default=3334, help="tenants: pods each consumer offloads")
+    parser.add_argument("--pools", type=int, default=3, help="pools: node pools (one per provider node)")
+    parser.add_argument("--pool-pods", type=int, default=1000, help="pools: pods offloaded with each configuration")
+    parser.add_argument("--idle", type=float, default=POOLS_IDLE_S, help="pools: seconds measured idle")
+    parser.add_argument("--infeasible", type=int, default=20, help="infeasible: pods created one after another")
     parser.add_argument(
         "--cpu-per-side",
         action="store_true",
@@ -546,7 +682,9 @@ def main() -> None:
             rows: list[dict] = []
             charts: dict = {}
             try:
-                {"single": single, "fleet": fleet, "tenants": tenants}[scenario](args, rows, charts)
+                scenarios_by_name = {"single": single, "fleet": fleet, "tenants": tenants, "pools": pools}
+                scenarios_by_name["infeasible"] = infeasible
+                scenarios_by_name[scenario](args, rows, charts)
             finally:
                 # What a scenario cut short measured is still written. Sizes beyond the default's get names of
                 # their own: a `--n 10000` run does not overwrite the N = 1000 figures.
