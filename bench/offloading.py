@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -297,7 +298,9 @@ def print_run_settings(fed: Federation) -> None:
 # -- scenarios -------------------------------------------------------------------------------------------
 
 
-def single(args, rows: list[dict], charts: dict) -> None:
+@contextlib.contextmanager
+def one_provider(args):
+    """The bench lab's first consumer and provider peered, the bench namespace offloaded; stopped after."""
     lab, wanted = harness.bench_lab(clusters=2)
     harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
     fed = Federation(lab, [CONSUMER], PROVIDERS[:1], cpus=cpu_plan(args, [CONSUMER], PROVIDERS[:1]))
@@ -305,6 +308,14 @@ def single(args, rows: list[dict], charts: dict) -> None:
         fed.start()
         print_run_settings(fed)
         fed.offload(CONSUMER, NAMESPACE)
+        yield fed
+    finally:
+        fed.stop()
+
+
+def single(args, rows: list[dict], charts: dict) -> None:
+    with one_provider(args) as fed:
+        lab = fed.lab
         series = {}
         for size in args.n:
             local = asyncio.run(
@@ -327,8 +338,6 @@ def single(args, rows: list[dict], charts: dict) -> None:
         charts["offloading-startup.png"] = harness.startup_cdf(series, "Pod start-up, one provider")
         if args.namespaces:
             namespaces(lab, fed, args.namespaces, rows)
-    finally:
-        fed.stop()
 
 
 def report(title: str, local: Run | None, remote: Run, rows: list[dict]) -> None:
@@ -526,11 +535,13 @@ def tenants(args, rows: list[dict], charts: dict) -> None:
 
 
 def pools(args, rows: list[dict], charts: dict) -> None:
-    lab, wanted = harness.bench_lab(clusters=2)
-    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
-    provider = PROVIDERS[0]
+    with one_provider(args) as fed:
+        pools_run(args, fed, rows)
+
+
+def pools_run(args, fed: Federation, rows: list[dict]) -> None:
+    lab, provider = fed.lab, PROVIDERS[0]
     vk = f"vk {CONSUMER}/{provider}"
-    fed = Federation(lab, [CONSUMER], [provider], cpus=cpu_plan(args, [CONSUMER], [provider]))
     nodes = lab.kubectl(provider, "get", "nodes", "-l", "catamaran.io/lab-node=true", "-o", "name").stdout.split()
     names = sorted(n.removeprefix("node/") for n in nodes)[: args.pools]
     if len(names) < args.pools:
@@ -540,73 +551,57 @@ def pools(args, rows: list[dict], charts: dict) -> None:
     placed = ", ".join(f"{pool['name']} on provider node {name}" for pool, name in zip(lent, names, strict=True))
     print(f"  pools: {placed}")
     figures: dict[int, dict] = {}
-    try:
-        fed.start()
-        print_run_settings(fed)
-        fed.offload(CONSUMER, NAMESPACE)
-        for count in (1, args.pools):
-            served = pool_nodes if count > 1 else [virtual_node_name(provider)]
-            if count > 1:
-                federation.grant_terms(lab, CONSUMER, provider, field_manager="pools", pools=lent)
-                wait_until(lambda: nodes_ready(lab, pool_nodes) and not nodes_ready(lab, [virtual_node_name(provider)]))
-            # A process just started, then idle, in both configurations: its peak memory is this one's alone.
-            fed.processes[vk].stop()
-            fed.processes[vk].start()
-            fed.pin()
-            wait_until(lambda served=served: nodes_ready(lab, served))
-            pid = fed.processes[vk].process.pid
-            time.sleep(10)  # past start-up (lists, first writes)
-            cpu_before = harness.cpu_seconds(pid)
-            time.sleep(args.idle)
-            idle_cpu = (harness.cpu_seconds(pid) - cpu_before) / args.idle
-            idle_rss = harness.memory_mib(pid)[0]
-            body = bench_deployment(f"pools-{count}", args.pool_pods, True)
-            run = asyncio.run(timed_deployments(fed, [(CONSUMER, body)], f"pools-{count}", 1800, True))
-            report(
-                f"{count} virtual node{'s' if count > 1 else ''}, N = {args.pool_pods}{cpu_note(args)}", None, run, rows
-            )
-            figures[count] = {
-                "idle CPU ms/s": idle_cpu * 1000,
-                "idle RSS MiB": idle_rss,
-                f"CPU s for {args.pool_pods} pods": run.cpu_s[vk],
-                "peak RSS MiB": run.peak_mib[vk],
-            }
-            clean(lab, [CONSUMER], NAMESPACE, fed.providers)
-        one, many = figures[1], figures[args.pools]
-        extra = args.pools - 1
-        print(f"\n== what an extra pool adds to the virtual kubelet ({args.pools} pools against one node)")
-        print(f"  {'figure':<24} {'one node':>10} {f'{args.pools} pools':>10} {'per pool':>10} {'of one VK':>10}")
-        for figure in one:
-            added = (many[figure] - one[figure]) / extra
-            share = added / one[figure] if one[figure] else math.nan
-            print(f"  {figure:<24} {one[figure]:10.2f} {many[figure]:10.2f} {added:10.2f} {share:10.1%}")
-            rows.append(
-                {"scenario": "pools", "figure": figure, "one node": one[figure], "pools": many[figure]}
-                | {"pool count": args.pools, "per extra pool": added, "of one virtual kubelet": share}
-            )
-    finally:
-        fed.stop()
+    for count in (1, args.pools):
+        served = pool_nodes if count > 1 else [virtual_node_name(provider)]
+        if count > 1:
+            federation.grant_terms(lab, CONSUMER, provider, field_manager="pools", pools=lent)
+            wait_until(lambda: nodes_ready(lab, pool_nodes) and not nodes_ready(lab, [virtual_node_name(provider)]))
+        # A process just started, then idle, in both configurations: its peak memory is this one's alone.
+        fed.processes[vk].stop()
+        fed.processes[vk].start()
+        fed.pin()
+        wait_until(lambda served=served: nodes_ready(lab, served))
+        pid = fed.processes[vk].process.pid
+        time.sleep(10)  # past start-up (lists, first writes)
+        cpu_before = harness.cpu_seconds(pid)
+        time.sleep(args.idle)
+        idle_cpu = (harness.cpu_seconds(pid) - cpu_before) / args.idle
+        idle_rss = harness.memory_mib(pid)[0]
+        body = bench_deployment(f"pools-{count}", args.pool_pods, True)
+        run = asyncio.run(timed_deployments(fed, [(CONSUMER, body)], f"pools-{count}", 1800, True))
+        report(f"{count} virtual node{'s' if count > 1 else ''}, N = {args.pool_pods}{cpu_note(args)}", None, run, rows)
+        figures[count] = {
+            "idle CPU ms/s": idle_cpu * 1000,
+            "idle RSS MiB": idle_rss,
+            f"CPU s for {args.pool_pods} pods": run.cpu_s[vk],
+            "peak RSS MiB": run.peak_mib[vk],
+        }
+        clean(lab, [CONSUMER], NAMESPACE, fed.providers)
+    one, many = figures[1], figures[args.pools]
+    extra = args.pools - 1
+    print(f"\n== what an extra pool adds to the virtual kubelet ({args.pools} pools against one node)")
+    print(f"  {'figure':<24} {'one node':>10} {f'{args.pools} pools':>10} {'per pool':>10} {'of one VK':>10}")
+    for figure in one:
+        added = (many[figure] - one[figure]) / extra
+        share = added / one[figure] if one[figure] else math.nan
+        print(f"  {figure:<24} {one[figure]:10.2f} {many[figure]:10.2f} {added:10.2f} {share:10.1%}")
+        rows.append(
+            {"scenario": "pools", "figure": figure, "one node": one[figure], "pools": many[figure]}
+            | {"pool count": args.pools, "per extra pool": added, "of one virtual kubelet": share}
+        )
 
 
 INFEASIBLE_CPU = "1500"  # bench/lab.yaml nodes have 1000 CPUs each: the virtual node offers 90 % of their sum
 
 
 def infeasible(args, rows: list[dict], charts: dict) -> None:
-    lab, wanted = harness.bench_lab(clusters=2)
-    harness.print_settings(wanted, {"workers": ", ".join(f"{k} {v}" for k, v in WORKERS.items())})
-    fed = Federation(lab, [CONSUMER], PROVIDERS[:1], cpus=cpu_plan(args, [CONSUMER], PROVIDERS[:1]))
-    try:
-        fed.start()
-        print_run_settings(fed)
-        fed.offload(CONSUMER, NAMESPACE)
+    with one_provider(args) as fed:
         print(f"  {args.infeasible} pods one after another, each requesting {INFEASIBLE_CPU} CPUs (a node has 1000)")
-        seconds = asyncio.run(infeasible_answers(lab, args.infeasible))
+        seconds = asyncio.run(infeasible_answers(fed.lab, args.infeasible))
         p50, p99 = harness.percentile(seconds, 0.5), harness.percentile(seconds, 0.99)
         worst = max(seconds)
         print(f"\n== an infeasible pod's reason on the consumer: p50 {p50:.2f} s, p99 {p99:.2f} s, max {worst:.2f} s")
         rows += [{"scenario": "infeasible", "pod": i, "seconds": s} for i, s in enumerate(seconds)]
-    finally:
-        fed.stop()
 
 
 async def infeasible_answers(lab: Lab, count: int) -> list[float]:
