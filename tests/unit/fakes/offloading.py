@@ -260,6 +260,18 @@ class NoKubelet:
         return []
 
 
+def unserved_nodes(peering: PeeringContext, node_ip: str = NODE_IP) -> VirtualNodes:
+    """The peering's virtual nodes as vk/virtual_nodes.py holds them, none of their loops run (no kubelet API)."""
+    return VirtualNodes(
+        peering,
+        NodeSettings(provider_id=peering.provider_id, node_ip=node_ip),
+        HealthSettings(),
+        listener=KubeletPort(),  # type: ignore[arg-type]
+        bind_address=node_ip,
+        make_kubelet=lambda *_: NoKubelet(),
+    )
+
+
 class Consumer:
     """A virtual kubelet serving provider p1 to consumer c1: namespace shop offloaded (unless `offloaded=False`), its
     twin requested and Ready on the provider (unless `twin=False`), the twin namespace there (unless
@@ -288,14 +300,7 @@ class Consumer:
             events=EventRecorder(client, "catamaran-vk"),
             foreign_cluster=("catamaran-system", PROVIDER),
         )
-        self.nodes = VirtualNodes(
-            self.peering,
-            NodeSettings(provider_id=PROVIDER, node_ip=NODE_IP),
-            HealthSettings(),
-            listener=KubeletPort(),  # type: ignore[arg-type]
-            bind_address=NODE_IP,
-            make_kubelet=lambda *_: NoKubelet(),
-        )
+        self.nodes = unserved_nodes(self.peering)
         self.parts = OffloadingParts(self.peering, self.nodes, settings_from_spec(None), remap_cidr=remap)
         self.pods = self.parts.pods
         self.tasks: list[asyncio.Task] = []

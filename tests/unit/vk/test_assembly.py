@@ -20,11 +20,11 @@ from catamaran.vk import assembly
 from catamaran.vk.assembly import KubeletOptions, OffloadingParts, ServedPeering, settings_from
 from catamaran.vk.context import PeeringContext
 from catamaran.vk.kubelet.server import KubeletServer, listen
-from catamaran.vk.node import HealthSettings, NodeSettings, VirtualNode
+from catamaran.vk.node import NodeSettings, VirtualNode
 from catamaran.vk.peering import PeeringWatch
 from catamaran.vk.reflection.policy import settings_from_spec
 from catamaran.vk.virtual_nodes import VirtualNodes, node_pods_informer
-from tests.unit.fakes.offloading import KubeletPort, NoKubelet
+from tests.unit.fakes.offloading import KubeletPort, unserved_nodes
 from tests.unit.vk.offloading_scope import COSTLY
 
 
@@ -49,14 +49,7 @@ def peering() -> PeeringContext:
 
 def wired() -> tuple[PeeringContext, VirtualNodes, OffloadingParts]:
     context = peering()
-    nodes = VirtualNodes(
-        context,
-        NodeSettings(provider_id="provider", node_ip="10.0.0.1"),
-        HealthSettings(),
-        listener=KubeletPort(),
-        bind_address="10.0.0.1",
-        make_kubelet=lambda *_: NoKubelet(),
-    )
+    nodes = unserved_nodes(context, "10.0.0.1")
     return context, nodes, OffloadingParts(context, nodes, settings_from_spec(None), remap_cidr=None)
 
 

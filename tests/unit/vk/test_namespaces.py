@@ -10,8 +10,7 @@ from catamaran.constants import tenant_namespace
 from catamaran.kube.events import EventRecorder
 from catamaran.twin_claims import TWIN_TAKEN
 from catamaran.vk.context import PeeringContext
-from catamaran.vk.node import HealthSettings, NodeSettings
-from tests.unit.fakes.offloading import KubeletPort, NoKubelet
+from tests.unit.fakes.offloading import unserved_nodes
 from tests.unit.twin_cases import (
     CONSUMER,
     EVIL,
@@ -28,16 +27,7 @@ from tests.unit.twin_cases import (
 def own_node(peering: PeeringContext) -> dict:
     """The peering's one virtual node, as vk/virtual_nodes.py hands it to the twin manager: its labels (none until
     stored) and whether a NamespaceOffloading selects it."""
-    from catamaran.vk.virtual_nodes import VirtualNodes
-
-    nodes = VirtualNodes(
-        peering,
-        NodeSettings(provider_id=peering.provider_id, node_ip="10.0.0.1"),
-        HealthSettings(),
-        listener=KubeletPort(),
-        bind_address="10.0.0.1",
-        make_kubelet=lambda *_: NoKubelet(),
-    )
+    nodes = unserved_nodes(peering, "10.0.0.1")
     peering.node_names.add(peering.node_name)
     return {"nodes": nodes.informer, "selects": nodes.selects}
 

@@ -39,22 +39,13 @@ def test_transient_create_errors_are_retried_without_a_reason(code):
 
 def pod_controller():
     from catamaran.vk.assembly import OffloadingParts
-    from catamaran.vk.node import HealthSettings, NodeSettings
     from catamaran.vk.pools import PeeringNode
     from catamaran.vk.reflection.policy import settings_from_spec
-    from catamaran.vk.virtual_nodes import VirtualNodes
-    from tests.unit.fakes.offloading import KubeletPort, NoKubelet
+    from tests.unit.fakes.offloading import unserved_nodes
 
     local, provider = Recorder(), Recorder()
     peering = PeeringContext(CONSUMER, "p1", local, provider, EventRecorder(local, "test"), ("catamaran-system", "p1"))
-    nodes = VirtualNodes(
-        peering,
-        NodeSettings(provider_id="p1", node_ip="10.0.0.1"),
-        HealthSettings(),
-        listener=KubeletPort(),
-        bind_address="10.0.0.1",
-        make_kubelet=lambda *_: NoKubelet(),
-    )
+    nodes = unserved_nodes(peering, "10.0.0.1")
     pods = OffloadingParts(peering, nodes, settings_from_spec(None), remap_cidr=None).pods
     nodes.add_node(PeeringNode(peering.node_name))  # its pods' watch added, not run
     nodes.informer._store((None, peering.node_name), {})
