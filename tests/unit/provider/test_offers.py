@@ -114,7 +114,6 @@ def test_a_pools_terms_come_from_its_entry_its_share_defaulting_to_the_tenants()
         sharing_percentage=80,  # the tenant's, not the default
         cordoned=True,
         cordon_reason="disk swap",
-        drain=True,
     )
     assert terms.pool("tpu") is None
     assert TenantTerms.from_offer_spec({"clusterID": "p"}).pools == ()

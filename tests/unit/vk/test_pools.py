@@ -3,7 +3,6 @@ consumer's labels and taints for it, its share, and the cordon it shows."""
 
 from __future__ import annotations
 
-from catamaran.constants import LABEL_POOL
 from catamaran.vk.pools import Cordon, PeeringNode, node_cordon, peering_nodes, pool_offer
 
 GPU_TAINT = {"key": "example.com/gpu", "effect": "NoSchedule"}
@@ -32,7 +31,7 @@ def test_each_pool_the_provider_lends_is_a_node_with_the_consumers_labels_and_ta
     assert sorted(nodes) == ["catamaran-cluster-2.general", "catamaran-cluster-2.gpu"]
     gpu = nodes["catamaran-cluster-2.gpu"]
     assert (gpu.pool, gpu.sharing_percentage, gpu.taints) == ("gpu", 50, (GPU_TAINT,))
-    assert gpu.settings_labels() == {"accelerator": "yes", LABEL_POOL: "gpu"}
+    assert dict(gpu.labels) == {"accelerator": "yes"}  # the node adds LABEL_POOL (node.node_labels)
     general = nodes["catamaran-cluster-2.general"]
     assert (general.sharing_percentage, general.labels, general.taints) == (None, (), ())
 

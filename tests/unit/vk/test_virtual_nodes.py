@@ -53,6 +53,7 @@ class Served:
         client = self.local.client()
         self.peering = PeeringContext("c1", PROVIDER, client, object(), EventRecorder(client, "vk"), ("ns", PROVIDER))
         self.kubelets: dict[str, int] = {}
+        self.local_pod: dict = {}  # each node's kubelet API's pod lookup
         self.listener = listen("127.0.0.1", 0)
         foreign = {"pools": [{"name": "gpu", "nodeLabels": {"accelerator": "yes"}, "nodeTaints": [GPU_TAINT]}]}
         self.nodes = VirtualNodes(
@@ -68,6 +69,7 @@ class Served:
 
     def _kubelet(self, name, sock, node, pods_on_node, local_pod) -> NoKubelet:
         self.kubelets[name] = sock.getsockname()[1]
+        self.local_pod[name] = local_pod
         return NoKubelet()
 
     async def start(self, offered: dict | None) -> Served:
@@ -135,6 +137,10 @@ def test_a_pool_removed_is_cordoned_its_pods_evicted_then_its_node_and_lease_del
         served.local.add(Pod, bound_pod("trainer", GPU))
         served.local.add(Pod, bound_pod("web", GENERAL))
         await served.settle()
+        # Each node's kubelet API finds its own pods only.
+        assert served.local_pod[GENERAL]("shop", "web") is not None
+        assert served.local_pod[GPU]("shop", "web") is None
+        assert served.local_pod[GPU]("shop", "trainer") is not None
         served.nodes.update_offer(offer("general"))
         await served.converge()
         await asyncio.sleep(0.05)

@@ -129,7 +129,6 @@ class PoolTerms:
     # Its cordon: no new pod of the pool (the consumer's virtual kubelet drains the running ones when asked).
     cordoned: bool = False
     cordon_reason: str = ""
-    drain: bool = False
 
     @classmethod
     def from_pool_spec(cls, spec: dict, default_percentage: int) -> PoolTerms:
@@ -140,7 +139,6 @@ class PoolTerms:
             sharing_percentage=int(spec.get("sharingPercentage") or default_percentage),
             cordoned=cordon is not None,
             cordon_reason=(cordon or {}).get("reason") or "",
-            drain=bool((cordon or {}).get("drain")),
         )
 
 
@@ -436,13 +434,6 @@ class ResourceOfferController:
     def _usable(self, placement: Placement) -> list[dict]:
         """The allocatable of each schedulable node `placement` admits."""
         return [node.allocatable for node in self.nodes.cache.values() if node.schedulable and placement.admits(node)]
-
-    def placement(self, tenant_namespace: str, pool: str | None = None) -> Placement:
-        """Where the tenant's pods of `pool` (None: of no pool) run; KeyError for a pool the tenant is not lent."""
-        lent = self._lent(tenant_namespace, pool)
-        if lent is None:
-            raise KeyError(f"pool {pool} is not lent to {tenant_namespace}")
-        return lent[0]
 
     def quota(self, tenant_namespace: str, pool: str | None = None) -> dict[str, Fraction]:
         """The cap per resource of the tenant's pods of `pool` (None: of no pool): its sharing percentage of the

@@ -27,9 +27,6 @@ class PeeringContext:
         """The peering's node without pools (and the name its kubelet-facing parts use when they need one)."""
         return constants.virtual_node_name(self.provider_id)
 
-    def owns_node(self, name: str | None) -> bool:
-        return name in self.node_names
-
     @cached_property
     def tenant_namespace(self) -> str:
         """The consumer's namespace on the provider: its TwinNamespaces, ResourceOffer and credential."""

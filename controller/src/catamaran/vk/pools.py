@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..constants import LABEL_POOL, virtual_node_name
+from ..constants import virtual_node_name
 from .trust import sanitised_message
 
 
@@ -43,9 +43,6 @@ class PeeringNode:
     labels: tuple = ()  # sorted (key, value): the pool's, besides the peering's
     taints: tuple = ()  # the pool's taints (dicts as the ForeignCluster writes them), besides the peering's
     cordon: Cordon | None = None  # the pool's own (the tenant's applies to every node)
-
-    def settings_labels(self) -> dict:
-        return {**dict(self.labels), **({LABEL_POOL: self.pool} if self.pool else {})}
 
 
 def lent_pools(offer: dict | None) -> list[dict]:

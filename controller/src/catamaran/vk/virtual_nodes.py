@@ -134,9 +134,6 @@ class VirtualNodes:
         unit = self.units.get(name)
         return unit.plan.pool if unit else None
 
-    def nodes(self) -> list[VirtualNode]:
-        return [unit.node for unit in self.units.values()]
-
     @property
     def names(self) -> list[str]:
         return sorted(self.units)
@@ -231,7 +228,7 @@ class VirtualNodes:
 
     def _apply(self, unit: NodeUnit, tenant: Cordon | None) -> None:
         unit.node.update_settings(self._settings(unit.plan, unit.sock.getsockname()[1]))
-        unit.node.update_offer(pool_offer((self.offer or {}).get("status"), unit.plan.pool) if self.offer else None)
+        unit.node.update_offer(pool_offer((self.offer or {}).get("status"), unit.plan.pool))
         cordon = node_cordon(tenant, unit.plan, unit.going)
         unit.node.update_cordon(cordon)
         unit.drain.update(cordon)
@@ -248,7 +245,8 @@ class VirtualNodes:
         self.local_pods.add(plan.name, pods)
         unit = NodeUnit(plan, node, pods, TenantDrain(self.peering, lambda: []), sock, None)
         unit.drain.pods_on_node = unit.pods_on_node
-        unit.kubelet = self._make_kubelet(plan.name, sock, node, unit.pods_on_node, self._local_pod_on(plan.name))
+        # The node's own pods only (its watch's): one node's kubelet API never serves another's pods.
+        unit.kubelet = self._make_kubelet(plan.name, sock, node, unit.pods_on_node, pods.get)
         self.units[plan.name] = unit
         self.peering.node_names.add(plan.name)
         self._tell_changed()
@@ -263,15 +261,6 @@ class VirtualNodes:
         port = unit.sock.getsockname()[1]
         log.info("virtual node served", extra=fields(node=unit.plan.name, pool=unit.plan.pool, port=port))
         return unit
-
-    def _local_pod_on(self, name: str) -> Callable[[str, str], dict | None]:
-        """A pod of this node only: one node's kubelet API never serves another's pods."""
-
-        def local_pod(namespace: str, pod: str) -> dict | None:
-            found = self.local_pods.get(namespace, pod)
-            return found if found is not None and found["spec"].get("nodeName") == name else None
-
-        return local_pod
 
     async def _finish(self, unit: NodeUnit) -> None:
         """A going node with no pod left: its loops stopped, its Node and Lease deleted, its watch and port closed."""
