@@ -554,6 +554,10 @@ def pools_run(args, fed: Federation, rows: list[dict]) -> None:
     for count in (1, args.pools):
         served = pool_nodes if count > 1 else [virtual_node_name(provider)]
         if count > 1:
+            # Lent by the provider and taken by the consumer, as the peering module writes both sides.
+            taken = json.dumps({"spec": {"pools": [{"name": pool["name"]} for pool in lent]}})
+            foreign = ("-n", "catamaran-system", "patch", "foreigncluster", provider, "--type=merge", "-p", taken)
+            lab.kubectl(CONSUMER, *foreign)
             federation.grant_terms(lab, CONSUMER, provider, field_manager="pools", pools=lent)
             wait_until(lambda: nodes_ready(lab, pool_nodes) and not nodes_ready(lab, [virtual_node_name(provider)]))
         # A process just started, then idle, in both configurations: its peak memory is this one's alone.

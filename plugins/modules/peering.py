@@ -589,9 +589,9 @@ options:
         With pools, the peering's virtual nodes are its pools' (RV(peering.virtual_nodes)); without, it has the one
         node C(catamaran-<provider_id>).
       - "The provider's terms of each pool are written to the tenant's ResourceOffer (C(spec.pools): C(name),
-        C(nodeSelector), C(tolerations), C(sharingPercentage), C(cordon)), which decides which pools exist; the
+        C(nodeSelector), C(tolerations), C(sharingPercentage), C(cordon)), which lends them; the
         settings of each pool's virtual node to the ForeignCluster (C(spec.pools): C(name), C(nodeLabels),
-        C(nodeTaints))."
+        C(nodeTaints)), which takes them. A pool has a node only when both list it."
       - A pod bound to a pool's node runs on the provider with the pool's placement, which replaces the peering's
         (O(provider_node_selector), O(provider_tolerations)) for it, and counts against the pool's quota
         (O(pools[].sharing_percentage) of the allocatable of the provider nodes that placement admits). The peering's

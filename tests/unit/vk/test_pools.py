@@ -20,10 +20,11 @@ def test_without_pools_the_peering_has_its_one_node():
     assert list(peering_nodes("cluster-2", offer(), {"pools": [{"name": "gpu"}]})) == ["catamaran-cluster-2"]
 
 
-def test_each_pool_the_provider_lends_is_a_node_with_the_consumers_labels_and_taints_for_it():
+def test_each_pool_lent_and_taken_is_a_node_with_the_consumers_labels_and_taints_for_it():
     foreign = {
         "pools": [
             {"name": "gpu", "nodeLabels": {"accelerator": "yes"}, "nodeTaints": [GPU_TAINT]},
+            {"name": "general"},
             {"name": "not-lent", "nodeLabels": {"x": "y"}},
         ]
     }
@@ -36,8 +37,17 @@ def test_each_pool_the_provider_lends_is_a_node_with_the_consumers_labels_and_ta
     assert (general.sharing_percentage, general.labels, general.taints) == (None, (), ())
 
 
+def test_the_providers_offer_alone_makes_no_node_on_the_consumer():
+    """A provider lending pools the consumer does not take (thousands, say) gets no node for them: the consumer's
+    ForeignCluster (its own CRD bounds it to 16) says which pools it takes."""
+    lent = offer(*({"name": f"pool-{i}"} for i in range(1000)))
+    assert list(peering_nodes("p", lent, {})) == ["catamaran-p"]
+    assert list(peering_nodes("p", lent, {"pools": [{"name": "pool-7"}, {"name": "tpu"}]})) == ["catamaran-p.pool-7"]
+
+
 def test_a_pool_name_that_could_leave_its_node_name_is_no_pool():
-    nodes = peering_nodes("p", offer({"name": "a.b"}, {"name": "x/y"}, {"name": ""}, {"nameless": 1}), {})
+    taken = {"pools": [{"name": name} for name in ("a.b", "x/y", "")]}
+    nodes = peering_nodes("p", offer({"name": "a.b"}, {"name": "x/y"}, {"name": ""}, {"nameless": 1}), taken)
     assert list(nodes) == ["catamaran-p"]
 
 
@@ -66,7 +76,8 @@ def test_the_cordon_a_node_shows_the_going_drain_then_the_stronger_of_the_tenant
 
 
 def test_a_pools_cordon_reason_is_bounded_as_the_providers_text():
-    nodes = peering_nodes("p", offer({"name": "gpu", "cordon": {"reason": "x" * 100_000, "drain": "yes"}}), {})
+    lent = offer({"name": "gpu", "cordon": {"reason": "x" * 100_000, "drain": "yes"}})
+    nodes = peering_nodes("p", lent, {"pools": [{"name": "gpu"}]})
     cordon = nodes["catamaran-p.gpu"].cordon
     assert cordon is not None
     assert not cordon.drain

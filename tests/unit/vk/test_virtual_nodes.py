@@ -55,7 +55,9 @@ class Served:
         self.kubelets: dict[str, int] = {}
         self.local_pod: dict = {}  # each node's kubelet API's pod lookup
         self.listener = listen("127.0.0.1", 0)
-        foreign = {"pools": [{"name": "gpu", "nodeLabels": {"accelerator": "yes"}, "nodeTaints": [GPU_TAINT]}]}
+        # The consumer takes both pools the provider lends (the old one no longer).
+        gpu = {"name": "gpu", "nodeLabels": {"accelerator": "yes"}, "nodeTaints": [GPU_TAINT]}
+        foreign = {"pools": [{"name": "general"}, gpu]}
         self.nodes = VirtualNodes(
             self.peering,
             NodeSettings(provider_id=PROVIDER, node_ip="127.0.0.1", suggested_labels={"region": "a"}),

@@ -1,8 +1,9 @@
-"""Which virtual nodes a peering has: one, or one per node pool the provider lends (docs/design.md, "Node pools").
+"""Which virtual nodes a peering has: one, or one per node pool both sides declare (docs/design.md, "Node pools").
 
-The provider's ResourceOffer decides the pools (`spec.pools`: placement, share, cordon); the consumer's ForeignCluster
-adds each pool node's labels and taints (`spec.pools`). Pure: the virtual kubelet's VirtualNodes (virtual_nodes.py)
-acts on what `peering_nodes` says.
+The provider's ResourceOffer lends the pools (`spec.pools`: placement, share, cordon); the consumer's ForeignCluster
+takes them (`spec.pools`: each pool node's labels and taints). A pool has a node only when both declare it: the
+provider's offer alone never makes nodes on the consumer. Pure: the virtual kubelet's VirtualNodes
+(virtual_nodes.py) acts on what `peering_nodes` says.
 """
 
 from __future__ import annotations
@@ -55,19 +56,20 @@ def lent_pools(offer: dict | None) -> list[dict]:
 
 
 def peering_nodes(provider_id: str, offer: dict | None, foreign_spec: dict) -> dict[str, PeeringNode]:
-    """The peering's virtual nodes by name: one per pool the provider lends, or the one node when it lends none."""
-    pools = lent_pools(offer)
-    if not pools:
-        name = virtual_node_name(provider_id)
-        return {name: PeeringNode(name)}
+    """The peering's virtual nodes by name: one per pool the provider lends and the consumer takes, or the one node
+    when there is none such."""
     settings = {
         entry["name"]: entry
         for entry in foreign_spec.get("pools") or []
         if isinstance(entry, dict) and isinstance(entry.get("name"), str)
     }
+    pools = [pool for pool in lent_pools(offer) if pool["name"] in settings]
+    if not pools:
+        name = virtual_node_name(provider_id)
+        return {name: PeeringNode(name)}
     nodes = {}
     for pool in pools:
-        own = settings.get(pool["name"]) or {}
+        own = settings[pool["name"]]
         share = pool.get("sharingPercentage")
         node = PeeringNode(
             name=virtual_node_name(provider_id, pool["name"]),

@@ -1,4 +1,4 @@
-"""The peering's virtual nodes, one or one per node pool the provider lends (pools.py decides which), served by this
+"""The peering's virtual nodes, one or one per node pool both sides declare (pools.py decides which), served by this
 one process: each node's Node and Lease (node.py), the watch of the pods bound to it (a field selector on its name,
 as a kubelet's), its kubelet API on a port of its own (so metrics-server reads each node's pods apart) and its drain
 (tenant_drain.py); one provider health check (node.ProviderHealth) for them all.
@@ -209,11 +209,12 @@ class VirtualNodes:
         return sorted(found + ([base] if self.informer.get(None, base) is not None else []))
 
     def _found_plan(self, name: str) -> PeeringNode:
-        """A node found, as this side's settings describe it (its pool's labels and taints)."""
+        """A node found, as this side's settings describe it (its pool's labels and taints, when it still takes it)."""
         pool = name.partition(".")[2]
         if not pool:
             return PeeringNode(name)
-        return peering_nodes(self.peering.provider_id, {"spec": {"pools": [{"name": pool}]}}, self.foreign_spec)[name]
+        lent = {"spec": {"pools": [{"name": pool}]}}
+        return peering_nodes(self.peering.provider_id, lent, self.foreign_spec).get(name) or PeeringNode(name, pool)
 
     def _settings(self, plan: PeeringNode, port: int) -> NodeSettings:
         base = self.settings
