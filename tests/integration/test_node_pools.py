@@ -9,7 +9,9 @@ spec.pools, the consumer's ForeignCluster spec.pools; the module's and the inven
   - a pool cordoned: its node tainted and saying why, a pod bound there anyway refused (PoolCordoned, on both
     sides); drained: its pods evicted on the consumer, a PodDisruptionBudget holding one (ProviderDrainBlocked);
     uncordoned: all returns, the other pool untouched throughout;
-  - a pool removed from the offer: its node cordoned, its pods evicted, then the node and its Lease deleted.
+  - a pool removed from the offer: its node cordoned, its pods evicted, then the node and its Lease deleted;
+  - with the tenant's own credential, a ShadowPod naming a pool not lent gets no pod (PoolNotOffered), and one whose
+    pod template claims another pool than its own is placed and counted in its own.
 """
 
 from __future__ import annotations
@@ -51,7 +53,11 @@ POOLS = [
 ]
 # The consumer's side: the kwok pool's node tainted, so only pods that ask for it land there.
 FAKE_TAINT = {"key": "example.com/accelerated", "value": "true", "effect": "NoSchedule"}
-CONSUMER_POOLS = [{"name": "fake", "nodeLabels": {"example.com/accelerator": "gpu"}, "nodeTaints": [FAKE_TAINT]}]
+# Both pools taken (a pool has a node only when both sides list it), the kwok pool's node labelled and tainted.
+CONSUMER_POOLS = [
+    {"name": "real"},
+    {"name": "fake", "nodeLabels": {"example.com/accelerator": "gpu"}, "nodeTaints": [FAKE_TAINT]},
+]
 
 
 def lend(lab, pools: list[dict]) -> None:
@@ -283,3 +289,53 @@ def test_a_pool_removed_has_its_pods_evicted_and_its_node_deleted(lab, pooled):
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "deployment", "real-web", "--wait=true", timeout=120)
     lend(lab, POOLS)
     wait_for(lambda: federation.node_ready(lab, CONSUMER, REAL) == "True", what=f"{REAL} back with its pool")
+
+
+def test_the_tenants_own_credential_cannot_use_a_pool_not_lent_nor_move_a_pod_between_pools(lab, pooled, tmp_path):
+    """ShadowPods written with the tenant's real credential, as a consumer could without its virtual kubelet: one
+    naming a pool the provider does not lend gets no pod (PoolNotOffered); one of pool `real` whose pod template
+    claims pool `fake` gets a pod of pool `real`, placed on the real node and counted there."""
+    tenant = federation.tenant_kubectl(lab, CONSUMER, PROVIDER, tmp_path, duration="10m")
+
+    def shadowpod(name: str, pool: str, template_labels: dict) -> dict:
+        return {
+            "apiVersion": "offloading.catamaran.io/v1alpha1",
+            "kind": "ShadowPod",
+            "metadata": {"name": name, "namespace": TWIN, "labels": {LABEL_POOL: pool}},
+            "spec": {"pod": {"metadata": {"labels": template_labels}, "spec": restricted_busybox(["sleep", "3600"])}},
+        }
+
+    written = tenant(
+        "apply",
+        "-f",
+        "-",
+        input=federation.as_list(
+            [shadowpod("unlent", "tpu", {}), shadowpod("mislabelled", "real", {LABEL_POOL: "fake"})]
+        ),
+    )
+    assert written.returncode == 0, written.stderr
+
+    def refusal(name: str) -> dict | None:
+        status = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["type"] == "PodCreated"), None)
+
+    refused = wait_for(
+        lambda: (c := refusal("unlent")) and c["status"] == "False" and c, what="the unlent pool refused"
+    )
+    assert refused["reason"] == "PoolNotOffered", refused
+    assert "tpu" in refused["message"], refused
+    assert "real" in refused["message"], refused  # the pools it is lent
+    assert remote(lab, "unlent") is None
+
+    pod = wait_for(lambda: remote(lab, "mislabelled"), what="the pod of pool real")
+    assert pod["metadata"]["labels"][LABEL_POOL] == "real", "the manager's pool label, not the template's"
+    provider = provider_nodes(lab)
+    node = wait_for(lambda: (p := remote(lab, "mislabelled")) and p["spec"].get("nodeName"), what="its node")
+    assert provider[node]["metadata"]["labels"][NODE_KIND_LABEL] == "real"
+    counted = wait_for(
+        lambda: (p := offer_pools(lab)) and p["real"]["used"].get("pods") == "1" and p,
+        what="the pod counted in pool real",
+    )
+    assert counted["fake"]["used"].get("pods") == "0"
+    deleted = tenant("-n", TWIN, "delete", "shadowpod", "unlent", "mislabelled", "--wait=true")
+    assert deleted.returncode == 0, deleted.stderr
