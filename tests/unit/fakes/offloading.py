@@ -367,6 +367,7 @@ class Consumer:
         if self.provider_cidrs is not None:
             parts.ips.update_pod_cidrs(self.provider_cidrs)  # from the provider's ResourceOffer, in production
         await self.settle()
+        await self.nodes.local_pods.sync()  # as VirtualNodes does once its nodes are known
         return self
 
     async def settle(self) -> None:

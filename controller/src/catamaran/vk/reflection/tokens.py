@@ -272,6 +272,10 @@ class TokenReflector:
         return self.secrets.left_in(twin, OWNER_OTHER_CATAMARAN)
 
     async def reconcile(self, key: AccountTokens | PodTokens) -> float | None:
+        if not self.local_pods.synced.is_set():
+            # Until every node's pods are listed, a pod not seen may still be there: its Secrets must not go (the
+            # copies' informer, listed first at a restart, queues every Secret at once).
+            return 0.5
         if isinstance(key, PodTokens):
             return await self._reconcile_pod(key)
         return await self._reconcile_account(key)
