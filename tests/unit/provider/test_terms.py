@@ -179,3 +179,19 @@ def test_the_consumers_api_server_is_reachable_unless_it_is_an_address_of_the_pr
     rule, problem = consumer_api_server_egress("https://api.consumer.example:6443", [])
     assert rule is None
     assert "is not https://<IP address>" in problem
+
+
+def test_what_is_lent_is_the_tenants_own_placement_or_a_pools_and_nothing_for_a_pool_not_lent():
+    lent = TenantTerms.from_offer_spec(
+        {
+            "nodeSelector": {"kubernetes.io/hostname": "provider-worker"},
+            "sharingPercentage": 80,
+            "pools": [{"name": "gpu", "nodeSelector": {"pool": "gpu"}, "sharingPercentage": 50}],
+        }
+    )
+    assert lent.lent(None) == (lent.placement, 80)
+    pool = lent.pool("gpu")
+    assert pool is not None
+    assert lent.lent("gpu") == (pool.placement, 50)
+    assert pool.placement != lent.placement
+    assert lent.lent("small") is None

@@ -191,6 +191,14 @@ class TenantTerms:
         """The pool of that name lent to the tenant, None when it lends none of it."""
         return next((pool for pool in self.pools if pool.name == name), None)
 
+    def lent(self, pool: str | None) -> tuple[Placement, int] | None:
+        """(placement, sharing percentage) of the tenant's own pods (`pool` None) or of one of its pools; None for a
+        pool the tenant is not lent."""
+        if pool is None:
+            return self.placement, self.sharing_percentage
+        found = self.pool(pool)
+        return None if found is None else (found.placement, found.sharing_percentage)
+
     @classmethod
     def from_offer_spec(cls, spec: dict | None) -> TenantTerms:
         spec = spec or {}
@@ -422,15 +430,6 @@ class ResourceOfferController:
         """This cluster's pod ranges, from its nodes."""
         return sorted({cidr for node in self.nodes.cache.values() for cidr in node.pod_cidrs})
 
-    def _lent(self, tenant_namespace: str, pool: str | None) -> tuple[Placement, int] | None:
-        """(placement, sharing percentage) of the tenant's own pods (`pool` None) or of one of its pools; None for a
-        pool the tenant is not lent."""
-        terms = self.terms(tenant_namespace)
-        if pool is None:
-            return terms.placement, terms.sharing_percentage
-        found = terms.pool(pool)
-        return None if found is None else (found.placement, found.sharing_percentage)
-
     def _usable(self, placement: Placement) -> list[dict]:
         """The allocatable of each schedulable node `placement` admits."""
         return [node.allocatable for node in self.nodes.cache.values() if node.schedulable and placement.admits(node)]
@@ -440,7 +439,7 @@ class ResourceOfferController:
         allocatable of the nodes its placement admits; nothing for a pool the tenant is not lent."""
         cached = self._quotas.get((tenant_namespace, pool))
         if cached is None:
-            lent = self._lent(tenant_namespace, pool)
+            lent = self.terms(tenant_namespace).lent(pool)
             if lent is None:
                 return {}  # not cached: a ShadowPod's label names any pool it likes
             cached = self._quotas[(tenant_namespace, pool)] = quota.tenant_quota(self._usable(lent[0]), lent[1])
@@ -451,7 +450,7 @@ class ResourceOfferController:
     ) -> list[str]:
         """Why no node the placement of the tenant's pods of `pool` (None: of no pool) admits could ever hold a pod
         of these requests ([]: one could)."""
-        lent = self._lent(tenant_namespace, pool)
+        lent = self.terms(tenant_namespace).lent(pool)
         if lent is None:
             return [f"pool {pool} is not lent to the tenant"]
         usable = self._usable(lent[0])

@@ -559,8 +559,8 @@ class ShadowPodController:
         consumer, enforced, terms = self._tenant_terms(shadow)
         # A ShadowPod outside a twin is the provider admin's own: no tenant, no terms but the default level, no pool.
         pool = pool_of(shadow) if consumer else None
-        lent = terms.pool(pool) if pool is not None else None
-        placement = lent.placement if lent is not None else terms.placement
+        lent = terms.lent(pool)
+        placement = lent[0] if lent is not None else terms.placement  # a pool not lent is refused (_refusal)
         pod = pod_from_shadow(shadow, placement, consumer, terms if consumer else None, pool)
         return consumer, enforced, terms, pool, pod
 
