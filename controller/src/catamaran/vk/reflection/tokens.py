@@ -178,7 +178,13 @@ class TokenReflector:
         secrets.copy_listeners.append(self._copy_changed)
 
     def tasks(self):
-        return [self.queue.run()]
+        return [self._run()]
+
+    async def _run(self) -> None:
+        # Until every node's pods are listed, a pod not seen may still be there: its Secrets must not go (the copies'
+        # informer, listed first at a restart, queues every token Secret at once).
+        await self.local_pods.synced.wait()
+        await self.queue.run()
 
     def pod_changed(self, key: tuple[str, str]) -> None:
         """A local pod came, changed or went: its account is looked at when what it asks of it changed (a pod's
@@ -272,10 +278,6 @@ class TokenReflector:
         return self.secrets.left_in(twin, OWNER_OTHER_CATAMARAN)
 
     async def reconcile(self, key: AccountTokens | PodTokens) -> float | None:
-        if not self.local_pods.synced.is_set():
-            # Until every node's pods are listed, a pod not seen may still be there: its Secrets must not go (the
-            # copies' informer, listed first at a restart, queues every Secret at once).
-            return 0.5
         if isinstance(key, PodTokens):
             return await self._reconcile_pod(key)
         return await self._reconcile_account(key)
