@@ -431,6 +431,7 @@ def test_a_view_follows_its_source_and_reports_objects_entering_and_leaving_it()
             "ownerReferences": None,
             "deletionTimestamp": None,
             "deletionGracePeriodSeconds": None,
+            "resourceVersion": "1",
         },
         "changeable": {
             "labels": {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},

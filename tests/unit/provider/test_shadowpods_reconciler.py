@@ -37,6 +37,7 @@ from tests.unit.fakes.offloading import (
     Provider,
     local_pod,
     made_pod,
+    outcome,
     provider_shadow,
     remote_running,
     run,
@@ -585,3 +586,56 @@ def test_a_resize_on_the_consumer_reaches_the_remote_pod_in_place_and_its_report
     shown = consumer.pod()["status"]["containerStatuses"][0]
     assert (shown["resources"]["requests"]["cpu"], shown["allocatedResources"]["cpu"]) == ("300m", "300m")
     assert provider.events() == set()
+
+
+def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_the_others():
+    """Each side's work queue is told of the other side's writes and of the provider's scheduler and kubelet, never
+    of the echo of its own creation or status write; a reconcile begun before an echo arrived has it told after all
+    (kube/echoes.py)."""
+
+    async def scenario():
+        provider = await Provider().start()
+        consumer = await Consumer(provider=provider.cluster, provider_cidrs=[PROVIDER_POD_RANGE]).start()
+        consumer.local.add(Pod, local_pod())
+        await consumer.settle()
+        told: list[tuple[str, str]] = []
+        consumer.pods.queue.add = lambda key, delay=0: told.append(("consumer", key[1]))
+        provider.shadowpods.queue.add = lambda key, delay=0: told.append(("provider", key[1]))
+
+        async def step(what: str, action) -> list[tuple[str, str]]:
+            told.clear()
+            await action()
+            await consumer.settle()
+            return [what, *told]
+
+        async def run_pod():
+            provider.run_pod(status=remote_running("10.245.0.9"))
+
+        steps = [
+            await step("ShadowPod created", consumer.reconcile),
+            await step("Pod created", provider.reconcile),
+            await step("Pod running", run_pod),
+            await step("ShadowPod status written", provider.reconcile),
+            await step("local status written", consumer.reconcile),
+        ]
+        # The consumer writes the local status again, then reconciles before its echo arrives: that reconcile read a
+        # cache without the write, so the echo is told.
+        consumer.local.update(Pod, "web", NAMESPACE, lambda pod: pod["status"].update(phase="Pending"))
+        await consumer.settle()
+        told.clear()
+        await outcome(consumer.pods.reconcile((NAMESPACE, "web")))
+        await outcome(consumer.pods.reconcile((NAMESPACE, "web")))
+        await consumer.settle()
+        steps.append(["reconciled twice before the echo", *told])
+        return consumer, steps
+
+    consumer, steps = run(scenario)
+    assert steps == [
+        ["ShadowPod created", ("provider", "web")],
+        ["Pod created"],
+        ["Pod running", ("provider", "web")],
+        ["ShadowPod status written", ("consumer", "web")],
+        ["local status written"],
+        ["reconciled twice before the echo", ("consumer", "web")],
+    ]
+    assert consumer.pod()["status"]["phase"] == "Running"

@@ -23,20 +23,22 @@ def tolerating(*codes: int):
             raise
 
 
-async def patch_status(client: AsyncClient, resource, meta: dict, status: dict, *, if_unchanged: bool = False) -> None:
-    """Merge-patch an object's status subresource; an object deleted meanwhile is no error. `if_unchanged`: only if
-    it is still at meta's resourceVersion (409 otherwise), when what is written comes from fields others may set."""
+async def patch_status(client: AsyncClient, resource, meta: dict, status: dict, *, if_unchanged: bool = False):
+    """Merge-patch an object's status subresource and return the object as written (None: deleted meanwhile, which is
+    no error). `if_unchanged`: only if it is still at meta's resourceVersion (409 otherwise), when what is written
+    comes from fields others may set."""
     body: dict = {"status": status}
     if if_unchanged:
         body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
     with tolerating(404):
-        await client.patch(
+        return await client.patch(
             resource.Status,
             meta["name"],
             body,
             namespace=meta.get("namespace"),
             patch_type=PatchType.MERGE,
         )
+    return None
 
 
 async def delete_with_uid(client: AsyncClient, resource, name: str, namespace: str, uid: str) -> None:

@@ -35,6 +35,7 @@ from ..constants import (
     TERMINAL_PHASES,
     tenant_namespace,
 )
+from ..kube.echoes import OwnWrites
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer, enqueue
 from ..kube.ops import patch_status, tolerating
@@ -190,7 +191,15 @@ def compact_pod(pod) -> dict:
     and its status."""
     data = as_dict(pod)
     meta = data["metadata"]
-    kept = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp", "deletionGracePeriodSeconds")
+    kept = (
+        "name",
+        "namespace",
+        "uid",
+        "ownerReferences",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "resourceVersion",  # which events are its own creations' (kube/echoes.py)
+    )
     return {
         "metadata": {key: meta.get(key) for key in kept},
         "changeable": changeable_pod_fields(data),
@@ -294,8 +303,11 @@ class ShadowPodController:
         # The pods it created: a view of the offers' pod informer (one pod watch per process).
         self.pods = offers.pods.view("shadowpod-pods", include=_managed, transform=compact_pod, packed=True)
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
-        self.shadows.on_change(enqueue(self.queue))
-        self.pods.on_change(enqueue(self.queue))
+        # Neither the pods it creates nor the statuses it writes come back as reconciles (kube/echoes.py).
+        self.created_pods = OwnWrites()
+        self.written_statuses = OwnWrites()
+        self.shadows.on_change(self.written_statuses.skipping(enqueue(self.queue)))
+        self.pods.on_change(self.created_pods.skipping(enqueue(self.queue)))
 
     def tasks(self):
         return [self.shadows.run(), self._run_queue()]
@@ -339,6 +351,8 @@ class ShadowPodController:
 
     async def reconcile(self, key) -> float | None:
         namespace, name = key
+        self.created_pods.forget(key)
+        self.written_statuses.forget(key)
         shadow = self.shadows.get(namespace, name)
         pod = self.pods.get(namespace, name)
         if shadow is not None and shadow["metadata"].get("deletionTimestamp") and pod is not None:
@@ -583,6 +597,7 @@ class ShadowPodController:
             await self._report_refusal(shadow, *classify_create_error(error))
             return 15
         log.debug("pod created", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", uid=created.metadata.uid))
+        self.created_pods.wrote(key, created)
         return None
 
     async def _name_in_use(self, shadow: dict) -> float | None:
@@ -621,4 +636,8 @@ class ShadowPodController:
         patch = status_patch(shadow.get("status") or {}, wanted)
         if not patch:
             return
-        await patch_status(self.client, ShadowPod, shadow["metadata"], patch)
+        written = await patch_status(self.client, ShadowPod, shadow["metadata"], patch)
+        # A patch made against a cache that lagged may leave other than wanted: then its echo is reconciled.
+        status = (as_dict(written).get("status") or {}) if written is not None else {}
+        if written is not None and all(status.get(field) == value for field, value in wanted.items()):
+            self.written_statuses.wrote((shadow["metadata"]["namespace"], shadow["metadata"]["name"]), written)

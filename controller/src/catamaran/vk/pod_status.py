@@ -8,9 +8,10 @@ import logging
 
 from lightkube.resources.core_v1 import Pod
 
+from ..kube.echoes import OwnWrites
 from ..kube.ops import patch_status
 from ..logs import fields
-from ..objects import condition, now_iso, reference, status_patch
+from ..objects import as_dict, condition, now_iso, reference, status_patch
 from .context import PeeringContext
 from .forge import HELD_REASONS, resized_containers
 from .node import ProviderHealth
@@ -70,6 +71,8 @@ class PodStatus:
 
     def __init__(self, peering: PeeringContext, health: ProviderHealth, node_ip: str, ips: PodIPs):
         self.peering = peering
+        # The pod controller is not told of the watch events these writes cause (kube/echoes.py).
+        self.writes = OwnWrites()
         self.health = health  # the provider link every virtual node of the peering shows
         self.node_ip = node_ip  # the hostIP of every pod here (the virtual nodes' one address)
         self.ips = ips
@@ -108,13 +111,13 @@ class PodStatus:
                 event_reason or reason,
                 wanted["message"],
             )
-        await patch_status(self.peering.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
+        await self._write(pod, wanted)
 
     async def terminated(self, pod: dict) -> None:
         """The remote pod is gone and the local one stays (a finalizer): its containers show that they ended."""
         wanted = terminated_pod_status(pod["status"], now=now_iso())
         if comparable_status(wanted) != comparable_status(pod["status"]):
-            await patch_status(self.peering.local, Pod, pod["metadata"], status_patch(pod["status"], wanted))
+            await self._write(pod, wanted)
 
     async def update(self, pod: dict, shadow: dict | None) -> None:
         meta = pod["metadata"]
@@ -163,4 +166,12 @@ class PodStatus:
         # Readiness gates' conditions are set by the consumer's controllers and written back here whole (a merge
         # patch replaces the list): only onto the status they were read from.
         gated = bool(pod["spec"].get("readinessGates")) and bool(meta.get("resourceVersion"))
-        await patch_status(self.peering.local, Pod, meta, status_patch(pod["status"], wanted), if_unchanged=gated)
+        await self._write(pod, wanted, if_unchanged=gated)
+
+    async def _write(self, pod: dict, wanted: dict, *, if_unchanged: bool = False) -> None:
+        meta = pod["metadata"]
+        patch = status_patch(pod["status"], wanted)
+        written = await patch_status(self.peering.local, Pod, meta, patch, if_unchanged=if_unchanged)
+        # A patch made against a cache that lagged may leave other than wanted: then its echo is reconciled.
+        if written is not None and comparable_status(as_dict(written).get("status") or {}) == comparable_status(wanted):
+            self.writes.wrote((meta["namespace"], meta["name"]), written)

@@ -24,6 +24,7 @@ from ..constants import (
     ROOT_CA_CONFIGMAP,
     TERMINAL_PHASES,
 )
+from ..kube.echoes import OwnWrites
 from ..kube.informer import Informer, InformerUnion, NamespacedInformers
 from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
@@ -104,6 +105,7 @@ def compact_shadow(shadow) -> dict:
             "uid": meta.get("uid"),
             "annotations": meta.get("annotations") or {},
             "deletionTimestamp": meta.get("deletionTimestamp"),
+            "resourceVersion": meta.get("resourceVersion"),  # which events are its own creations' (kube/echoes.py)
         },
         "status": shadow.get("status") or {},
     }
@@ -148,8 +150,11 @@ class PodController:
         self.config_maps = config_maps  # ... and for the consumer's root CA reflected into the twin
         self.home_api_server = home_api_server
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)
+        self.created_shadows = OwnWrites()  # by the local pod's key
 
     def local_changed(self, event, key, new, old) -> None:
+        if self.status.writes.echo(event, key, new):
+            return  # the status this controller wrote, as it wrote it (kube/echoes.py)
         self.queue.add(key)
         if event == "ADDED":
             self.twins.want(key[0])
@@ -197,12 +202,17 @@ class PodController:
         named = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
         if not named:
             return
-        self.queue.add((self.twins.twin_origin(key[0]) or named, shadow["metadata"]["name"]))
+        local_key = (self.twins.twin_origin(key[0]) or named, shadow["metadata"]["name"])
+        if self.created_shadows.echo(event, local_key, new):
+            return  # the ShadowPod this controller created, as it created it (kube/echoes.py)
+        self.queue.add(local_key)
 
     # -- reconciliation -----------------------------------------------------------------
 
     async def reconcile(self, key) -> float | None:
         namespace, name = key
+        self.status.writes.forget(key)
+        self.created_shadows.forget(key)
         pod = self.local_pods.get(namespace, name)
         twin = self.twin_for(namespace)
         shadows = self.shadow_informers.get(twin) if twin else None
@@ -319,7 +329,7 @@ class PodController:
             pool=pool,
         )
         try:
-            await self.peering.provider.create(ShadowPod(**body))
+            created = await self.peering.provider.create(ShadowPod(**body))
         except ApiError as error:
             if error.status.code == 409:
                 return
@@ -334,6 +344,8 @@ class PodController:
                 reason, detail = refusal
                 await self.status.hold(pod, reason, detail, event_reason=REMOTE_FAILURE_EVENTS.get(reason))
             raise
+        # Its ADDED event would find no status to show yet: the provider's status brings the pod back.
+        self.created_shadows.wrote((pod["metadata"]["namespace"], pod["metadata"]["name"]), created)
 
     async def _terminate(self, pod: dict, twin: str | None, shadow: dict | None) -> float | None:
         meta = pod["metadata"]
