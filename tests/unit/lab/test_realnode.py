@@ -37,6 +37,13 @@ def test_sandbox_image_is_the_labs_pause_even_beside_upstreams_name():
     )
 
 
+@pytest.fixture(autouse=True)
+def busybox_of_the_lab(monkeypatch):
+    """The command lines name the lab's busybox image by the installed busybox's version; the lab build installs it
+    (busybox-static) after the unit tests run, so a fresh machine has none yet."""
+    monkeypatch.setattr(images, "busybox_version", lambda: "1.37.0")
+
+
 def _real_node(tmp_path):
     from catamaran_lab import binaries, config, nodeconfig
     from catamaran_lab.realnode import RealNode
