@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from fractions import Fraction
 
 from catamaran import quantities
@@ -123,3 +124,44 @@ def test_a_pod_of_a_pool_resized_is_judged_in_its_pool():
     assert ledger.admit(("t", "a"), "c", {"cpu": Fraction(3)}, cap, pool="gpu") == [
         "cpu (requested 3, in use 0, quota 2)"
     ]
+
+
+def _used_summed_anew(ledger: quota.Ledger, tenant: str, excluding, pool) -> dict:
+    """What `used` must answer, summed from the pods seen and the reservations held, as every admission once did."""
+    bucket = (tenant, pool)
+    total: dict = {}
+    for key, (owner, usage) in ledger._seen.items():
+        if owner == bucket and key != excluding:
+            quantities.add(total, usage)
+    for key, (owner, usage) in ledger._reserved.items():
+        if owner != bucket or key == excluding:
+            continue
+        seen = ledger._seen[key][1] if key in ledger._seen and ledger._seen[key][0] == bucket else {}
+        quantities.add(total, {r: v - seen.get(r, 0) for r, v in usage.items() if v > seen.get(r, 0)})
+    return {r: v for r, v in total.items() if v}
+
+
+def test_the_kept_totals_answer_as_a_sum_over_every_pod_and_reservation_would():
+    """Random observations, admissions and releases of a few pods in two buckets: after each, `used` answers what
+    summing every pod seen and every reservation held answers."""
+    rng = random.Random(43)
+    ledger = quota.Ledger()
+    keys = [("twin", f"p{i}") for i in range(8)]
+    buckets = [("c1", None), ("c1", "gpu")]
+    roomy = {"cpu": Fraction(1000), "memory": Fraction(10**12), "pods": Fraction(1000)}
+    for _ in range(3000):
+        key = rng.choice(keys)
+        tenant, pool = rng.choice(buckets)
+        requests = {"cpu": Fraction(rng.randint(0, 4), 2), "memory": Fraction(rng.randint(1, 3) * 2**20)}
+        action = rng.randrange(4)
+        if action == 0:
+            ledger.observe(key, tenant, requests, pool)
+        elif action == 1:
+            ledger.observe(key, None, None)
+        elif action == 2:
+            ledger.admit(key, tenant, requests, roomy, pool)
+        else:
+            ledger.release(key)
+        for tenant, pool in buckets:
+            for excluding in (None, key):
+                assert ledger.used(tenant, excluding, pool) == _used_summed_anew(ledger, tenant, excluding, pool)
