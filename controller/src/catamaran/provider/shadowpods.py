@@ -637,7 +637,9 @@ class ShadowPodController:
         if not patch:
             return
         written = await patch_status(self.client, ShadowPod, shadow["metadata"], patch)
+        if written is None:
+            return
         # A patch made against a cache that lagged may leave other than wanted: then its echo is reconciled.
-        status = (as_dict(written).get("status") or {}) if written is not None else {}
-        if written is not None and all(status.get(field) == value for field, value in wanted.items()):
+        status = as_dict(written).get("status") or {}
+        if all(status.get(field) == value for field, value in wanted.items()):
             self.written_statuses.wrote((shadow["metadata"]["namespace"], shadow["metadata"]["name"]), written)
