@@ -49,6 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from catamaran.constants import default_twin_namespace, virtual_node_name
+from catamaran.provider.shadowpods import WORKERS as SHADOWPOD_WORKERS
+from catamaran.vk.pods import WORKERS as VK_POD_WORKERS
+from catamaran.vk.reflection.policy import DEFAULT_WORKERS as REFLECTION_WORKERS
 from catamaran_lab.lab import Lab
 from tests.integration import federation
 from tests.integration.manifests import container, deployment
@@ -60,7 +63,11 @@ TENANT_CONSUMERS = ["bench-consumer", "bench-consumer-2", "bench-consumer-3"]
 TENANTS_LAB = harness.REPO / "bench" / "tenants-lab.yaml"
 VIRTUAL_NODE_TOLERATION = {"key": "virtual-node.catamaran.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
 # The processes' defaults, as the bench starts them.
-WORKERS = {"virtual kubelet pods": 16, "virtual kubelet tokens": 16, "provider manager": 32}
+WORKERS = {
+    "virtual kubelet pods": VK_POD_WORKERS,
+    "virtual kubelet tokens": REFLECTION_WORKERS["serviceAccountTokens"],
+    "provider manager": SHADOWPOD_WORKERS,
+}
 SAMPLE_S = 2.0
 DEFAULT_N = [100, 1000]
 POOLS_IDLE_S = 60.0

@@ -35,6 +35,8 @@ from .kube.leaderelection import LeaderElector, LeadershipLost
 from .provider.counters import CounterOptions
 from .provider.enforcement_probe import PROBE_INTERVAL_SECONDS
 from .provider.manager import provider_tasks
+from .provider.shadowpods import WORKERS as SHADOWPOD_WORKERS
+from .vk.pods import WORKERS as POD_WORKERS
 from .vk.runner import KubeletOptions, PeeringRemoved, VirtualKubelet
 
 log = logging.getLogger("catamaran")
@@ -144,7 +146,7 @@ def _manager_arguments(commands) -> None:
         "manager", help="run the manager: ShadowPods, offers and twins (provider); NamespaceOffloading and webhook"
     )
     manager.add_argument(
-        "--workers", type=int, default=32, help="ShadowPod workers: each mostly waits on API round trips, not CPU"
+        "--workers", type=int, default=SHADOWPOD_WORKERS, help="ShadowPod workers (provider/shadowpods.py)"
     )
     manager.add_argument(
         "--credential-renew-fraction",
@@ -197,7 +199,7 @@ def _virtual_kubelet_arguments(commands) -> None:
     vk.add_argument("--foreign-cluster", required=True, help="ForeignCluster name")
     vk.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the ForeignCluster and its Secret")
     vk.add_argument("--node-ip", default=os.environ.get("POD_IP", "127.0.0.1"), help="address of the virtual node")
-    vk.add_argument("--workers", type=int, default=16)
+    vk.add_argument("--workers", type=int, default=POD_WORKERS, help="pod workers (vk/pods.py)")
     kubelet = vk.add_argument_group("kubelet API")
     kubelet.add_argument(
         "--kubelet-port", type=int, default=KUBELET_PORT, help="HTTPS port (0: any free port, published)"

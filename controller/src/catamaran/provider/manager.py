@@ -13,6 +13,7 @@ from .credentials import CredentialController
 from .enforcement_probe import PROBE_INTERVAL_SECONDS, EnforcementProbe, not_probed
 from .hosts import IngressHostsController
 from .offers import ResourceOfferController
+from .shadowpods import WORKERS as SHADOWPOD_WORKERS
 from .shadowpods import ShadowPodController
 from .twins import TwinNamespaceController
 
@@ -20,7 +21,7 @@ from .twins import TwinNamespaceController
 def provider_tasks(
     client: AsyncClient,
     cluster_id: str,
-    workers: int = 32,
+    workers: int = SHADOWPOD_WORKERS,
     credential_renew_fraction: float = CREDENTIAL_RENEW_FRACTION,
     counters: CounterOptions | None = None,
     canary_image: str = "",

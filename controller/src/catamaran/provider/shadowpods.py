@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 # A refused ShadowPod is retried when its tenant's terms or usage change; this is only a safety net.
 REFUSED_RETRY_S = 300
+# ShadowPod workers: each mostly waits on API round trips (the Pod's POST, the status PATCH), not on CPU.
+WORKERS = 32
 
 
 def classify_create_error(error: ApiError) -> tuple[str, str]:
@@ -286,7 +288,7 @@ class ShadowPodController:
         events: EventRecorder,
         offers: ResourceOfferController,
         twin_namespaces: Informer,
-        workers: int = 32,
+        workers: int = WORKERS,
         wait_for: tuple[Informer, ...] = (),
     ):
         self.client = client

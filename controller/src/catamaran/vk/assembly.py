@@ -44,6 +44,7 @@ from .node import HealthSettings, NodeSettings, VirtualNode
 from .peering import CredentialFollower, PeeringWatch
 from .pod_ips import PodIPs
 from .pod_status import PodStatus
+from .pods import WORKERS as POD_WORKERS
 from .pods import PodController, shadow_informer
 from .reflection.peering_reflection import PeeringReflection
 from .reflection.policy import ReflectionSettings, settings_from_spec
@@ -138,7 +139,7 @@ class OffloadingParts:
         *,
         remap_cidr: str | None,
         home_api_server: tuple[str, int] | None = None,
-        workers: int = 16,
+        workers: int = POD_WORKERS,
     ):
         self.peering = peering
         self.local_pods = nodes.local_pods  # each node's pods, watched as its node comes and goes
@@ -243,7 +244,7 @@ class ServedPeering:
         report: Callable[..., None],
         set_condition: Callable[[str, str, str, str], None] = lambda *_: None,
         report_nodes: Callable[[], None] = lambda: None,
-        workers: int = 16,
+        workers: int = POD_WORKERS,
     ):
         self.node_ip = node_ip
         self.kubelet_port = listener.getsockname()[1]

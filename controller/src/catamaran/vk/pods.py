@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # A pod waiting for its token Secret is looked at again after this long even if no one says it is written.
 TOKEN_WAIT_RECHECK_S = 30.0
+# Pod workers: each reconcile mostly waits on one round trip (the ShadowPod's POST, the local status PATCH). More
+# only move the wait from this queue into the API servers' when they are busy (bench/results/vk-workers.txt).
+WORKERS = 16
 
 
 def create_refusal(code: int, message: str, provider_id: str) -> tuple[str, str] | None:
@@ -137,7 +140,7 @@ class PodController:
         node_labels: Callable[[str], dict],
         pool_of: Callable[[str], str | None],
         home_api_server: tuple[str, int] | None = None,
-        workers: int = 16,
+        workers: int = WORKERS,
     ):
         self.peering = peering
         self.local_pods = local_pods  # the pods bound to each virtual node of the peering (vk/virtual_nodes.py)

@@ -21,6 +21,7 @@ from .assembly import KubeletOptions, PeeringRemoved, ServedPeering
 from .kubelet.channel import ProviderChannel
 from .kubelet.server import listen
 from .peering import ForeignClusterError, PeeringWatch
+from .pods import WORKERS as POD_WORKERS
 from .validation import foreign_spec_problems
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class VirtualKubelet:
         consumer_id: str,
         node_ip: str,
         kubelet: KubeletOptions | None = None,
-        workers: int = 16,
+        workers: int = POD_WORKERS,
     ):
         self.local = local
         self.foreign_cluster = foreign_cluster

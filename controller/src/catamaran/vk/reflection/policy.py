@@ -23,7 +23,7 @@ DEFAULT_WORKERS = {
     "services": 4,
     "endpointSlices": 8,
     "ingresses": 2,
-    "serviceAccountTokens": 16,  # on every offloaded pod's way out, like the pods' own 16 workers
+    "serviceAccountTokens": 16,  # on every offloaded pod's way out (one per service account, shared by its pods)
     "persistentVolumeClaims": 2,
 }
 # Keys that describe the consumer's own infrastructure (its cloud load balancers, its kubectl history);
