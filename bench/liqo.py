@@ -7,7 +7,8 @@ both controller managers with networking off, the crd-replicator, its virtual ku
 clean clusters. For each system, in order:
 
   local        for each --n: the Deployment on the consumer's own kwok nodes first, the control planes' own pace
-               (the table prints offloaded/local for each system beside Catamaran/Liqo).
+               (the table prints offloaded/local for each system beside Catamaran/Liqo), and the floor it sets:
+               its control-plane CPU twice (each pod lives on both sides) over the machine's CPUs.
   offload      for each --n: a Deployment of N pods onto the one virtual node; total time until a watch here
                has seen them all Ready, per-pod start-up (first seen -> Ready) p50/p99; CPU seconds and peak RSS
                of each agent; API requests on each cluster (the kube-apiservers' apiserver_request_total).
@@ -38,6 +39,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -163,6 +165,7 @@ class Figures:
     values: dict[str, float] = field(default_factory=dict)
     startups: dict[int, list[float]] = field(default_factory=dict)
     agents: dict[int, dict[str, tuple[float, float]]] = field(default_factory=dict)  # N -> agent -> (CPU s, peak MiB)
+    local_cpu: dict[int, dict[str, float]] = field(default_factory=dict)  # N -> component -> CPU s of the local run
 
 
 def side(name: str) -> str:
@@ -184,7 +187,24 @@ def settle(peer, window_s: float = 3.0, idle_cpu_s: float = 0.1, limit_s: float 
     return time.monotonic() - started
 
 
+# The CPUs this bench and the lab may use: every run of it is CPU-bound (bench/results/README.md).
+CPUS = len(os.sched_getaffinity(0))
 LOCAL_TOTAL = "N={size} local total s"
+FLOOR = "N={size} floor s"
+
+
+def control_planes(cpu_s: dict[str, float]) -> dict[str, float]:
+    """The lab clusters' own components (API servers, etcd, controllers, schedulers, kwok), not the agents."""
+    return {name: used for name, used in cpu_s.items() if name.split(" ")[0] in (CONSUMER, PROVIDER)}
+
+
+def floor_cpu_s(local_cpu: dict[str, float]) -> float:
+    """The control planes' CPU no offloading avoids, from the local run: every pod lives twice, once in the consumer's
+    control plane (its kwok nodes aside: the virtual node stands in for them) and once in the provider's, kwok's
+    kubelet work included. The ShadowPods' own writes and the agents come on top."""
+    consumer = {name: used for name, used in control_planes(local_cpu).items() if name.startswith(f"{CONSUMER} ")}
+    kubelets = sum(used for name, used in consumer.items() if "kwok" in name)
+    return 2 * sum(consumer.values()) - kubelets
 
 
 def local_baseline(peer, size: int, figures: Figures, timeout_s: float) -> None:
@@ -194,6 +214,8 @@ def local_baseline(peer, size: int, figures: Figures, timeout_s: float) -> None:
     body = offloading.bench_deployment(label, size, offloaded=False)
     run = asyncio.run(offloading.timed_deployments(peer, [(CONSUMER, body)], label, timeout_s, False))
     figures.values[LOCAL_TOTAL.format(size=size)] = run.total_s
+    figures.values[f"N={size} local control planes CPU s"] = sum(control_planes(run.machine_cpu_s).values())
+    figures.local_cpu[size] = run.machine_cpu_s
     print(f"\n== local (the consumer's own nodes), N = {size}: {run.total_s:.1f} s, start-up p99 {run.p99:.2f} s")
 
 
@@ -223,13 +245,21 @@ def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s:
     served = {cluster: api_delta(before[cluster], after[cluster]) for cluster in (CONSUMER, PROVIDER)}
     for cluster, role in ((CONSUMER, "consumer"), (PROVIDER, "provider")):
         values[f"N={size} API requests/pod, {role}"] = sum(served[cluster].values()) / size
-    values[f"N={size} control planes CPU s"] = sum(
-        used for name, used in run.machine_cpu_s.items() if name.split(" ")[0] in (CONSUMER, PROVIDER)
-    )
+    values[f"N={size} control planes CPU s"] = sum(control_planes(run.machine_cpu_s).values())
+    local_cpu = figures.local_cpu.get(size)
+    if local_cpu is not None:
+        values[FLOOR.format(size=size)] = floor_cpu_s(local_cpu) / CPUS
     figures.startups[size] = run.startups
     figures.agents[size] = {name: (settled[name], run.peak_mib[name]) for name in run.cpu_s}
     print(f"\n== {system}, N = {size}: {run.total_s:.1f} s, start-up p50 {run.p50:.2f} s, p99 {run.p99:.2f} s")
     print(f"  agents busy {settled_s:.0f} s more after all Ready; CPU and requests below count until they settled")
+    if local_cpu is not None:
+        floor_s = values[FLOOR.format(size=size)]
+        print(
+            f"  floor: the local run's control-plane CPU twice (every pod lives on both sides, the consumer's kwok "
+            f"aside), {floor_cpu_s(local_cpu):.1f} CPU s on {CPUS} CPUs = {floor_s:.1f} s; "
+            f"this run {run.total_s / floor_s:.2f} times that"
+        )
     for name in run.cpu_s:
         print(
             f"  {name}: CPU {settled[name]:.1f} s ({settled[name] / size * 1000:.1f} ms/pod; "
@@ -244,7 +274,8 @@ def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s:
     harness.write_csv(f"liqo-api-{system}-N-{size}.csv", api_rows)
     if run.hops:
         harness.print_hops(f"{system}, N = {size}", run.hops)
-    harness.print_cpu(f"{system}, N = {size}", {system: run.machine_cpu_s})
+    runs = {"local": local_cpu} if local_cpu else {}
+    harness.print_cpu(f"{system}, N = {size}", {**runs, system: run.machine_cpu_s})
     if run.hops:
         harness.write_csv(f"liqo-hops-{system}-N-{size}.csv", run.hops)
 
