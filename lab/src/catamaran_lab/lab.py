@@ -417,7 +417,7 @@ class Lab:
             timeout = max(60.0, kubectl_timeout(args) + 30)
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
         if check and result.returncode != 0:
-            raise LabError(f"{cluster}: kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+            raise LabError(kubectl_failure(cluster, args, result))
         return result
 
     def _kwok_env(self) -> dict[str, str]:
@@ -648,6 +648,12 @@ class Lab:
             processes,
             metrics_api,
         )
+
+
+def kubectl_failure(cluster: str, args: tuple[str, ...], result: subprocess.CompletedProcess) -> str:
+    """What a failed kubectl said. One killed by a signal (a negative status) writes nothing: its status says it."""
+    said = (result.stderr or "").strip() or (result.stdout or "").strip() or "no output"
+    return f"{cluster}: kubectl {' '.join(args)} failed (exit status {result.returncode}): {said}"
 
 
 def kubectl_timeout(args) -> float:
