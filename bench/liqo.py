@@ -21,7 +21,8 @@ clean clusters. For each system, in order:
 Both workloads carry their own virtual node's node selector and toleration (Liqo's webhook is not run, so it
 cannot add them; Catamaran's workload gets the same treatment). Client rate limits: Catamaran has no client-side
 limiter; Liqo's processes get --client-qps/--client-max-burst (default the lab controllers' 5000/10000). Prints
-every setting, a side-by-side table with the ratio Catamaran/Liqo, writes bench/results/liqo-*.csv and
+every setting, the machine's speed around each system's runs (tests/timing.py's reference loop: the host drifts),
+a side-by-side table with the ratio Catamaran/Liqo, writes bench/results/liqo-*.csv and
 bench/results/liqo-*.png. Asserts nothing.
 
 Liqo comes from a checkout of a pinned tag, not from this repository (`--liqo-src`, default
@@ -57,6 +58,7 @@ from catamaran.constants import DEFAULT_OBJECT_QUOTA, default_twin_namespace, vi
 from catamaran_lab.lab import Lab
 from tests.integration import federation
 from tests.integration.manifests import container, deployment
+from tests.timing import reference_cpu_seconds
 
 CONSUMER, PROVIDER = offloading.CONSUMER, offloading.PROVIDERS[0]
 NAMESPACE = offloading.NAMESPACE
@@ -424,6 +426,13 @@ def agent_kill(lab: Lab, peer, remote_namespace: str, system: str, size: int, fi
 # -- one system, start to end --------------------------------------------------------------------------------
 
 
+def machine_speed(figures: Figures, size: int, before: float, after: float) -> None:
+    """The host's speed around one size's local and offloaded runs: it drifts (the same run once cost 1.5 times the
+    CPU within the hour), so two systems' halves of one run compare only beside it."""
+    figures.values[f"N={size} reference loop CPU s"] = (before + after) / 2
+    print(f"  machine speed: the reference loop (tests/timing.py) took {before:.2f} CPU s before, {after:.2f} after")
+
+
 def measure(lab: Lab, system: str, args, bin_dir: Path, figures: Figures) -> None:
     """Every phase for one system into `figures`; a phase that fails is printed and the next one still runs."""
     if system == "catamaran":
@@ -446,9 +455,11 @@ def measure(lab: Lab, system: str, args, bin_dir: Path, figures: Figures) -> Non
         remote_namespace = peer.offload_namespace(NAMESPACE)
         print(f"  {NAMESPACE} offloaded to {PROVIDER} as {remote_namespace}", flush=True)
         for size in args.n:
+            speed_before = reference_cpu_seconds()
             phase(f"local N = {size}", local_baseline, peer, size, figures, args.timeout)
             phase("clean", offloading.clean, lab, [CONSUMER], NAMESPACE, peer.providers)
             phase(f"offload N = {size}", offload, lab, peer, system, size, figures, args.timeout)
+            machine_speed(figures, size, speed_before, reference_cpu_seconds())
             if size == max(args.n) and args.recreate:
                 phase("recreate", recreate, lab, peer, remote_namespace, args.recreate, figures)
             phase("clean", offloading.clean, lab, [CONSUMER], NAMESPACE, peer.providers)
