@@ -313,3 +313,84 @@ def test_a_per_pod_secret_of_an_earlier_release_stays_while_its_pod_is_not_yet_l
         await asyncio.gather(*running, return_exceptions=True)
 
     run(scenario)
+
+
+def test_a_binding_deleted_under_running_pods_has_their_tokens_written_again_at_once_bound_to_a_new_one():
+    """Deleting the binding revokes the tokens bound to it (the consumer's API server refuses them): while the account's
+    pods run here, the account's Secret is written again now, not at its refresh 48 minutes later."""
+
+    async def scenario():
+        consumer, reflector, _ = await started()
+        consumer.local.add(Pod, token_pod("web-1"))
+        await consumer.settle()
+        await reflector.reconcile(KEY)
+        await consumer.settle()
+        old = consumer.local.read(Secret, BINDING, NAMESPACE)["metadata"]["uid"]
+        first = consumer.provider.read(Secret, SHARED, TWIN)["data"]["token.3607s"]
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5), "fresh: nothing to do"
+
+        await consumer.local.client().delete(Secret, BINDING, namespace=NAMESPACE)
+        await consumer.settle()
+        assert KEY in reflector.queue._queued, "the deletion is reconciled at once"
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        [_, again] = token_requests(consumer)
+        new = consumer.local.read(Secret, BINDING, NAMESPACE)["metadata"]["uid"]
+        assert new != old
+        assert again.body["spec"]["boundObjectRef"]["uid"] == new
+        assert consumer.provider.read(Secret, SHARED, TWIN)["data"]["token.3607s"] != first
+
+        # Another peering's binding, or one of an account with no pod here, is none of this reflector's business.
+        other = binding_name("another-provider", ACCOUNT)
+        consumer.local.add(
+            Secret,
+            {
+                "metadata": {
+                    "name": other,
+                    "namespace": NAMESPACE,
+                    "annotations": {tokens_module.ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT: ACCOUNT},
+                },
+                "type": "catamaran.io/token-binding",
+            },
+        )
+        await consumer.settle()
+        await consumer.local.client().delete(Secret, other, namespace=NAMESPACE)
+        await consumer.settle()
+        assert reflector._revoked == {}, "nothing revoked of this peering's tokens"
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        assert len(token_requests(consumer)) == 2
+
+    run(scenario)
+
+
+def test_a_write_begun_before_its_binding_was_deleted_is_done_again_after_it(monkeypatch):
+    """The reconcile that binds the tokens may have read the binding just before someone deleted it: what it writes
+    is revoked already, so the reconcile the deletion queued must not take it for fresh."""
+
+    async def scenario():
+        consumer, reflector, _ = await started()
+        consumer.local.add(Pod, token_pod("web-1"))
+        await consumer.settle()
+        provider = reflector.peering.provider
+        create = provider.create
+
+        async def create_then_binding_deleted(*args, **kwargs):
+            stored = await create(*args, **kwargs)
+            await consumer.local.client().delete(Secret, BINDING, namespace=NAMESPACE)
+            await consumer.settle()  # the deletion is seen while this write is still returning
+            return stored
+
+        monkeypatch.setattr(provider, "create", create_then_binding_deleted)
+        await reflector.reconcile(KEY)
+        monkeypatch.setattr(provider, "create", create)
+        await consumer.settle()
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        [first, again] = token_requests(consumer)
+        assert first.body["spec"]["boundObjectRef"]["uid"] != again.body["spec"]["boundObjectRef"]["uid"]
+        assert (
+            again.body["spec"]["boundObjectRef"]["uid"]
+            == consumer.local.read(Secret, BINDING, NAMESPACE)["metadata"]["uid"]
+        )
+        assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
+        assert len(token_requests(consumer)) == 2, "bound to a binding that stands: fresh again"
+
+    run(scenario)

@@ -24,7 +24,7 @@ from ...constants import (
     LABEL_ORIGIN_CLUSTER_ID,
     MANAGED_BY_REFLECTION,
 )
-from ...kube.informer import Informer, NamespacedInformers
+from ...kube.informer import Handler, Informer, NamespacedInformers
 from ...kube.ops import delete_with_uid, tolerating
 from ...kube.workqueue import WorkQueue
 from ...logs import fields
@@ -157,6 +157,7 @@ class Reflector:
         self.queue = WorkQueue(self.name, self.reconcile, workers=max(1, policy.workers))
         self.origins: dict[str, str] = {}  # twin namespace -> local namespace
         self.copy_listeners: list[Callable[[str, str, dict | None], None]] = []  # (origin, copy name, copy)
+        self.local_listeners: list[Handler] = []  # told of every local change, as the informer tells it
         self._changed_at: dict[tuple, float] = {}  # local changes not yet written: latency
         self._conflicts: dict[tuple, str] = {}  # reported conflicts: key -> uid of the foreign object
         # (twin, copy name) -> resourceVersion this process wrote: the watch's echo of our own write needs no
@@ -219,6 +220,8 @@ class Reflector:
         return compact
 
     def _local_changed(self, event, key, new, old) -> None:
+        for listener in self.local_listeners:
+            listener(event, key, new, old)
         namespace, _ = key
         if namespace in self.origins.values():
             self._changed_at.setdefault(key, time.monotonic())

@@ -6,7 +6,8 @@ catamaran.io/token-binding in the pod's namespace that holds nothing (`catamaran
 The tokens live in one Secret per account in the twin (`catamaran-token.sa.<account>`); the remote pods' projected
 volumes read them at the paths the kubelet would have used (forge.py). They are replaced before 80 % of the shortest
 lifetime, as the kubelet does. When the account's last pod leaves this virtual node both Secrets go, and deleting
-the binding revokes its tokens at once.
+the binding revokes its tokens at once. A binding deleted by anyone else while the pods run (seen on the Secrets
+reflector's watch of the namespace) has the account's Secret written again at once, bound to a new binding.
 
 Shared, a pod waits for no credential of its own: the first pod of an account waits for one TokenRequest per
 (audience, lifetime) and one Secret write, every later pod for nothing. What sharing costs is in design.md
@@ -137,6 +138,7 @@ class Written:
     refresh_at: float  # epoch seconds
     version: str  # its resourceVersion
     echoed: bool = False  # the copy informer has shown this version: a later change is someone else's
+    bound: str = ""  # the uid of the binding its tokens are bound to
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,12 @@ class TokenReflector:
         self._written: dict[AccountTokens, Written] = {}
         self._waiting: dict[AccountTokens, set[str]] = {}  # pods told their tokens are not there yet
         self._copies: dict[tuple[str, str], AccountTokens | PodTokens] = {}  # (origin, copy name) -> its work
+        # Bindings deleted while their account's pods run here: the account -> that binding's uid. Kept until a
+        # write binds the tokens to another, so a write begun before the deletion is done again after it.
+        self._revoked: dict[AccountTokens, str] = {}
         secrets.copy_listeners.append(self._copy_changed)
+        # The Secrets reflector watches each offloaded namespace's Secrets, the bindings among them: no second watch.
+        secrets.local_listeners.append(self._local_secret_changed)
 
     def tasks(self):
         return [self._run()]
@@ -255,6 +262,20 @@ class TokenReflector:
                 del self._written[work]  # changed or deleted by someone else since: look at it again
         self.queue.add(work)
 
+    def _local_secret_changed(self, event, key, new, old) -> None:
+        """Deleting a binding revokes its tokens at once, whoever deletes it. While the account's pods run here, its
+        Secret is written again now, bound to a new binding, not at its refresh up to 80 % of a lifetime later."""
+        if event != "DELETED" or old is None or old.get("type") != TOKEN_BINDING_TYPE:
+            return
+        namespace, name = key
+        account = (old["metadata"].get("annotations") or {}).get(ANNOTATION_TOKEN_FOR_SERVICE_ACCOUNT)
+        if not account or name != binding_name(self.peering.provider_id, account):
+            return  # another peering's binding
+        work = AccountTokens(namespace, account)
+        if work in self._users:  # else its last pod left and this reflector unbound it
+            self._revoked[work] = old["metadata"]["uid"]
+            self.queue.add(work)
+
     @staticmethod
     def projects_tokens(pod: dict) -> bool:
         # Only a pod that keeps its home API server carries the consumer's tokens.
@@ -322,6 +343,9 @@ class TokenReflector:
         requests = sorted((request for request, pods in asked.items() if pods > 0), key=request_order)
         keys = frozenset(token_key(audience, seconds) for audience, seconds in requests)
         written = self._written.get(key)
+        if written is not None and written.bound == self._revoked.get(key):
+            del self._written[key]  # its tokens' binding is gone, and with it the tokens
+            written = None
         bound: str | None = None  # the binding's uid, once looked up
         if written is None and copy is not None:
             # Written before this process started, or changed by someone since: good only if intact and fresh.
@@ -333,7 +357,7 @@ class TokenReflector:
                 if (bound := await self._binding(key)) is None:
                     return None
                 if copy["localUID"] == bound:
-                    written = Written(held, refresh_at, copy["resourceVersion"], echoed=True)
+                    written = Written(held, refresh_at, copy["resourceVersion"], echoed=True, bound=bound)
                     self._written[key] = written
         if written is not None and keys <= written.keys and written.refresh_at > time.time():
             self._release_waiting(key)
@@ -366,7 +390,9 @@ class TokenReflector:
         # The copy informer may have shown this write before it returned: then no echo is still to come.
         seen = copies.get(twin, name)
         echoed = seen is not None and seen["resourceVersion"] == version
-        self._written[key] = Written(keys, refresh_at, version, echoed)
+        self._written[key] = Written(keys, refresh_at, version, echoed, bound=bound)
+        if self._revoked.get(key) != bound:
+            self._revoked.pop(key, None)  # bound to a binding that stands (a write begun before a deletion is not)
         self._release_waiting(key)
         return lifetime
 
@@ -390,6 +416,7 @@ class TokenReflector:
         self._users.pop(key, None)
         self._requests.pop(key, None)
         self._waiting.pop(key, None)
+        self._revoked.pop(key, None)
         return True
 
     async def _binding(self, key: AccountTokens) -> str | None:
