@@ -143,7 +143,8 @@ def claims(token: str) -> dict:
 def test_pods_of_one_service_account_share_its_token_until_its_last_pod_leaves(lab, home):
     """The pods of a service account on a virtual node share one token per audience and lifetime, issued by the
     consumer and bound to a binding Secret of the virtual kubelet's: valid while any of them runs there, with the
-    pods' own lifetime, refreshed before 80 % of it, revoked when the last one goes."""
+    pods' own lifetime, refreshed before 80 % of it, bound anew at once when its binding is deleted under them,
+    revoked when the last one goes."""
     binding = f"catamaran-token-binding.{PROVIDER}.shared"
     kubectl_pod(lab, "shared-1", account="shared")
     kubectl_pod(lab, "shared-2", account="shared")
@@ -189,19 +190,33 @@ def test_pods_of_one_service_account_share_its_token_until_its_last_pod_leaves(l
         "catamaran.io/token-refresh-at=0",
     )
 
-    def reissued() -> str | None:
+    def reissued(*before: str) -> str | None:
         secret = json.loads(
             lab.kubectl(PROVIDER, "-n", TWIN, "get", "secret", "catamaran-token.sa.shared", "-o", "json").stdout
         )
-        fresh = base64.b64decode(secret["data"]["token.3607s"]).decode()
-        return fresh if fresh != token else None
+        newest = base64.b64decode(secret["data"]["token.3607s"]).decode()
+        return newest if newest not in before else None
 
-    fresh = wait_for(reissued, timeout=30, what="the account's token reissued")
+    fresh = wait_for(lambda: reissued(token), timeout=30, what="the account's token reissued")
     assert token_review(lab, fresh)["authenticated"] is True
+
+    # Its binding deleted on the consumer, by anyone, the tokens bound to it are refused at once. The virtual kubelet
+    # writes the account's Secret again now, bound to a new binding, not at its refresh time 48 minutes later.
+    lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "secret", binding, "--wait=true", timeout=60)
+    wait_for(
+        lambda: (s := token_review(lab, fresh)).get("authenticated") is not True and s,
+        timeout=30,
+        what="the token refused once its binding is deleted",
+    )
+    renewed = wait_for(lambda: reissued(token, fresh), timeout=30, what="the token written again, bound anew")
+    again = json.loads(lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "secret", binding, "-o", "json").stdout)
+    assert again["metadata"]["uid"] != found["metadata"]["uid"]
+    assert claims(renewed)["kubernetes.io"]["secret"] == {"name": binding, "uid": again["metadata"]["uid"]}
+    assert token_review(lab, renewed)["authenticated"] is True
 
     # One pod gone, the token is still good: the other pod of the account runs on.
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "shared-1", "--wait=true", timeout=120)
-    assert token_review(lab, token)["authenticated"] is True
+    assert token_review(lab, renewed)["authenticated"] is True
     assert lab.kubectl(CONSUMER, "-n", NAMESPACE, "get", "secret", binding, check=False).returncode == 0
     # The last one gone, the binding goes and both tokens with it.
     lab.kubectl(CONSUMER, "-n", NAMESPACE, "delete", "pod", "shared-2", "--wait=true", timeout=120)
@@ -217,10 +232,9 @@ def test_pods_of_one_service_account_share_its_token_until_its_last_pod_leaves(l
         timeout=30,
         what="the account's token Secret deleted from the twin",
     )
-    for revoked in (token, fresh):
-        status = wait_for(
-            lambda t=revoked: (s := token_review(lab, t)).get("authenticated") is not True and s,
-            timeout=30,
-            what="the token refused once its binding is gone",
-        )
-        assert status.get("error"), status  # the API server says why
+    status = wait_for(
+        lambda: (s := token_review(lab, renewed)).get("authenticated") is not True and s,
+        timeout=30,
+        what="the token refused once its binding is gone",
+    )
+    assert status.get("error"), status  # the API server says why
