@@ -35,6 +35,19 @@ def token_pod(name: str) -> dict:
     return local_pod(name, serviceAccountName=ACCOUNT, volumes=[KUBE_API_ACCESS])
 
 
+def after_provider_creates(monkeypatch, reflector, then) -> None:
+    """Each create on the provider awaits `then` before its caller resumes: what happens while a write returns."""
+    provider = reflector.peering.provider
+    create = provider.create
+
+    async def create_then(*args, **kwargs):
+        stored = await create(*args, **kwargs)
+        await then()
+        return stored
+
+    monkeypatch.setattr(provider, "create", create_then)
+
+
 def token_requests(consumer: Consumer) -> list:
     return [a for a in consumer.local.actions if a.subresource == "token"]
 
@@ -241,15 +254,8 @@ def test_a_write_whose_echo_comes_before_the_write_returns_still_notices_a_later
         consumer, reflector, _ = await started()
         consumer.local.add(Pod, token_pod("web-1"))
         await consumer.settle()
-        provider = reflector.peering.provider
-        create = provider.create
-
-        async def create_echoed_first(*args, **kwargs):
-            stored = await create(*args, **kwargs)
-            await consumer.settle()  # the informer's event is handled before the caller resumes
-            return stored
-
-        monkeypatch.setattr(provider, "create", create_echoed_first)
+        # The informer's event is handled before the caller resumes.
+        after_provider_creates(monkeypatch, reflector, consumer.settle)
         await reflector.reconcile(KEY)
         await consumer.settle()
         assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
@@ -370,18 +376,13 @@ def test_a_write_begun_before_its_binding_was_deleted_is_done_again_after_it(mon
         consumer, reflector, _ = await started()
         consumer.local.add(Pod, token_pod("web-1"))
         await consumer.settle()
-        provider = reflector.peering.provider
-        create = provider.create
 
-        async def create_then_binding_deleted(*args, **kwargs):
-            stored = await create(*args, **kwargs)
+        async def binding_deleted() -> None:
             await consumer.local.client().delete(Secret, BINDING, namespace=NAMESPACE)
             await consumer.settle()  # the deletion is seen while this write is still returning
-            return stored
 
-        monkeypatch.setattr(provider, "create", create_then_binding_deleted)
-        await reflector.reconcile(KEY)
-        monkeypatch.setattr(provider, "create", create)
+        after_provider_creates(monkeypatch, reflector, binding_deleted)
+        await reflector.reconcile(KEY)  # later writes of the account's Secret replace it: no further create
         await consumer.settle()
         assert await reflector.reconcile(KEY) == pytest.approx(0.8 * 3607, abs=5)
         [first, again] = token_requests(consumer)
