@@ -34,7 +34,7 @@ from .nodeconfig import NodeLayout, RegistryTrust, underlay_bridge
 from .packages import ensure_packages
 from .paths import GO_MODULE_DIR, state_dir
 from .pki import COREDNS_USER, ClusterPKI
-from .preflight import check_disk, check_ports_free, check_real_node_host, raise_inotify_limits
+from .preflight import check_addresses_free, check_disk, check_ports_free, check_real_node_host, raise_inotify_limits
 from .realnode import NODE_COMPONENTS, PROVISIONER, RealNode, RealNodeStatus
 from .registry import Registry, RegistryLayout, cluster_facts
 
@@ -239,6 +239,8 @@ class Lab:
         self.root.mkdir(parents=True, exist_ok=True)
         check_disk(self.root, RUNTIME_DISK_BYTES, "the lab's etcd data and logs")
         check_ports_free(wanted.all_ports())
+        if wanted.real_nodes:  # this lab's own links went with the down above: what is left is another lab's
+            check_addresses_free({c.real_node.host_ip: f"{c.name}'s real node" for c in wanted.clusters if c.real_node})
         self._link_binaries()
         if wanted.real_nodes:
             host.create_bridge(underlay_bridge(self.lab_id))

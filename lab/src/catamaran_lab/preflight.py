@@ -90,6 +90,37 @@ def check_ports_free(ports: dict[int, str], host: str = "127.0.0.1") -> None:
         )
 
 
+def held_addresses(ip_output: str) -> dict[str, str]:
+    """IPv4 address -> the interface holding it, from `ip -o -4 addr show`."""
+    held = {}
+    for line in ip_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "inet":
+            held[fields[3].split("/")[0]] = fields[1].split("@")[0]
+    return held
+
+
+def check_addresses_free(addresses: dict[str, str]) -> None:
+    """Fail when the host already holds an address the lab is about to give a real node's link. A lab stopped
+    without `down` (its state directory gone, its run killed) leaves its links behind, and one of another lab
+    directory in the same port block holds the same /30: the new node's replies would leave by the dead link and its
+    kubelet would never register."""
+    listed = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False)
+    held = held_addresses(listed.stdout)
+    taken = [
+        f"  {address} ({purpose}) is already on {held[address]}"
+        for address, purpose in sorted(addresses.items())
+        if address in held
+    ]
+    if taken:
+        raise LabError(
+            "addresses the lab needs are held by another lab's leftovers:\n"
+            + "\n".join(taken)
+            + "\nRemove them with 'catamaran-lab down' and CATAMARAN_LAB_DIR set to that lab's directory (even one that"
+            " is gone), or 'ip link delete <interface>'; or move this lab with CATAMARAN_LAB_BASE_PORT=<port>."
+        )
+
+
 # CAP_NET_ADMIN (12) for namespaces, links and iptables; CAP_SYS_ADMIN (21) for mounts and nsenter.
 REQUIRED_CAPABILITIES = {12: "CAP_NET_ADMIN", 21: "CAP_SYS_ADMIN"}
 REQUIRED_CGROUP_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")

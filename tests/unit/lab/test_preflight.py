@@ -66,3 +66,30 @@ def test_inotify_limits_are_raised_never_lowered_and_a_refusal_says_how(tmp_path
     (tmp_path / "max_user_watches").mkdir()  # unreadable as a number, as a setting this process may not touch
     with pytest.raises(LabError, match=r"sysctl -w fs.inotify.max_user_watches=524288"):
         preflight.raise_inotify_limits(logged.append, tmp_path)
+
+
+IP_ADDR_SHOW = """\
+1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
+2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\\       valid_lft forever preferred_lft forever
+130: cm0b7288h1@if129    inet 172.31.40.165/30 scope global cm0b7288h1\\       valid_lft forever preferred_lft forever
+"""
+
+
+def test_addresses_held_on_the_host_are_read_with_their_interfaces():
+    assert preflight.held_addresses(IP_ADDR_SHOW) == {
+        "127.0.0.1": "lo",
+        "192.0.2.2": "eth0",
+        "172.31.40.165": "cm0b7288h1",
+    }
+
+
+def test_a_real_nodes_link_address_left_by_another_lab_is_named_with_its_interface(tmp_path, monkeypatch):
+    """A lab killed without `down` leaves its links: a new lab in the same port block gets the same /30, its node's
+    replies leave by the dead link and its kubelet never registers. The lab says so before it starts."""
+    ip = tmp_path / "ip"
+    ip.write_text(f"#!/bin/sh\ncat <<'END'\n{IP_ADDR_SHOW}END\n")
+    ip.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(LabError, match=r"172\.31\.40\.165 \(cluster-1's real node\) is already on cm0b7288h1"):
+        preflight.check_addresses_free({"172.31.40.165": "cluster-1's real node", "172.31.40.169": "cluster-2's"})
+    preflight.check_addresses_free({"172.31.40.169": "cluster-2's real node"})
