@@ -249,17 +249,18 @@ def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s:
         values[f"N={size} API requests/pod, {role}"] = sum(served[cluster].values()) / size
     values[f"N={size} control planes CPU s"] = sum(control_planes(run.machine_cpu_s).values())
     local_cpu = figures.local_cpu.get(size)
-    if local_cpu is not None:
-        values[FLOOR.format(size=size)] = floor_cpu_s(local_cpu) / CPUS
+    floor_cpu = floor_cpu_s(local_cpu) if local_cpu is not None else None
+    if floor_cpu is not None:
+        values[FLOOR.format(size=size)] = floor_cpu / CPUS
     figures.startups[size] = run.startups
     figures.agents[size] = {name: (settled[name], run.peak_mib[name]) for name in run.cpu_s}
     print(f"\n== {system}, N = {size}: {run.total_s:.1f} s, start-up p50 {run.p50:.2f} s, p99 {run.p99:.2f} s")
     print(f"  agents busy {settled_s:.0f} s more after all Ready; CPU and requests below count until they settled")
-    if local_cpu is not None:
+    if floor_cpu is not None:
         floor_s = values[FLOOR.format(size=size)]
         print(
             f"  floor: the local run's control-plane CPU twice (every pod lives on both sides, the consumer's kwok "
-            f"aside), {floor_cpu_s(local_cpu):.1f} CPU s on {CPUS} CPUs = {floor_s:.1f} s; "
+            f"aside), {floor_cpu:.1f} CPU s on {CPUS} CPUs = {floor_s:.1f} s; "
             f"this run {run.total_s / floor_s:.2f} times that"
         )
     for name in run.cpu_s:
