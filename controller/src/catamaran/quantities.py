@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
@@ -21,6 +22,9 @@ _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|
 MILLI_RESOURCES = frozenset({"cpu"})
 
 
+# Pods and nodes repeat a handful of amounts ("100m", "64Mi"); each parse costs tens of microseconds in Fraction
+# arithmetic, a cache hit well under one. Bounded, so that ever-new amounts (reported usage) cannot grow it.
+@functools.lru_cache(maxsize=4096)
 def parse(quantity: str | int | float) -> Fraction:
     text = str(quantity).strip()
     match = _QUANTITY.match(text)
