@@ -120,6 +120,16 @@ def test_pod_without_its_configmap_stays_creating_and_the_consumer_shows_why(lab
     assert event["source"]["component"] == f"{PROVIDER} (remote)"
     assert event["involvedObject"]["uid"] == pod_status(lab, CONSUMER, NAMESPACE, "needs-config")["metadata"]["uid"]
 
+    # The provider's scheduler placed the pod before its kubelet failed the mount, but its Scheduled event stays there:
+    # the local pod has the consumer's scheduler's own only (the one binding it to the virtual node).
+    def scheduled_events(cluster, namespace):
+        selector = "involvedObject.kind=Pod,involvedObject.name=needs-config,reason=Scheduled"
+        return get_json(lab, cluster, "events", "-n", namespace, "--field-selector", selector)["items"]
+
+    assert scheduled_events(PROVIDER, TWIN), "the provider's scheduler recorded no Scheduled event for the remote pod"
+    local_scheduled = scheduled_events(CONSUMER, NAMESPACE)
+    assert [e["message"] for e in local_scheduled] == [f"Successfully assigned {NAMESPACE}/needs-config to {NODE}"]
+
     # The event and the pod's status travel separately: the status may arrive a moment later.
     local = wait_for(
         lambda: (

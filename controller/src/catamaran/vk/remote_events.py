@@ -3,9 +3,12 @@ consumer and sees why the provider's kubelet cannot start it (a missing ConfigMa
 Events about remote pods and their ShadowPods land on the local pod; events about reflected objects
 (a Service whose load balancer failed, say) land on the local object they reflect.
 
-Each twin namespace gets one Event watch. A mirrored Event keeps the
-remote reason, type and message, names the provider as its source, and follows the remote count and last
-timestamp. Writes go through a token bucket, so an event storm on a provider cannot flood the consumer. Reasons
+Each twin namespace gets one Event watch. The provider scheduler's `Scheduled` events are left out by the watch's
+field selector, on the server: the consumer's own scheduler already recorded the pod's binding to the virtual node,
+and one more write per offloaded pod on the consumer (the most frequent remote event) told a tenant only which of the
+provider's nodes took it. Its `FailedScheduling` events, which say why a pod stays Pending, are mirrored. A mirrored
+Event keeps the remote reason, type and message, names the provider as its source, and follows the remote count and
+last timestamp. Writes go through a token bucket, so an event storm on a provider cannot flood the consumer. Reasons
 and messages are bounded as everything else the provider reports (vk/trust.py).
 """
 
@@ -16,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from lightkube import operators
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Event
 
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 REPORTING_COMPONENT = "catamaran.io/virtual-kubelet"
 # Remembered per mirrored event, so an unchanged remote event is not written again; bounded.
 MEMORY = 10_000
+# Remote Events never mirrored, left out on the provider's side (see above).
+UNMIRRORED_REASONS = ("Scheduled",)
 
 
 def compact_event(event) -> dict:
@@ -108,6 +114,7 @@ class RemoteEventMirror:
             Event,
             name="remote-pod-events",
             namespace=twin,
+            fields={"reason": operators.not_in(UNMIRRORED_REASONS)},
             transform=compact_event,
         )
         informer.on_change(enqueue(self.queue, when=lambda *change: present(*change) and changed(*change)))
