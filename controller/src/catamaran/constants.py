@@ -66,6 +66,13 @@ ANNOTATION_TWIN_OF = "catamaran.io/twin-of"
 ANNOTATION_ORIGIN_NAMESPACE = "catamaran.io/origin-namespace"
 # On a ShadowPod: the consumer namespace of its local pod (its twin's origin; the provider refuses any other).
 ANNOTATION_LOCAL_NAMESPACE = "catamaran.io/local-namespace"
+# On a ShadowPod: where the virtual kubelet reads its pod's status. `pod`: from the remote Pod itself, so the manager
+# writes the ShadowPod's status only with what it decides (refusals, recreations, the end). Without it (releases
+# before), the manager copies the Pod's status into the ShadowPod's.
+ANNOTATION_STATUS_SOURCE = "catamaran.io/status-source"
+STATUS_SOURCE_POD = "pod"
+# On a remote Pod, written by the manager as it creates it: how many pods of its ShadowPod were gone before it.
+ANNOTATION_RECREATIONS = "catamaran.io/recreations"
 # Reflection policy, per object: skipped under a DenyList policy, chosen under an AllowList one.
 ANNOTATION_SKIP_REFLECTION = "catamaran.io/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION = "catamaran.io/allow-reflection"

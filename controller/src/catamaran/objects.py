@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from .constants import ANNOTATION_DELETION_GRACE
+from .constants import ANNOTATION_DELETION_GRACE, ANNOTATION_RECREATIONS
 
 
 def as_dict(obj) -> dict:
@@ -96,3 +96,38 @@ def deletion_grace(annotations: dict | None) -> int | None:
     """The grace period a ShadowPod's ANNOTATION_DELETION_GRACE asks for; None when unset or not a whole number."""
     value = (annotations or {}).get(ANNOTATION_DELETION_GRACE) or ""
     return int(value) if value.isdecimal() and value.isascii() else None
+
+
+def recreations_stamp(annotations: dict | None) -> int | None:
+    """How many pods of its ShadowPod were gone before this one, as the manager stamped it on the pod
+    (ANNOTATION_RECREATIONS); None when unset or not a whole number (of at most nine digits)."""
+    value = (annotations or {}).get(ANNOTATION_RECREATIONS) or ""
+    return int(value) if value.isdecimal() and value.isascii() and len(value) <= 9 else None
+
+
+def material_status(status: dict) -> tuple:
+    """What the consumer shows of a pod's status; a scheduled-but-pending pod adds nothing to it."""
+    conditions = tuple(
+        sorted(
+            (c["type"], c["status"], c.get("reason") or "")
+            for c in status.get("conditions") or []
+            if not (c["type"] == "PodScheduled" and c["status"] == "True")
+        )
+    )
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+        *(status.get("ephemeralContainerStatuses") or []),
+    ]
+    containers = tuple(
+        (
+            c.get("name"),
+            c.get("ready"),
+            c.get("restartCount"),
+            tuple(sorted((c.get("state") or {}).items(), key=str)),
+            c.get("resources"),  # what an in-place resize changed, and what the kubelet allocated for it
+            c.get("allocatedResources"),
+        )
+        for c in statuses
+    )
+    return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)

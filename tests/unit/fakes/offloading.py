@@ -24,6 +24,8 @@ from catamaran.constants import (
     ANNOTATION_DELETION_GRACE,
     ANNOTATION_LOCAL_NAMESPACE,
     ANNOTATION_ORIGIN_NAMESPACE,
+    ANNOTATION_RECREATIONS,
+    ANNOTATION_STATUS_SOURCE,
     ANNOTATION_TWIN_OF,
     LABEL_DESTINATION_CLUSTER_ID,
     LABEL_MANAGED_BY,
@@ -162,12 +164,16 @@ def provider_shadow(
     local_namespace: str | None = None,
     labels: dict | None = None,
     ephemeral_containers: list | None = None,
+    copies_status: bool = False,
     **spec,
 ) -> dict:
     """A ShadowPod in the twin as the provider sees it: made of a local pod with `spec` (its uid `shadow-uid-<name>`),
     `deleting` in the foreground (with the local pod's grace period as an annotation, if `grace`); with
-    `ephemeral_containers` as the virtual kubelet adds them after `kubectl debug`."""
+    `ephemeral_containers` as the virtual kubelet adds them after `kubectl debug`; `copies_status`: made by an earlier
+    virtual kubelet, which reads the Pod's status from the ShadowPod's (no ANNOTATION_STATUS_SOURCE)."""
     shadow = shadow_of(local_pod(name, labels=labels, **spec), uid=uid or f"shadow-uid-{name}", status=status)
+    if copies_status:
+        del shadow["metadata"]["annotations"][ANNOTATION_STATUS_SOURCE]
     if ephemeral_containers is not None:
         shadow["spec"]["pod"]["spec"]["ephemeralContainers"] = ephemeral_containers
     meta = shadow["metadata"]
@@ -180,10 +186,19 @@ def provider_shadow(
     return shadow
 
 
-def made_pod(shadow: dict, *, uid: str | None = None, status: dict | None = None, deleting: bool = False) -> dict:
+def made_pod(
+    shadow: dict,
+    *,
+    uid: str | None = None,
+    status: dict | None = None,
+    deleting: bool = False,
+    recreations: int | None = None,
+) -> dict:
     """The Pod the provider's manager made of `shadow` (provider/shadowpods.py), scheduled, with `status`
-    (default: running), `deleting` with its 30 s grace period."""
+    (default: running), `deleting` with its 30 s grace period, stamped with its `recreations`."""
     pod = pod_from_shadow(shadow, consumer=CONSUMER, terms=TenantTerms())
+    if recreations is not None:
+        pod["metadata"]["annotations"] = {**pod["metadata"]["annotations"], ANNOTATION_RECREATIONS: str(recreations)}
     pod["metadata"]["uid"] = uid or f"remote-uid-{shadow['metadata']['name']}"
     pod["spec"]["nodeName"] = "provider-worker"
     pod["status"] = status or remote_running()

@@ -19,6 +19,7 @@ from lightkube.types import PatchType
 
 from catamaran.constants import (
     ANNOTATION_LOCAL_POD_UID,
+    ANNOTATION_RECREATIONS,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     TENANT_PRIORITY_CLASS,
@@ -47,12 +48,20 @@ from tests.unit.fakes.offloading import (
 SHADOW = provider_shadow()
 POD = made_pod(SHADOW)  # running, owned by SHADOW
 CURRENT = shadow_status(remote_running(), pod_uid=POD["metadata"]["uid"])  # what SHADOW says once POD is reported
+# Made by an earlier virtual kubelet, which reads the pod's status from its ShadowPod: the manager copies it there.
+COPYING = provider_shadow(copies_status=True)
 PRIVILEGED = {"privileged": True}
 
 
 def pod_created(status: str, reason: str) -> list:
     """A ShadowPod's conditions: PodCreated only, with this status and reason."""
     return [{"type": "PodCreated", "status": status, "reason": reason, "message": PRESENT}]
+
+
+def refused_status(reason: str) -> dict:
+    """A ShadowPod's status as a refusal left it (_report_refusal)."""
+    condition = {"type": "PodCreated", "status": "False", "reason": reason, "message": "no", "lastTransitionTime": "x"}
+    return {"phase": "Pending", "conditions": [condition]}
 
 
 def ephemeral(name: str, context: dict) -> dict:
@@ -225,8 +234,38 @@ CASES = [
         writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
     ),
     Case(
-        "status back: the pod's status is copied to its ShadowPod",
+        "status: a pod running as it should costs its ShadowPod no write (the virtual kubelet reads the Pod)",
         pods=(POD,),
+        shadow={"status": ABSENT},
+        pod=PRESENT,
+    ),
+    Case(
+        "status: a recreated pod (stamped with its recreations) is recorded with its uid, and said",
+        pods=(made_pod(SHADOW, recreations=2),),
+        shadow={"status": {"podUID": POD["metadata"]["uid"], "recreations": 2, "pod": ABSENT, "phase": ABSENT}},
+        pod=PRESENT,
+        events=frozenset({("Normal", "PodRecreated")}),
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status", "patch_type": PatchType.MERGE}],
+    ),
+    Case(
+        "status: the final status of a pod that ended is recorded, which keeps it from being made again",
+        pods=(made_pod(SHADOW, status={"phase": "Succeeded", "reason": "Completed"}),),
+        shadow={"status": {"phase": "Succeeded", "podUID": POD["metadata"]["uid"], "pod": {"phase": "Succeeded"}}},
+        pod=PRESENT,
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "status: the end of a refusal is recorded, and the Pending it recorded dropped",
+        shadows=(provider_shadow(status=refused_status("QuotaExceeded")),),
+        pods=(POD,),
+        shadow={"status": {"phase": ABSENT, "conditions": pod_created("True", "Created"), "pod": ABSENT}},
+        pod=PRESENT,
+        writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
+    ),
+    Case(
+        "status back (earlier virtual kubelets): the pod's status is copied to its ShadowPod",
+        shadows=(COPYING,),
+        pods=(made_pod(COPYING),),
         shadow={
             "status": {
                 "phase": "Running",
@@ -240,23 +279,25 @@ CASES = [
         writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status", "patch_type": PatchType.MERGE}],
     ),
     Case(
-        "status back: nothing is written while nothing the consumer shows changed",
-        shadows=(provider_shadow(status=CURRENT),),
-        pods=(POD,),
+        "status back (earlier virtual kubelets): nothing is written while nothing the consumer shows changed",
+        shadows=(provider_shadow(status=CURRENT, copies_status=True),),
+        pods=(made_pod(COPYING),),
         pod=PRESENT,
     ),
     Case(
-        "status back: a pod no longer ready is reported",
-        shadows=(provider_shadow(status=CURRENT),),
-        pods=(made_pod(SHADOW, status=remote_running(ready=False)),),
+        "status back (earlier virtual kubelets): a pod no longer ready is reported",
+        shadows=(provider_shadow(status=CURRENT, copies_status=True),),
+        pods=(made_pod(COPYING, status=remote_running(ready=False)),),
         shadow={"status": {"pod": {"conditions": lambda found: {"type": "Ready", "status": "False"} in found}}},
         pod=PRESENT,
         writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
     ),
     Case(
-        "recreation: a pod in place of the one reported is counted and said",
-        shadows=(provider_shadow(status=shadow_status(remote_running(), pod_uid="first-remote-uid")),),
-        pods=(POD,),
+        "recreation (earlier virtual kubelets): a pod in place of the one reported is counted and said",
+        shadows=(
+            provider_shadow(status=shadow_status(remote_running(), pod_uid="first-remote-uid"), copies_status=True),
+        ),
+        pods=(made_pod(COPYING),),
         shadow={"status": {"podUID": POD["metadata"]["uid"], "recreations": 1}},
         pod=PRESENT,
         events=frozenset({("Normal", "PodRecreated")}),
@@ -284,8 +325,8 @@ CASES = [
     ),
     Case(
         "delete: a ShadowPod deleted without one leaves its pod to the garbage collector, still reporting it",
-        shadows=(provider_shadow(deleting=True),),
-        pods=(POD,),
+        shadows=(provider_shadow(deleting=True, copies_status=True),),
+        pods=(made_pod(COPYING),),
         shadow={"status": {"phase": "Running"}},
         pod={"metadata": {"deletionTimestamp": ABSENT}},
         writes=[{"verb": "patch", "kind": "ShadowPod", "subresource": "status"}],
@@ -428,7 +469,7 @@ def test_a_refusal_is_said_once_however_often_it_is_looked_at():
     assert len(world.cluster.events(TWIN)) == 1
 
 
-def test_a_pod_gone_is_made_again_and_its_shadowpod_counts_it():
+def test_a_pod_gone_is_made_again_stamped_with_its_recreations_and_its_shadowpod_counts_it():
     async def scenario():
         world = Provider()
         world.cluster.add(ShadowPod, SHADOW)
@@ -447,10 +488,25 @@ def test_a_pod_gone_is_made_again_and_its_shadowpod_counts_it():
 
     world, first, second = run(scenario)
     assert first["metadata"]["uid"] != second["metadata"]["uid"]
-    assert_matches(
-        world.shadow(), {"status": {"phase": "Running", "podUID": second["metadata"]["uid"], "recreations": 1}}
-    )
+    assert ANNOTATION_RECREATIONS not in first["metadata"]["annotations"]
+    assert second["metadata"]["annotations"][ANNOTATION_RECREATIONS] == "1"
+    # Only the recreation is written: the virtual kubelet reads the running pod's status from the Pod.
+    assert_matches(world.shadow(), {"status": {"phase": ABSENT, "podUID": second["metadata"]["uid"], "recreations": 1}})
     assert world.events() == {("Normal", "PodRecreated")}
+    assert len(world.cluster.requests("patch", ShadowPod.Status)) == 1
+
+
+def test_a_recreation_is_counted_after_the_manager_restarted_once_the_shadowpod_recorded_a_pod():
+    """A pod gone while the manager was down: its successor counts one more than the ShadowPod recorded."""
+
+    async def scenario():
+        world = Provider()
+        world.cluster.add(ShadowPod, provider_shadow(status={"podUID": "gone-uid", "recreations": 2}))
+        await world.start()
+        await world.reconcile()
+        return world.pod()
+
+    assert run(scenario)["metadata"]["annotations"][ANNOTATION_RECREATIONS] == "3"
 
 
 # -- both hearts ------------------------------------------------------------------------------------------------------
@@ -591,7 +647,7 @@ def test_a_resize_on_the_consumer_reaches_the_remote_pod_in_place_and_its_report
 def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_the_others():
     """Each side's work queue is told of the other side's writes and of the provider's scheduler and kubelet, never
     of the echo of its own creation or status write; a reconcile begun before an echo arrived has it told after all
-    (kube/echoes.py)."""
+    (kube/echoes.py). The virtual kubelet hears of the running pod from the Pod itself, not from its ShadowPod."""
 
     async def scenario():
         provider = await Provider().start()
@@ -615,7 +671,7 @@ def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_
             await step("ShadowPod created", consumer.reconcile),
             await step("Pod created", provider.reconcile),
             await step("Pod running", run_pod),
-            await step("ShadowPod status written", provider.reconcile),
+            await step("the manager finds nothing to write", provider.reconcile),
             await step("local status written", consumer.reconcile),
         ]
         # The consumer writes the local status again, then reconciles before its echo arrives: that reconcile read a
@@ -633,8 +689,8 @@ def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_
     assert steps == [
         ["ShadowPod created", ("provider", "web")],
         ["Pod created"],
-        ["Pod running", ("provider", "web")],
-        ["ShadowPod status written", ("consumer", "web")],
+        ["Pod running", ("provider", "web"), ("consumer", "web")],
+        ["the manager finds nothing to write"],
         ["local status written"],
         ["reconciled twice before the echo", ("consumer", "web")],
     ]

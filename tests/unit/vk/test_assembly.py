@@ -104,7 +104,12 @@ def test_the_pod_controller_and_its_reflection_are_wired_in_order():
     pods, twins, reflection, events = parts.pods, parts.twins, parts.reflection, parts.remote_events
     # Reflection hears of twins after the pods and their Events do, as it always has.
     assert twins.ready_listeners == [pods.twin_ready, events.twin_ready, reflection.twin_ready]
-    assert twins.removed_listeners == [parts.shadows.unwatch, events.twin_removed, reflection.twin_removed]
+    assert twins.removed_listeners == [
+        parts.shadows.unwatch,
+        parts.remote_pods.unwatch,
+        events.twin_removed,
+        reflection.twin_removed,
+    ]
     assert twins.drainers == [reflection.drain]
     assert twins.data_holders == [reflection.claims.copies_in]
     assert nodes.health.health_listeners == [pods.health_changed]

@@ -130,7 +130,11 @@ def test_forged_spec_drops_everything_local():
             "catamaran.io/destination-cluster-id": "p",
             "catamaran.io/managed-by": "catamaran",
         },
-        "annotations": {"catamaran.io/local-pod-uid": "u-1", "catamaran.io/local-namespace": "shop"},
+        "annotations": {
+            "catamaran.io/local-pod-uid": "u-1",
+            "catamaran.io/local-namespace": "shop",
+            "catamaran.io/status-source": "pod",
+        },
     }
     assert "kubectl.kubernetes.io/last-applied-configuration" not in shadow["spec"]["pod"]["metadata"]["annotations"]
 

@@ -243,3 +243,45 @@ def test_the_observed_generation_is_the_local_pods_once_the_remote_pod_has_acted
     # A provider whose kubelet reports no resources (kwok, an older one): acted on once it is sent.
     silent = running("10.1.0.5", containerStatuses=[{"name": "app"}])
     assert status_back.local_pod_status(before, silent, generation=3, **common)["observedGeneration"] == 3
+
+
+# -- which status: the remote Pod's over the ShadowPod's ---------------------------------------------------------------
+
+
+def remote_pod(status: dict, *, owner: str = "shadow-uid", recreations: int | None = None) -> dict:
+    """A remote Pod as the virtual kubelet keeps it (vk/pods.py compact_remote_pod)."""
+    return {"metadata": {"name": "web"}, "owner": owner, "recreations": recreations, "status": status}
+
+
+def test_the_remote_pods_status_is_read_over_what_its_shadowpod_says():
+    recorded = {"conditions": [{"type": "PodCreated", "status": "True"}], "pod": {"phase": "Pending"}}
+    seen = status_back.seen_status(recorded, remote_pod(RUNNING_AND_READY["pod"]), "shadow-uid")
+    assert seen == {**recorded, "pod": RUNNING_AND_READY["pod"]}
+    assert recorded["pod"] == {"phase": "Pending"}, "the cached ShadowPod is left as it was"
+
+
+def test_a_pod_of_another_shadowpod_or_one_just_made_leaves_the_shadowpods_status():
+    recorded = {"phase": "Succeeded", "pod": {"phase": "Succeeded"}}
+    assert status_back.seen_status(recorded, remote_pod(RUNNING_AND_READY["pod"], owner="earlier"), "shadow-uid") is (
+        recorded
+    )
+    just_made = remote_pod({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})
+    assert status_back.seen_status(None, just_made, "shadow-uid") is None
+    assert status_back.seen_status({"podUID": "x"}, None, "shadow-uid") == {"podUID": "x"}
+
+
+def test_recreations_stamped_on_the_pod_count_before_the_manager_records_them():
+    running = RUNNING_AND_READY["pod"]
+    assert status_back.seen_status({}, remote_pod(running, recreations=2), "shadow-uid")["recreations"] == 2
+    assert (
+        status_back.seen_status({"recreations": 3}, remote_pod(running, recreations=2), "shadow-uid")["recreations"]
+        == 3
+    )
+    assert status_back.seen_status({"recreations": 1}, remote_pod(running), "shadow-uid")["recreations"] == 1
+    # A count that is no whole number stays as recorded, for vk/trust.py to refuse.
+    assert (
+        status_back.seen_status({"recreations": "many"}, remote_pod(running, recreations=2), "shadow-uid")[
+            "recreations"
+        ]
+        == "many"
+    )

@@ -26,12 +26,15 @@ from .. import quantities
 from ..constants import (
     ANNOTATION_LOCAL_NAMESPACE,
     ANNOTATION_ORIGIN_NAMESPACE,
+    ANNOTATION_RECREATIONS,
+    ANNOTATION_STATUS_SOURCE,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
     LABEL_POOL,
     MANAGED_BY_CATAMARAN,
     MAX_TERMINATION_GRACE_SECONDS,
     SHADOWPOD_RESIZE_CONDITION,
+    STATUS_SOURCE_POD,
     TERMINAL_PHASES,
     tenant_namespace,
 )
@@ -48,6 +51,8 @@ from ..objects import (
     condition,
     container_resources,
     deletion_grace,
+    material_status,
+    recreations_stamp,
     reference,
     set_condition,
     status_patch,
@@ -147,34 +152,6 @@ def foreign_namespace(shadow: dict, twin_annotations: dict) -> str | None:
     )
 
 
-def material_status(status: dict) -> tuple:
-    """What the consumer shows of a pod's status; a scheduled-but-pending pod adds nothing to it."""
-    conditions = tuple(
-        sorted(
-            (c["type"], c["status"], c.get("reason") or "")
-            for c in status.get("conditions") or []
-            if not (c["type"] == "PodScheduled" and c["status"] == "True")
-        )
-    )
-    statuses = [
-        *(status.get("initContainerStatuses") or []),
-        *(status.get("containerStatuses") or []),
-        *(status.get("ephemeralContainerStatuses") or []),
-    ]
-    containers = tuple(
-        (
-            c.get("name"),
-            c.get("ready"),
-            c.get("restartCount"),
-            tuple(sorted((c.get("state") or {}).items(), key=str)),
-            c.get("resources"),  # what an in-place resize changed, and what the kubelet allocated for it
-            c.get("allocatedResources"),
-        )
-        for c in statuses
-    )
-    return (status.get("phase") or "Pending", status.get("podIP"), status.get("reason"), conditions, containers)
-
-
 def _managed(pod) -> bool:
     return (pod.metadata.labels or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN
 
@@ -269,6 +246,11 @@ def _bucket(consumer: str, pool: str | None) -> str:
     return f"{whose} on this provider"
 
 
+def recreations_count(recorded: object) -> int:
+    """The recreations a ShadowPod's status records (the manager writes them; none: 0)."""
+    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0 else 0
+
+
 def _owned_by(pod: dict, shadow: dict) -> bool:
     owner = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
     return owner is not None and owner.get("uid") == shadow["metadata"]["uid"]
@@ -308,7 +290,10 @@ class ShadowPodController:
         # Neither the pods it creates nor the statuses it writes come back as reconciles (kube/echoes.py).
         self.created_pods = OwnWrites()
         self.written_statuses = OwnWrites()
+        # ShadowPod -> the recreations stamped on its pod that is gone, until the pod is made again (_create_pod).
+        self._gone: dict[tuple[str, str], int] = {}
         self.shadows.on_change(self.written_statuses.skipping(enqueue(self.queue)))
+        self.pods.on_change(self._pod_gone)  # before the reconcile it queues
         self.pods.on_change(self.created_pods.skipping(enqueue(self.queue)))
 
     def tasks(self):
@@ -345,6 +330,17 @@ class ShadowPodController:
         for keys in self._refused.values():
             keys.discard(key)
         self.offers.release(key)
+        self._gone.pop(key, None)
+
+    def _pod_gone(self, event, key, new, old) -> None:
+        """A pod of a ShadowPod that stays is gone (deleted, evicted): the next one is its recreation. Remembered here
+        for the virtual kubelets that read the Pod's status (they see its recreations on it); a pod gone while this
+        process was down is counted only when the ShadowPod's status recorded a pod (_recreations)."""
+        if event != "DELETED" or old is None:
+            return
+        shadow = self.shadows.get(*key)
+        if shadow is not None and not shadow["metadata"].get("deletionTimestamp") and _owned_by(old, shadow):
+            self._gone[key] = recreations_stamp((old.get("changeable") or {}).get("annotations")) or 0
 
     async def _run_queue(self):
         for informer in (self.shadows, self.pods, *self.wait_for):
@@ -500,7 +496,10 @@ class ShadowPodController:
 
     async def _copy_status(self, shadow: dict, pod: dict, resize_refused: tuple[str, str] | None = None) -> None:
         """Copy the Pod's status when something the consumer shows changed, and say whether its resize is refused
-        (SHADOWPOD_RESIZE_CONDITION, only while it is); skip intermediate noise."""
+        (SHADOWPOD_RESIZE_CONDITION, only while it is); skip intermediate noise. A virtual kubelet that reads the
+        Pod itself gets only what the manager decides (_record_status)."""
+        if (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_STATUS_SOURCE) == STATUS_SOURCE_POD:
+            return await self._record_status(shadow, pod, resize_refused)
         status = shadow.get("status") or {}
         pod_status = pod.get("status") or {}
         uid = pod["metadata"]["uid"]
@@ -523,10 +522,46 @@ class ShadowPodController:
             "conditions": conditions,
         }
         if replaced:
-            wanted["recreations"] = int(status.get("recreations") or 0) + 1
+            wanted["recreations"] = recreations_count(status.get("recreations")) + 1
             await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
         await self._patch_status(shadow, wanted)
         return None
+
+    async def _record_status(self, shadow: dict, pod: dict, resize_refused: tuple[str, str] | None) -> None:
+        """The ShadowPod's status for a virtual kubelet that reads the Pod's: only what the manager decides, written
+        when it changes. The pod's recreations (stamped on it) with its uid; the end of a refusal; a resize refused;
+        the pod's final status once it ended, which outlives the pod and keeps it from being made again. A pod
+        running as it should costs its ShadowPod no write."""
+        status = shadow.get("status") or {}
+        pod_status = pod.get("status") or {}
+        uid = pod["metadata"]["uid"]
+        recreations = recreations_stamp((pod.get("changeable") or {}).get("annotations")) or 0
+        recreated = recreations > recreations_count(status.get("recreations"))
+        ended = pod_status.get("phase") in TERMINAL_PHASES and (
+            status.get("podUID") != uid or material_status(status.get("pod") or {}) != material_status(pod_status)
+        )
+        created = condition(status, "PodCreated")
+        refusal_ended = created is not None and created.get("status") != "True"
+        resize = condition(status, SHADOWPOD_RESIZE_CONDITION)
+        resize_said = None if resize is None else (resize.get("reason"), resize.get("message"))
+        if not (recreated or ended or refusal_ended or resize_said != resize_refused):
+            return
+        conditions = status.get("conditions") or []
+        if created is not None:
+            conditions = set_condition(conditions, "PodCreated", "True", "Created")
+        if resize_refused is None:
+            conditions = [c for c in conditions if c["type"] != SHADOWPOD_RESIZE_CONDITION]
+        else:
+            conditions = set_condition(conditions, SHADOWPOD_RESIZE_CONDITION, "False", *resize_refused)
+        wanted: dict = {"conditions": conditions}
+        if refusal_ended and status.get("phase") not in TERMINAL_PHASES:
+            wanted["phase"] = None  # the Pending a refusal recorded: the Pod says its phase now
+        if recreated:
+            wanted.update(recreations=recreations, podUID=uid)
+            await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
+        if ended:
+            wanted.update(phase=pod_status["phase"], podUID=uid, pod=pod_status)
+        await self._patch_status(shadow, wanted)
 
     def _refusal(
         self, key, consumer: str | None, terms: TenantTerms, enforced: str | None, pod: dict, pool: str | None = None
@@ -590,6 +625,10 @@ class ShadowPodController:
             self._refused.setdefault(consumer, set()).add(key)
             await self._report_refusal(shadow, *refusal)
             return REFUSED_RETRY_S
+        # The count is the manager's alone: a tenant's annotation of that name never reaches the pod.
+        recreations = self._recreations(key, shadow)
+        stamped = {k: v for k, v in pod["metadata"]["annotations"].items() if k != ANNOTATION_RECREATIONS}
+        pod["metadata"]["annotations"] = stamped | ({ANNOTATION_RECREATIONS: str(recreations)} if recreations else {})
         try:
             created = await self.client.create(Pod.from_dict(pod))
         except ApiError as error:
@@ -599,8 +638,20 @@ class ShadowPodController:
             await self._report_refusal(shadow, *classify_create_error(error))
             return 15
         log.debug("pod created", extra=fields(pod=f"{meta['namespace']}/{meta['name']}", uid=created.metadata.uid))
+        self._gone.pop(key, None)
         self.created_pods.wrote(key, created)
         return None
+
+    def _recreations(self, key, shadow: dict) -> int:
+        """How many pods of the ShadowPod were gone before the one about to be made: one more than the last one's,
+        when a pod of it is gone (seen going, or recorded in its status by an earlier recreation or copy); 0 for
+        its first."""
+        status = shadow.get("status") or {}
+        recorded = recreations_count(status.get("recreations"))
+        gone = self._gone.get(key)
+        if gone is not None:
+            return max(gone, recorded) + 1
+        return recorded + 1 if status.get("podUID") else 0
 
     async def _name_in_use(self, shadow: dict) -> float | None:
         """A pod of the ShadowPod's name exists: an earlier incarnation still terminating is waited out; a pod the

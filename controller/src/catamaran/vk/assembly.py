@@ -45,7 +45,7 @@ from .peering import CredentialFollower, PeeringWatch
 from .pod_ips import PodIPs
 from .pod_status import PodStatus
 from .pods import WORKERS as POD_WORKERS
-from .pods import PodController, shadow_informer
+from .pods import PodController, remote_pod_informer, shadow_informer
 from .reflection.peering_reflection import PeeringReflection
 from .reflection.policy import ReflectionSettings, settings_from_spec
 from .remote_events import RemoteEventMirror
@@ -144,6 +144,7 @@ class OffloadingParts:
         self.peering = peering
         self.local_pods = nodes.local_pods  # each node's pods, watched as its node comes and goes
         self.shadows = NamespacedInformers(self._shadow_informer)
+        self.remote_pods = NamespacedInformers(self._remote_pod_informer)
         self.twins = TwinManager(
             peering,
             pods_on_node=self._drainable_pods,
@@ -164,6 +165,7 @@ class OffloadingParts:
             local_pods=self.local_pods,
             twins=self.twins,
             shadows=self.shadows,
+            remote_pods=self.remote_pods,
             status=self.status,
             tokens=self.reflection.tokens,
             config_maps=self.reflection.config_maps,
@@ -179,7 +181,12 @@ class OffloadingParts:
         pods, twins, reflection = self.pods, self.twins, self.reflection
         # Reflection hears of twins after the pods and their Events do.
         twins.ready_listeners += [pods.twin_ready, self.remote_events.twin_ready, reflection.twin_ready]
-        twins.removed_listeners += [self.shadows.unwatch, self.remote_events.twin_removed, reflection.twin_removed]
+        twins.removed_listeners += [
+            self.shadows.unwatch,
+            self.remote_pods.unwatch,
+            self.remote_events.twin_removed,
+            reflection.twin_removed,
+        ]
         twins.drainers.append(reflection.drain)
         twins.data_holders.append(reflection.claims.copies_in)
         self.local_pods.on_change(pods.local_changed)
@@ -218,6 +225,11 @@ class OffloadingParts:
     def _shadow_informer(self, twin: str) -> Informer:
         informer = shadow_informer(self.peering, twin)
         informer.on_change(self.pods.shadow_changed)
+        return informer
+
+    def _remote_pod_informer(self, twin: str) -> Informer:
+        informer = remote_pod_informer(self.peering, twin)
+        informer.on_change(self.pods.remote_pod_changed)
         return informer
 
     def _requeue_pods(self) -> None:

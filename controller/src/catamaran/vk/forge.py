@@ -13,6 +13,7 @@ from ..constants import (
     ANNOTATION_API_SERVER_ACCESS,
     ANNOTATION_LOCAL_NAMESPACE,
     ANNOTATION_LOCAL_POD_UID,
+    ANNOTATION_STATUS_SOURCE,
     API_SERVER_ACCESS_HOME,
     API_SERVER_ACCESS_MODES,
     API_SERVER_ACCESS_PROVIDER,
@@ -24,6 +25,7 @@ from ..constants import (
     MANAGED_BY_CATAMARAN,
     OFFLOADING_GROUP,
     ROOT_CA_CONFIGMAP,
+    STATUS_SOURCE_POD,
     VERSION,
     VIRTUAL_NODE_TAINT_KEY,
 )
@@ -354,7 +356,11 @@ def shadowpod_for(
             "name": meta["name"],
             "namespace": twin_namespace,
             "labels": {**labels, **({LABEL_POOL: pool} if pool else {})},
-            "annotations": {ANNOTATION_LOCAL_POD_UID: meta["uid"], ANNOTATION_LOCAL_NAMESPACE: meta["namespace"]},
+            "annotations": {
+                ANNOTATION_LOCAL_POD_UID: meta["uid"],
+                ANNOTATION_LOCAL_NAMESPACE: meta["namespace"],
+                ANNOTATION_STATUS_SOURCE: STATUS_SOURCE_POD,  # this virtual kubelet reads the remote Pod's status
+            },
         },
         "spec": {
             "pod": {

@@ -2,7 +2,8 @@
 
 Local pods are watched with a server-side field selector on each node's name (vk/virtual_nodes.py); a pod bound to a
 node pool's node makes a ShadowPod labelled with the pool, which the provider places and holds to its quota. Each twin
-namespace gets one ShadowPod watch (the tenant credential may only list inside its own namespaces). The remote names
+namespace gets one ShadowPod watch and one watch of the Pods the provider made of them, whose status the local pods
+show (the tenant credential may only list inside its own namespaces). The remote names
 equal the local ones, so a restarted process rebuilds its state from the two clusters and neither duplicates nor loses
 a pod. A namespace's pods go only to its own twin (`TwinManager.twin_of`),
 and a ShadowPod is judged against the pods of its twin's origin namespace, whatever it says of itself.
@@ -21,6 +22,9 @@ from ..constants import (
     ANNOTATION_DELETION_GRACE,
     ANNOTATION_LOCAL_NAMESPACE,
     ANNOTATION_LOCAL_POD_UID,
+    LABEL_MANAGED_BY,
+    LABEL_ORIGIN_CLUSTER_ID,
+    MANAGED_BY_CATAMARAN,
     ROOT_CA_CONFIGMAP,
     TERMINAL_PHASES,
 )
@@ -30,7 +34,15 @@ from ..kube.ops import tolerating
 from ..kube.resources import ShadowPod
 from ..kube.workqueue import WorkQueue
 from ..logs import fields
-from ..objects import as_dict, changeable_pod_fields, container_resources, deletion_grace, reference
+from ..objects import (
+    as_dict,
+    changeable_pod_fields,
+    container_resources,
+    deletion_grace,
+    material_status,
+    recreations_stamp,
+    reference,
+)
 from ..steering import is_daemonset_pod
 from ..twin_claims import TWIN_TAKEN
 from .context import PeeringContext
@@ -45,6 +57,7 @@ from .namespaces import TwinManager
 from .pod_status import REMOTE_FAILURE_EVENTS, PodStatus
 from .reflection.reflector import Reflector
 from .reflection.tokens import TokenReflector, account_secret_name, pod_account
+from .status_back import NOTHING_SHOWN, seen_status
 from .trust import sanitised_message
 
 log = logging.getLogger(__name__)
@@ -121,9 +134,42 @@ def shadow_informer(peering: PeeringContext, twin: str) -> Informer:
     )
 
 
+def compact_remote_pod(pod) -> dict:
+    """What the virtual kubelet reads of a remote Pod: its ShadowPod (the controller owner's uid), the recreations the
+    manager stamped on it, and its status."""
+    meta = pod.metadata
+    return {
+        "metadata": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
+        "owner": next((o.uid for o in meta.ownerReferences or [] if o.controller), None),
+        "recreations": recreations_stamp(meta.annotations),
+        "status": pod.status.to_dict() if pod.status is not None else {},
+    }
+
+
+def remote_pod_informer(peering: PeeringContext, twin: str) -> Informer:
+    """The Pods the provider's manager made of this consumer's ShadowPods in one twin namespace, each kept compact."""
+    return Informer(
+        peering.provider,
+        Pod,
+        name="remote-pods",
+        namespace=twin,
+        labels={LABEL_ORIGIN_CLUSTER_ID: peering.consumer_id, LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
+        transform=compact_remote_pod,
+        packed=True,
+    )
+
+
+def shown_of(remote_pod: dict | None) -> tuple | None:
+    """What of a remote Pod its local pod may show: a change of anything else is no reason to look at it."""
+    if remote_pod is None:
+        return None
+    return remote_pod.get("owner"), remote_pod.get("recreations"), material_status(remote_pod.get("status") or {})
+
+
 class PodController:
     """Local pods to ShadowPods and back. It receives its collaborators; vk/assembly.py builds them and wires the
-    listeners below (local_changed, offloading_changed, twin_ready, shadow_changed, health_changed) to them."""
+    listeners below (local_changed, offloading_changed, twin_ready, shadow_changed, remote_pod_changed,
+    health_changed) to them."""
 
     name = "pods"
 
@@ -134,6 +180,7 @@ class PodController:
         local_pods: InformerUnion,
         twins: TwinManager,
         shadows: NamespacedInformers,
+        remote_pods: NamespacedInformers,
         status: PodStatus,
         tokens: TokenReflector,
         config_maps: Reflector,
@@ -148,6 +195,7 @@ class PodController:
         self.pool_of = pool_of  # the node pool a virtual node stands for (None: the peering's one node)
         self.twins = twins
         self.shadow_informers = shadows  # one per twin, watched once the twin is Ready (twin_ready)
+        self.remote_pod_informers = remote_pods  # the same, of the Pods made of the ShadowPods
         self.status = status
         self.tokens = tokens  # pods wait for their token Secret before their ShadowPod
         self.config_maps = config_maps  # ... and for the consumer's root CA reflected into the twin
@@ -195,7 +243,18 @@ class PodController:
 
     def twin_ready(self, origin: str, twin: str) -> None:
         self.shadow_informers.watch(twin)
+        self.remote_pod_informers.watch(twin)
         self.requeue_namespace(origin)
+
+    def remote_pod_changed(self, event, key, new, old) -> None:
+        """A remote Pod's status changed in what its local pod shows (a pod just made shows nothing yet)."""
+        if event == "ADDED" and material_status(new.get("status") or {}) == NOTHING_SHOWN:
+            return
+        if event == "MODIFIED" and shown_of(new) == shown_of(old):
+            return
+        origin = self.twins.twin_origin(key[0])
+        if origin is not None:
+            self.queue.add((origin, key[1]))
 
     def shadow_changed(self, event, key, new, old) -> None:
         # Only ShadowPods a virtual kubelet made (they name their pod's namespace) are this controller's: one the tenant
@@ -222,6 +281,13 @@ class PodController:
         if shadows is not None and not shadows.synced.is_set():
             return 0.5
         shadow = shadows.get(twin, name) if shadows else None
+        if shadow is not None:
+            # Until its watch has listed, a Pod's status is as the ShadowPod says (nothing, from this release's
+            # manager): its listing then brings every pod back here.
+            remote_pods = self.remote_pod_informers.get(twin) if twin else None
+            remote_pod = remote_pods.get(twin, name) if remote_pods else None
+            status = seen_status(shadow.get("status"), remote_pod, shadow["metadata"]["uid"])
+            shadow = {**shadow, "status": status or {}}
 
         if pod is None:
             if twin and shadow is not None and not shadow["metadata"].get("deletionTimestamp"):

@@ -1,5 +1,5 @@
-"""The status a consumer's pod shows: from its ShadowPod's (the remote status back), or Pending while it is held,
-or its last one once its remote pod is gone. Pure.
+"""The status a consumer's pod shows: from its remote Pod's (the remote status back, `seen_status`), or Pending while
+it is held, or its last one once its remote pod is gone. Pure.
 
 What the provider reports is checked on the way (vk/trust.py; pod IPs by vk/ip_translation.py); vk/pod_status.py
 writes the result onto the local pod.
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from .. import quantities
 from ..constants import SHADOWPOD_RESIZE_CONDITION, TERMINAL_PHASES
+from ..objects import material_status
 from .ip_translation import IPTranslator
 from .trust import Refusal, accepted_report, bounded_text, sanitised_message
 
@@ -22,6 +23,30 @@ POD_IP_CONDITION = "catamaran.io/PodIPAccepted"
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 # A kubelet's reasons for PodResizePending; a provider's other reason is shown as the first.
 RESIZE_PENDING_REASONS = ("Deferred", "Infeasible")
+
+
+# A pod made but neither scheduled nor started: nothing for the consumer to show yet.
+NOTHING_SHOWN = material_status({})
+
+
+def seen_status(shadow_status: dict | None, remote_pod: dict | None, shadow_uid: str) -> dict | None:
+    """A ShadowPod's status as the virtual kubelet reads it: what the manager wrote there, with its live Pod's status
+    and the recreations the manager stamped on that Pod once the Pod is the ShadowPod's and shows something. Else as
+    written: by releases that copy the Pod's status there, or the final status of a pod that ended and is gone.
+
+    `remote_pod` is the compact Pod (vk/pods.py compact_remote_pod): its controller `owner`'s uid, its `recreations`
+    (a whole number, None when unstamped) and its `status`."""
+    if remote_pod is None or remote_pod.get("owner") != shadow_uid:
+        return shadow_status
+    pod_status = remote_pod.get("status") or {}
+    if material_status(pod_status) == NOTHING_SHOWN and not (shadow_status or {}).get("pod"):
+        return shadow_status
+    seen = dict(shadow_status or {})
+    seen["pod"] = pod_status
+    stamped, recorded = remote_pod.get("recreations"), seen.get("recreations")
+    if stamped is not None and (recorded is None or (type(recorded) is int and recorded < stamped)):
+        seen["recreations"] = stamped  # the Pod's own count, before the manager records it on the ShadowPod
+    return seen
 
 
 def _condition(kind: str, status: str, reason: str = "", message: str = "", when: str | None = None) -> dict:
