@@ -160,7 +160,8 @@ def test_remote_pod_is_recreated_while_the_consumer_is_stopped(lab, fed):
         local_before = {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in local_pods(lab, "app=web")}
         victim = remote_pods(lab, "app=web")[0]
         name, old_uid = victim["metadata"]["name"], victim["metadata"]["uid"]
-        before = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name)["status"].get("recreations", 0)
+        # A ShadowPod whose pod ran as it should has no status yet: the virtual kubelet reads the Pod's.
+        before = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name).get("status", {}).get("recreations", 0)
 
         lab.kubectl(PROVIDER, "-n", TWIN, "delete", "pod", name, "--wait=true", timeout=90)
         recreated = wait_for(
@@ -171,6 +172,7 @@ def test_remote_pod_is_recreated_while_the_consumer_is_stopped(lab, fed):
             what="the provider to recreate the deleted pod",
         )
         assert recreated["metadata"]["ownerReferences"][0]["kind"] == "ShadowPod"
+        assert recreated["metadata"]["annotations"]["catamaran.io/recreations"] == str(before + 1)
         assert get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name)["status"]["recreations"] == before + 1
 
         # Nothing but Catamaran drives the virtual node: with it stopped, the Lease and pods stand still.
@@ -204,14 +206,14 @@ def test_deleted_shadowpod_is_recreated_for_a_live_local_pod(lab, fed):
     shadow = remote_shadows(lab, "app=web")[0]
     name, old_uid = shadow["metadata"]["name"], shadow["metadata"]["uid"]
     lab.kubectl(PROVIDER, "-n", TWIN, "delete", "shadowpod", name, "--wait=true", timeout=90)
-    wait_for(
-        lambda: (
-            (s := get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name))["metadata"]["uid"] != old_uid
-            and s.get("status", {}).get("phase") == "Running"
-        ),
-        timeout=60,
-        what="the virtual kubelet to recreate the ShadowPod",
-    )
+
+    def running_anew() -> bool:
+        new_uid = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, name)["metadata"]["uid"]
+        pods = [p for p in remote_pods(lab, "app=web") if p["metadata"]["name"] == name]
+        owners = [o["uid"] for p in pods for o in p["metadata"].get("ownerReferences") or []]
+        return new_uid != old_uid and owners == [new_uid] and all(map(ready, pods))
+
+    wait_for(running_anew, timeout=60, what="the virtual kubelet to recreate the ShadowPod, and its Pod running")
     wait_for(lambda: all_running(lab, "app=web", 5), what="5 pods Running both sides")
     assert len(remote_shadows(lab, "app=web")) == 5
 

@@ -703,7 +703,7 @@ def test_a_reflected_ingress_the_terms_refuse_is_a_warning_on_the_consumers(lab,
 
 def test_what_a_provider_admin_reports_is_checked_by_the_consumer(lab, fed, tmp_path):
     """A provider's admin (not the tenant) writes a pod IP of the consumer's own and a huge made-up message into a
-    ShadowPod's status, with its manager stopped so nothing corrects it: neither reaches the local pod as written."""
+    remote pod's status, with the manager stopped: neither reaches the local pod as written."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -728,17 +728,17 @@ def test_what_a_provider_admin_reports_is_checked_by_the_consumer(lab, fed, tmp_
     manager = fed["manager"]
     manager.stop()
     try:
-        status = get_json(lab, PROVIDER, "shadowpod", "-n", TWIN, "reported")["status"]
-        forged = dict(status["pod"], podIP=consumer_api, podIPs=[{"ip": consumer_api}])
+        status = get_json(lab, PROVIDER, "pod", "-n", TWIN, "reported")["status"]
+        forged = dict(status, podIP=consumer_api, podIPs=[{"ip": consumer_api}])
         forged.update(phase="Failed", reason="made up reason!", message="x" * 700_000)
         patch = tmp_path / "status.json"  # 700 kB: beyond a command line
-        patch.write_text(json.dumps({"status": {"pod": forged}}))
+        patch.write_text(json.dumps({"status": forged}))
         lab.kubectl(
             PROVIDER,
             "-n",
             TWIN,
             "patch",
-            "shadowpod",
+            "pod",
             "reported",
             "--subresource=status",
             "--type=merge",

@@ -695,3 +695,27 @@ def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_
         ["reconciled twice before the echo", ("consumer", "web")],
     ]
     assert consumer.pod()["status"]["phase"] == "Running"
+
+
+def test_the_pod_of_a_shadowpod_the_tenant_wrote_itself_is_never_the_virtual_kubelets():
+    """A ShadowPod without the local namespace a virtual kubelet names has no local pod: its Pod running tells the
+    virtual kubelet nothing, so its reconcile never takes the ShadowPod for an orphan and deletes it."""
+
+    async def scenario():
+        provider = await Provider().start()
+        consumer = await Consumer(provider=provider.cluster, provider_cidrs=[PROVIDER_POD_RANGE]).start()
+        written = provider_shadow()
+        del written["metadata"]["annotations"]["catamaran.io/local-namespace"]
+        provider.cluster.add(ShadowPod, written)
+        await consumer.settle()
+        told: list = []
+        consumer.pods.queue.add = lambda key, delay=0: told.append(key)
+        await provider.reconcile()  # its Pod
+        provider.run_pod()
+        await consumer.settle()
+        return told, provider
+
+    told, provider = run(scenario)
+    assert provider.pod()["status"]["phase"] == "Running", "the control: the Pod ran"
+    assert told == []
+    assert provider.shadow() is not None

@@ -247,14 +247,18 @@ class PodController:
         self.requeue_namespace(origin)
 
     def remote_pod_changed(self, event, key, new, old) -> None:
-        """A remote Pod's status changed in what its local pod shows (a pod just made shows nothing yet)."""
+        """A remote Pod's status changed in what its local pod shows (a pod just made shows nothing yet). Only the
+        pods of ShadowPods a virtual kubelet made are this controller's, as in shadow_changed: a pod of one the tenant
+        wrote itself has no local pod, and its ShadowPod is no orphan to remove."""
         if event == "ADDED" and material_status(new.get("status") or {}) == NOTHING_SHOWN:
             return
         if event == "MODIFIED" and shown_of(new) == shown_of(old):
             return
-        origin = self.twins.twin_origin(key[0])
-        if origin is not None:
-            self.queue.add((origin, key[1]))
+        shadows = self.shadow_informers.get(key[0])
+        shadow = shadows.get(*key) if shadows else None
+        named = ((shadow or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
+        if named:
+            self.queue.add((self.twins.twin_origin(key[0]) or named, key[1]))
 
     def shadow_changed(self, event, key, new, old) -> None:
         # Only ShadowPods a virtual kubelet made (they name their pod's namespace) are this controller's: one the tenant
