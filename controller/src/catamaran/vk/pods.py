@@ -248,27 +248,30 @@ class PodController:
 
     def remote_pod_changed(self, event, key, new, old) -> None:
         """A remote Pod's status changed in what its local pod shows (a pod just made shows nothing yet). Only the
-        pods of ShadowPods a virtual kubelet made are this controller's, as in shadow_changed: a pod of one the tenant
-        wrote itself has no local pod, and its ShadowPod is no orphan to remove."""
+        pods of ShadowPods a virtual kubelet made are this controller's (_local_key): a pod of one the tenant wrote
+        itself has no local pod, and its ShadowPod is no orphan to remove."""
         if event == "ADDED" and material_status(new.get("status") or {}) == NOTHING_SHOWN:
             return
         if event == "MODIFIED" and shown_of(new) == shown_of(old):
             return
         shadows = self.shadow_informers.get(key[0])
         shadow = shadows.get(*key) if shadows else None
-        named = ((shadow or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
-        if named:
-            self.queue.add((self.twins.twin_origin(key[0]) or named, key[1]))
+        if shadow is not None and (local_key := self._local_key(key[0], shadow)) is not None:
+            self.queue.add(local_key)
+
+    def _local_key(self, twin: str, shadow: dict) -> tuple[str, str] | None:
+        """The local pod of a ShadowPod in `twin`; None for one the tenant wrote itself.
+
+        Only ShadowPods a virtual kubelet made (they name their pod's namespace) are this controller's: one the tenant
+        wrote itself is left to the provider's terms. Judged in its twin's origin, not in the namespace it names: one
+        naming another namespace is an orphan there, and removed as one."""
+        named = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
+        return (self.twins.twin_origin(twin) or named, shadow["metadata"]["name"]) if named else None
 
     def shadow_changed(self, event, key, new, old) -> None:
-        # Only ShadowPods a virtual kubelet made (they name their pod's namespace) are this controller's: one the tenant
-        # wrote itself is left to the provider's terms. Judged in its twin's origin, not in the namespace it names:
-        # one naming another namespace is an orphan there, and removed as one.
-        shadow = new or old
-        named = (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_LOCAL_NAMESPACE)
-        if not named:
+        local_key = self._local_key(key[0], new or old)
+        if local_key is None:
             return
-        local_key = (self.twins.twin_origin(key[0]) or named, shadow["metadata"]["name"])
         if self.created_shadows.echo(event, local_key, new):
             return  # the ShadowPod this controller created, as it created it (kube/echoes.py)
         self.queue.add(local_key)
