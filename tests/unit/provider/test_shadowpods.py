@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from lightkube.core.exceptions import ApiError
 
-from catamaran.provider.offers import Placement
+from catamaran.provider.offers import Placement, TenantTerms
 from catamaran.provider.shadowpods import classify_create_error, pod_from_shadow
 from catamaran.vk import forge
 from tests.unit.consumer_pods import local_pod
@@ -91,6 +91,20 @@ def test_the_manager_says_whose_pod_it_is_not_the_shadowpod():
     shadow["spec"]["pod"]["spec"] = compliant_spec()
     labels = pod_from_shadow(shadow, Placement(), "c")["metadata"]["labels"]
     assert labels == {"app": "x", "catamaran.io/origin-cluster-id": "c", "catamaran.io/managed-by": "catamaran"}
+
+
+def test_a_shadowpods_recreations_annotation_never_reaches_its_pod_even_where_the_terms_allow_it():
+    """The count is the manager's to stamp (it grows the local pod's restart count): neither a made pod nor a running
+    pod's update (changes_for reads the same pod) takes a tenant's value."""
+    shadow = {
+        "apiVersion": "offloading.catamaran.io/v1alpha1",
+        "metadata": {"name": "p", "namespace": "ns-c", "uid": "u"},
+        "spec": {"pod": {"metadata": {"annotations": {"catamaran.io/recreations": "7", "catamaran.io/keep": "y"}}}},
+    }
+    shadow["spec"]["pod"]["spec"] = compliant_spec()
+    terms = TenantTerms(allowed_pod_annotations=("catamaran.io/*",))
+    annotations = pod_from_shadow(shadow, Placement(), "c", terms)["metadata"]["annotations"]
+    assert annotations == {"catamaran.io/keep": "y"}
 
 
 def test_the_provider_runs_no_pod_of_another_namespace_in_a_twin():

@@ -111,6 +111,9 @@ def pod_from_shadow(
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     if terms is not None:
         annotations = tenant_terms.tenant_pod_annotations(annotations, terms)
+    # The recreations are the manager's alone to stamp (_create_pod): a ShadowPod's annotation of that name never
+    # reaches its pod, made or updated.
+    annotations = {key: value for key, value in annotations.items() if key != ANNOTATION_RECREATIONS}
     if consumer:
         labels.update({LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN, LABEL_ORIGIN_CLUSTER_ID: consumer})
         labels.pop(LABEL_POOL, None)
@@ -244,6 +247,19 @@ def _bucket(consumer: str, pool: str | None) -> str:
     """The quota a refusal speaks of: the tenant's own, or its pool's."""
     whose = f"tenant {consumer}" if pool is None else f"pool {pool} of tenant {consumer}"
     return f"{whose} on this provider"
+
+
+def _resize_said(status: dict) -> tuple[str, str] | None:
+    """(reason, message) of the resize refusal a ShadowPod's status says (SHADOWPOD_RESIZE_CONDITION); None: none."""
+    resize = condition(status, SHADOWPOD_RESIZE_CONDITION)
+    return None if resize is None else (resize.get("reason"), resize.get("message"))
+
+
+def _with_resize_refusal(conditions: list[dict], refused: tuple[str, str] | None) -> list[dict]:
+    """A ShadowPod's conditions saying its resize is refused (reason, message), only while it is."""
+    if refused is None:
+        return [c for c in conditions if c["type"] != SHADOWPOD_RESIZE_CONDITION]
+    return set_condition(conditions, SHADOWPOD_RESIZE_CONDITION, "False", *refused)
 
 
 def recreations_count(recorded: object) -> int:
@@ -506,26 +522,28 @@ class ShadowPodController:
         replaced = bool(status.get("podUID")) and status["podUID"] != uid
         created = condition(status, "PodCreated")
         unchanged = material_status(status.get("pod") or {}) == material_status(pod_status)
-        resize = condition(status, SHADOWPOD_RESIZE_CONDITION)
-        resize_said = None if resize is None else (resize.get("reason"), resize.get("message"))
-        if unchanged and not replaced and (created or {}).get("status") != "False" and resize_said == resize_refused:
+        if (
+            unchanged
+            and not replaced
+            and (created or {}).get("status") != "False"
+            and _resize_said(status) == resize_refused
+        ):
             return None
         conditions = set_condition(status.get("conditions") or [], "PodCreated", "True", "Created")
-        if resize_refused is None:
-            conditions = [c for c in conditions if c["type"] != SHADOWPOD_RESIZE_CONDITION]
-        else:
-            conditions = set_condition(conditions, SHADOWPOD_RESIZE_CONDITION, "False", *resize_refused)
         wanted = {
             "phase": pod_status.get("phase", "Pending"),
             "podUID": uid,
             "pod": pod_status,
-            "conditions": conditions,
+            "conditions": _with_resize_refusal(conditions, resize_refused),
         }
         if replaced:
             wanted["recreations"] = recreations_count(status.get("recreations")) + 1
-            await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
+            await self._say_recreated(shadow)
         await self._patch_status(shadow, wanted)
         return None
+
+    async def _say_recreated(self, shadow: dict) -> None:
+        await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
 
     async def _record_status(self, shadow: dict, pod: dict, resize_refused: tuple[str, str] | None) -> None:
         """The ShadowPod's status for a virtual kubelet that reads the Pod's: only what the manager decides, written
@@ -542,23 +560,17 @@ class ShadowPodController:
         )
         created = condition(status, "PodCreated")
         refusal_ended = created is not None and created.get("status") != "True"
-        resize = condition(status, SHADOWPOD_RESIZE_CONDITION)
-        resize_said = None if resize is None else (resize.get("reason"), resize.get("message"))
-        if not (recreated or ended or refusal_ended or resize_said != resize_refused):
+        if not (recreated or ended or refusal_ended or _resize_said(status) != resize_refused):
             return
         conditions = status.get("conditions") or []
         if created is not None:
             conditions = set_condition(conditions, "PodCreated", "True", "Created")
-        if resize_refused is None:
-            conditions = [c for c in conditions if c["type"] != SHADOWPOD_RESIZE_CONDITION]
-        else:
-            conditions = set_condition(conditions, SHADOWPOD_RESIZE_CONDITION, "False", *resize_refused)
-        wanted: dict = {"conditions": conditions}
+        wanted: dict = {"conditions": _with_resize_refusal(conditions, resize_refused)}
         if refusal_ended and status.get("phase") not in TERMINAL_PHASES:
             wanted["phase"] = None  # the Pending a refusal recorded: the Pod says its phase now
         if recreated:
             wanted.update(recreations=recreations, podUID=uid)
-            await self.events.record(reference(shadow), "Normal", "PodRecreated", "the pod was gone and was recreated")
+            await self._say_recreated(shadow)
         if ended:
             wanted.update(phase=pod_status["phase"], podUID=uid, pod=pod_status)
         await self._patch_status(shadow, wanted)
@@ -625,10 +637,11 @@ class ShadowPodController:
             self._refused.setdefault(consumer, set()).add(key)
             await self._report_refusal(shadow, *refusal)
             return REFUSED_RETRY_S
-        # The count is the manager's alone: a tenant's annotation of that name never reaches the pod.
-        recreations = self._recreations(key, shadow)
-        stamped = {k: v for k, v in pod["metadata"]["annotations"].items() if k != ANNOTATION_RECREATIONS}
-        pod["metadata"]["annotations"] = stamped | ({ANNOTATION_RECREATIONS: str(recreations)} if recreations else {})
+        if recreations := self._recreations(key, shadow):
+            pod["metadata"]["annotations"] = {
+                **pod["metadata"]["annotations"],
+                ANNOTATION_RECREATIONS: str(recreations),
+            }
         try:
             created = await self.client.create(Pod.from_dict(pod))
         except ApiError as error:
