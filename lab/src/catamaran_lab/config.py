@@ -269,6 +269,16 @@ def cluster_pod_cidr(number: int, overlapping: bool, base_port: int = 26000) -> 
     return ipaddress.IPv4Network(f"10.{100 + block + (0 if overlapping else number)}.0.0/16")
 
 
+def fake_node_pod_prefix(pods: int) -> int:
+    """The longest prefix whose range holds `pods` pod IPs: a /24 for ordinary nodes, wider for a bench's thousands
+    (kwok hands out addresses past its node's range once that is used up, which a provider's announced ranges
+    rightly refuse)."""
+    prefix = 24
+    while 2 ** (32 - prefix) - 2 < pods:
+        prefix -= 1
+    return prefix
+
+
 def real_node_pod_cidr(cluster_range: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
     """The last /24 of the cluster's range: fake nodes take theirs from the start (at most 200)."""
     return list(cluster_range.subnets(new_prefix=24))[-1]
@@ -415,7 +425,14 @@ def _cluster(
     if len(extra_resources) > node_count:
         raise LabError(f"cluster {name}: {len(extra_resources)} extraResources entries but only {node_count} nodes")
     cidr = cluster_pod_cidr(number, overlapping, base_port)
-    node_cidrs = list(cidr.subnets(new_prefix=24))
+    node_cidrs = list(cidr.subnets(new_prefix=fake_node_pod_prefix(int(allocatable.get("pods", 110)))))
+    # Fake nodes take the ranges after the first; real nodes the last two /24s.
+    last_free = cidr.broadcast_address - (2 * 256 if real_node else 0)
+    if node_count >= len(node_cidrs) or node_cidrs[node_count].broadcast_address > last_free:
+        raise LabError(
+            f"cluster {name}: {node_count} nodes of {allocatable.get('pods')} pods each need more pod addresses than "
+            f"its range {cidr} holds{' beside its real nodes' if real_node else ''}"
+        )
     nodes = []
     for index in range(node_count):
         node_name = f"{name}-worker-{index + 1}"

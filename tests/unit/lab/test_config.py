@@ -189,3 +189,22 @@ def test_real_nodes_share_an_underlay_per_lab_that_never_collides():
     names = [layout.underlay_host_link(9), layout.underlay_node_link(9), nodeconfig.underlay_bridge("abc123")]
     assert all(name.startswith("cmabc123") and len(name) <= 15 for name in names)
     assert len(layout.gateway_interface_prefix(9)) <= 11  # room for the gateway's 4+ characters per tunnel
+
+
+def test_nodes_holding_thousands_of_pods_get_ranges_that_hold_their_addresses():
+    """kwok hands out pod IPs past its node's range once that is used up; a provider's announced ranges (the nodes')
+    then refuse them. The bench's nodes of 10 000 pods each get a /18; ordinary nodes keep their /24."""
+    bench = config.load(Path(__file__).resolve().parents[3] / "bench" / "lab.yaml", real_nodes=False)
+    ranges = [ipaddress.IPv4Network(node.pod_cidr) for node in bench.clusters[1].nodes]
+    assert [r.prefixlen for r in ranges] == [18, 18, 18]
+    assert all(r.num_addresses - 2 >= 10_000 for r in ranges)
+    assert all(r.subnet_of(ipaddress.IPv4Network(bench.clusters[1].pod_cidr)) for r in ranges)
+    assert not any(a.overlaps(b) for a in ranges for b in ranges if a != b)
+    assert {ipaddress.IPv4Network(n.pod_cidr).prefixlen for n in config.load().clusters[0].nodes} == {24}
+    assert config.fake_node_pod_prefix(254) == 24
+    assert config.fake_node_pod_prefix(255) == 23
+
+
+def test_nodes_whose_pods_the_cluster_range_cannot_hold_are_refused():
+    with pytest.raises(LabError, match="3 nodes of 10000 pods each need more pod addresses .* beside its real nodes"):
+        config.load(Path(__file__).resolve().parents[3] / "bench" / "lab.yaml", real_nodes=True)
