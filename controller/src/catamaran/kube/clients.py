@@ -19,6 +19,7 @@ from lightkube.core.resource import NamespacedResource
 from lightkube.core.selector import build_selector
 
 from .. import metrics
+from . import request_builder
 from .transport import AiohttpTransport
 
 
@@ -107,8 +108,10 @@ def _instrument(http: httpx2.AsyncClient, cluster: str) -> None:
         watch = request.url.params.get("watch") in ("true", "1")
         verb, resource = request_kind(request.method, request.url.path, watch)
         if started is not None:
-            metrics.API_REQUEST_SECONDS.labels(cluster, verb, resource).observe(time.perf_counter() - started)
-        metrics.API_REQUESTS.labels(cluster, verb, str(response.status_code)).inc()
+            metrics.labelled(metrics.API_REQUEST_SECONDS, cluster, verb, resource).observe(
+                time.perf_counter() - started
+            )
+        metrics.labelled(metrics.API_REQUESTS, cluster, verb, str(response.status_code)).inc()
 
     http.event_hooks["request"].append(sent)
     http.event_hooks["response"].append(answered)
@@ -133,6 +136,7 @@ def async_client(
         http.auth = BearerToken(user.token)
     # lightkube has no setting for the transport; its TLS context (CA, client certificate) carries over.
     http._transport = AiohttpTransport(http._transport._pool._ssl_context, MAX_CONNECTIONS)  # type: ignore[attr-defined]
+    request_builder.install(client, http)
     _instrument(http, cluster)
     return client
 
