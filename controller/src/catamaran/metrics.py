@@ -1,6 +1,16 @@
 """Prometheus metrics shared by every reconciler and watch loop (served by health.serve)."""
 
+import functools
+
 from prometheus_client import Counter, Gauge, Histogram
+
+
+@functools.cache
+def labelled(metric, *values: str):
+    """`metric.labels(*values)`, looked up once: prometheus_client checks and locks on every labels() call, a few
+    microseconds that the watch loops and work queues paid several times per object. Nothing removes a child."""
+    return metric.labels(*values)
+
 
 RECONCILES = Counter("catamaran_reconciles_total", "Reconciliations run", ["controller", "result"])
 QUEUE_DEPTH = Gauge("catamaran_queue_depth", "Keys waiting in a work queue", ["controller"])

@@ -306,7 +306,7 @@ class Informer(_Cached):
                 raise
             except ApiError as error:
                 if error.status.code == 410:
-                    metrics.WATCH_RESTARTS.labels(self.name, "gone").inc()
+                    metrics.labelled(metrics.WATCH_RESTARTS, self.name, "gone").inc()
                     continue
                 retry_in = self._failed(error)
             except Exception as error:  # unreachable server, reset connection, decoding trouble
@@ -321,13 +321,13 @@ class Informer(_Cached):
             try:
                 async for event, obj in events:
                     if event == "BOOKMARK":
-                        metrics.WATCH_EVENTS.labels(self.name, "BOOKMARK").inc()
+                        metrics.labelled(metrics.WATCH_EVENTS, self.name, "BOOKMARK").inc()
                         version = obj or version
                     else:
                         self._apply(event, obj)
                         version = obj.metadata.resourceVersion or version
             except TimeoutError:
-                metrics.WATCH_RESTARTS.labels(self.name, "inactivity").inc()
+                metrics.labelled(metrics.WATCH_RESTARTS, self.name, "inactivity").inc()
                 log.info(
                     "watch silent for its read timeout; watching again",
                     extra=fields(informer=self.name, read_timeout=self.read_timeout),
@@ -355,7 +355,7 @@ class Informer(_Cached):
         if self.consecutive_failures == 0:
             self.failing_since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.consecutive_failures += 1
-        metrics.WATCH_RESTARTS.labels(self.name, type(error).__name__).inc()
+        metrics.labelled(metrics.WATCH_RESTARTS, self.name, type(error).__name__).inc()
         log.warning(
             "watch interrupted; relisting",
             extra=fields(
@@ -391,14 +391,14 @@ class Informer(_Cached):
         _announce(self._notify, old_cache, fresh, old_versions, versions)
         for view, view_fresh in zip(self._views, fresh_views, strict=True):
             view._replace(view_fresh, old_versions, versions)
-        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
         self.healthy = True
         self.synced.set()
         return listing.resourceVersion
 
     def _apply(self, event: str, obj) -> None:
         key = object_key(obj)
-        metrics.WATCH_EVENTS.labels(self.name, event).inc()
+        metrics.labelled(metrics.WATCH_EVENTS, self.name, event).inc()
         old = self.cache.get(key)
         if event == "DELETED":
             self._drop(key)
@@ -409,7 +409,7 @@ class Informer(_Cached):
             self._store(key, stored)
             self._versions[key] = obj.metadata.resourceVersion
             self._notify(event, key, stored, old)
-        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
         for view in self._views:
             view._apply(key, None if event == "DELETED" else obj)
 
@@ -437,12 +437,12 @@ class InformerView(_Cached):
         elif old is not None:
             self._drop(key)
             self._notify("DELETED", key, None, old)
-        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
 
     def _replace(self, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
         old_cache = self._reset(fresh)
         _announce(self._notify, old_cache, fresh, old_versions, versions)
-        metrics.CACHED_OBJECTS.labels(self.name).set(len(self.cache))
+        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
 
 
 def _announce(notify, old_cache, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:

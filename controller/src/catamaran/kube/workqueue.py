@@ -80,7 +80,7 @@ class WorkQueue:
             self._queued.add(key)
             self._queued_at[key] = time.perf_counter()
             self._queue.put_nowait(key)
-            metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
+            metrics.labelled(metrics.QUEUE_DEPTH, self.name).set(len(self._queued))
 
     def _fire(self, key) -> None:
         self._timers.pop(key, None)
@@ -130,15 +130,15 @@ class WorkQueue:
             if key is _RETIRE:
                 continue
             self._queued.discard(key)
-            metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queued))
+            metrics.labelled(metrics.QUEUE_DEPTH, self.name).set(len(self._queued))
             self._active.add(key)
             started = time.perf_counter()
-            metrics.QUEUE_WAIT_SECONDS.labels(self.name).observe(started - self._queued_at.pop(key, started))
+            metrics.labelled(metrics.QUEUE_WAIT_SECONDS, self.name).observe(started - self._queued_at.pop(key, started))
             requeue_after = None
             try:
                 requeue_after = await self.reconcile(key)
                 self._failures.pop(key, None)
-                metrics.RECONCILES.labels(self.name, "success").inc()
+                metrics.labelled(metrics.RECONCILES, self.name, "success").inc()
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -148,13 +148,13 @@ class WorkQueue:
                     backoff.exponential(failures, initial=RETRY_INITIAL_SECONDS, cap=self.max_backoff),
                     self._retries.reserve(asyncio.get_running_loop().time()),
                 )
-                metrics.RECONCILES.labels(self.name, "error").inc()
+                metrics.labelled(metrics.RECONCILES, self.name, "error").inc()
                 log.warning(
                     "reconcile failed; retrying",
                     extra=fields(controller=self.name, key=str(key), error=_describe(error), retry_in=requeue_after),
                 )
             finally:
-                metrics.RECONCILE_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+                metrics.labelled(metrics.RECONCILE_SECONDS, self.name).observe(time.perf_counter() - started)
                 self._active.discard(key)
             if key in self._dirty:
                 self._dirty.discard(key)
