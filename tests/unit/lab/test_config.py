@@ -206,5 +206,5 @@ def test_nodes_holding_thousands_of_pods_get_ranges_that_hold_their_addresses():
 
 
 def test_nodes_whose_pods_the_cluster_range_cannot_hold_are_refused():
-    with pytest.raises(LabError, match="3 nodes of 10000 pods each need more pod addresses .* beside its real nodes"):
+    with pytest.raises(LabError, match=r"3 nodes of 10000 pods each need more pod addresses .* beside its real nodes"):
         config.load(Path(__file__).resolve().parents[3] / "bench" / "lab.yaml", real_nodes=True)

@@ -647,7 +647,8 @@ def test_a_resize_on_the_consumer_reaches_the_remote_pod_in_place_and_its_report
 def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_the_others():
     """Each side's work queue is told of the other side's writes and of the provider's scheduler and kubelet, never
     of the echo of its own creation or status write; a reconcile begun before an echo arrived has it told after all
-    (kube/echoes.py). The virtual kubelet hears of the running pod from the Pod itself, not from its ShadowPod."""
+    (kube/echoes.py). The virtual kubelet hears of the running pod from the Pod itself, not from its ShadowPod, and the
+    manager, which has nothing to write for it, is not told of its reports."""
 
     async def scenario():
         provider = await Provider().start()
@@ -689,7 +690,7 @@ def test_neither_side_reconciles_its_own_writes_coming_back_and_each_reconciles_
     assert steps == [
         ["ShadowPod created", ("provider", "web")],
         ["Pod created"],
-        ["Pod running", ("provider", "web"), ("consumer", "web")],
+        ["Pod running", ("consumer", "web")],
         ["the manager finds nothing to write"],
         ["local status written"],
         ["reconciled twice before the echo", ("consumer", "web")],
@@ -719,3 +720,35 @@ def test_the_pod_of_a_shadowpod_the_tenant_wrote_itself_is_never_the_virtual_kub
     assert provider.pod()["status"]["phase"] == "Running", "the control: the Pod ran"
     assert told == []
     assert provider.shadow() is not None
+
+
+def test_the_manager_is_told_of_a_running_pods_reports_only_where_it_acts_on_them():
+    """A running pod's reports reach the manager's queue when it has something to do with them: the pod ended (its
+    final status is recorded) or was evicted, the virtual kubelet reads the status from its ShadowPod (an earlier
+    one's: copied), a refusal is to be ended; and any change beyond the status (labels, resources) always does."""
+
+    def told_of(change, shadow: dict = SHADOW) -> list[str]:
+        async def scenario():
+            provider = await Provider().start()
+            provider.cluster.add(ShadowPod, shadow)
+            provider.cluster.add(Pod, made_pod(shadow))
+            await provider.settle()
+            told: list[str] = []
+            provider.shadowpods.queue.add = lambda key, delay=0: told.append(key[1])
+            provider.cluster.update(Pod, "web", TWIN, change)
+            await provider.settle()
+            return told
+
+        return run(scenario)
+
+    def status(**fields):
+        return lambda pod: pod["status"].update(fields)
+
+    refused = {**SHADOW, "status": refused_status("QuotaExceeded")}
+    assert told_of(status(podIP="10.245.0.7")) == []
+    assert told_of(status(phase="Succeeded")) == ["web"]
+    assert told_of(status(phase="Failed", reason="Evicted")) == ["web"]
+    assert told_of(lambda pod: pod["metadata"].setdefault("labels", {}).update(extra="x")) == ["web"]
+    assert told_of(lambda pod: pod["spec"]["containers"][0]["resources"].update(requests={"cpu": "2"})) == ["web"]
+    assert told_of(status(podIP="10.245.0.8"), shadow=COPYING) == ["web"]
+    assert told_of(status(podIP="10.245.0.9"), shadow=refused) == ["web"]

@@ -277,6 +277,29 @@ def _evicted(pod: dict) -> bool:
     return status.get("phase") == "Failed" and status.get("reason") == "Evicted"
 
 
+def _status_changed_alone(old: dict, new: dict) -> bool:
+    """Whether two versions of a pod (compact_pod's) differ in their status and nothing else."""
+
+    def beyond_status(pod: dict) -> dict:
+        return {**pod, "status": None, "metadata": {**pod["metadata"], "resourceVersion": None}}
+
+    return beyond_status(old) == beyond_status(new)
+
+
+def status_asks_nothing(shadow: dict | None, old: dict, new: dict) -> bool:
+    """Whether a pod's change asks nothing of the manager: its status changed alone, the pod runs on (no end, no
+    eviction) and its ShadowPod's virtual kubelet reads the Pod's status itself (_record_status writes nothing for a
+    running pod), with no refusal recorded whose end is to be written."""
+    if shadow is None or not _status_changed_alone(old, new):
+        return False
+    if (new.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return False
+    if (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_STATUS_SOURCE) != STATUS_SOURCE_POD:
+        return False
+    created = condition(shadow.get("status"), "PodCreated")
+    return created is None or created.get("status") == "True"
+
+
 class ShadowPodController:
     name = "shadowpods"
 
@@ -310,7 +333,7 @@ class ShadowPodController:
         self._gone: dict[tuple[str, str], int] = {}
         self.shadows.on_change(self.written_statuses.skipping(enqueue(self.queue)))
         self.pods.on_change(self._pod_gone)  # before the reconcile it queues
-        self.pods.on_change(self.created_pods.skipping(enqueue(self.queue)))
+        self.pods.on_change(self.created_pods.skipping(enqueue(self.queue, when=self._pod_asks_something)))
 
     def tasks(self):
         return [self.shadows.run(), self._run_queue()]
@@ -347,6 +370,13 @@ class ShadowPodController:
             keys.discard(key)
         self.offers.release(key)
         self._gone.pop(key, None)
+
+    def _pod_asks_something(self, event, key, new, old) -> bool:
+        """A running pod's reports (scheduled, started, ready) cost no reconcile of a ShadowPod whose virtual kubelet
+        reads them from the Pod: two of the three a pod's start brought, each a no-op."""
+        if event != "MODIFIED" or old is None or new is None:
+            return True
+        return not status_asks_nothing(self.shadows.get(*key), old, new)
 
     def _pod_gone(self, event, key, new, old) -> None:
         """A pod of a ShadowPod that stays is gone (deleted, evicted): the next one is its recreation. Remembered here
