@@ -8,7 +8,7 @@ parses the address once per client and appends path and query to it. The request
 before (auth, event hooks, the aiohttp transport, errors), and lightkube decodes the response as before.
 
 httpx2 has no public way to make a URL from parts it already parsed, so `_url` sets the parsed form a URL holds
-(`_uri_reference`). tests/unit/test_request_builder.py compares every built request with httpx2's own build, so an
+(`_uri_reference`). tests/unit/kube/test_request_builder.py compares every built request with httpx2's own build, so an
 httpx2 release that changes that form fails there.
 """
 
