@@ -286,15 +286,17 @@ def _status_changed_alone(old: dict, new: dict) -> bool:
     return beyond_status(old) == beyond_status(new)
 
 
-def status_asks_nothing(shadow: dict | None, old: dict, new: dict) -> bool:
-    """Whether a pod's change asks nothing of the manager: its status changed alone, the pod runs on (no end, no
-    eviction) and its ShadowPod's virtual kubelet reads the Pod's status itself (_record_status writes nothing for a
-    running pod), with no refusal recorded whose end is to be written."""
-    if shadow is None or not _status_changed_alone(old, new):
-        return False
-    if (new.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return False
-    if (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_STATUS_SOURCE) != STATUS_SOURCE_POD:
+def _reads_pod_status(shadow: dict) -> bool:
+    """Whether the ShadowPod's virtual kubelet reads its pod's status from the Pod (ANNOTATION_STATUS_SOURCE), so the
+    manager writes only what it decides (_record_status), not a copy (_copy_status)."""
+    return (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_STATUS_SOURCE) == STATUS_SOURCE_POD
+
+
+def status_asks_nothing(shadow: dict | None, pod: dict) -> bool:
+    """Whether a change of the pod's status alone asks nothing of the manager: the pod runs on (no end, no eviction)
+    and its ShadowPod's virtual kubelet reads the Pod's status itself (_record_status writes nothing for a running
+    pod), with no refusal recorded whose end is to be written."""
+    if shadow is None or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or not _reads_pod_status(shadow):
         return False
     created = condition(shadow.get("status"), "PodCreated")
     return created is None or created.get("status") == "True"
@@ -374,9 +376,9 @@ class ShadowPodController:
     def _pod_asks_something(self, event, key, new, old) -> bool:
         """A running pod's reports (scheduled, started, ready) cost no reconcile of a ShadowPod whose virtual kubelet
         reads them from the Pod: two of the three a pod's start brought, each a no-op."""
-        if event != "MODIFIED" or old is None or new is None:
+        if event != "MODIFIED" or old is None or new is None or not _status_changed_alone(old, new):
             return True
-        return not status_asks_nothing(self.shadows.get(*key), old, new)
+        return not status_asks_nothing(self.shadows.get(*key), new)  # the ShadowPod read only for a status change
 
     def _pod_gone(self, event, key, new, old) -> None:
         """A pod of a ShadowPod that stays is gone (deleted, evicted): the next one is its recreation. Remembered here
@@ -544,7 +546,7 @@ class ShadowPodController:
         """Copy the Pod's status when something the consumer shows changed, and say whether its resize is refused
         (SHADOWPOD_RESIZE_CONDITION, only while it is); skip intermediate noise. A virtual kubelet that reads the
         Pod itself gets only what the manager decides (_record_status)."""
-        if (shadow["metadata"].get("annotations") or {}).get(ANNOTATION_STATUS_SOURCE) == STATUS_SOURCE_POD:
+        if _reads_pod_status(shadow):
             return await self._record_status(shadow, pod, resize_refused)
         status = shadow.get("status") or {}
         pod_status = pod.get("status") or {}
