@@ -9,15 +9,13 @@ import asyncio
 import httpx2
 import pytest
 from lightkube import KubeConfig
-from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import Namespace, Pod, Secret
 from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from lightkube.types import PatchType
 
 from catamaran.kube import request_builder
 from catamaran.kube.clients import async_client, generic_client, http_client
-
-ShadowPod = create_namespaced_resource("offloading.catamaran.io", "v1alpha1", "ShadowPod", "shadowpods")
+from catamaran.kube.resources import ShadowPod
 
 
 def _config(server: str) -> KubeConfig:
