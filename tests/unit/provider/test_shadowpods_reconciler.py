@@ -725,7 +725,9 @@ def test_the_pod_of_a_shadowpod_the_tenant_wrote_itself_is_never_the_virtual_kub
 def test_the_manager_is_told_of_a_running_pods_reports_only_where_it_acts_on_them():
     """A running pod's reports reach the manager's queue when it has something to do with them: the pod ended (its
     final status is recorded) or was evicted, the virtual kubelet reads the status from its ShadowPod (an earlier
-    one's: copied), a refusal is to be ended; and any change beyond the status (labels, resources) always does."""
+    one's: copied), a refusal is to be ended; and any change beyond the status always does (resources, a label or
+    annotation changed or removed), but for labels and annotations others added (the binding's topology labels),
+    which the manager keeps as they are."""
 
     def told_of(change, shadow: dict = SHADOW) -> list[str]:
         async def scenario():
@@ -748,7 +750,17 @@ def test_the_manager_is_told_of_a_running_pods_reports_only_where_it_acts_on_the
     assert told_of(status(podIP="10.245.0.7")) == []
     assert told_of(status(phase="Succeeded")) == ["web"]
     assert told_of(status(phase="Failed", reason="Evicted")) == ["web"]
-    assert told_of(lambda pod: pod["metadata"].setdefault("labels", {}).update(extra="x")) == ["web"]
+
+    def labels(change):
+        return lambda pod: change(pod["metadata"]["labels"])
+
+    ours = next(iter(POD["metadata"]["labels"]))
+    assert told_of(labels(lambda have: have.update({"topology.kubernetes.io/zone": "a"}))) == []
+    assert told_of(lambda pod: pod["metadata"]["annotations"].update(mesh="x")) == []
+    assert told_of(labels(lambda have: have.update({"topology.kubernetes.io/zone": "a"})), shadow=refused) == ["web"]
+    assert told_of(labels(lambda have: have.update({ours: "other"}))) == ["web"]
+    assert told_of(labels(lambda have: have.pop(ours))) == ["web"]
+    assert told_of(lambda pod: pod["spec"].update(activeDeadlineSeconds=5)) == ["web"]
     assert told_of(lambda pod: pod["spec"]["containers"][0]["resources"].update(requests={"cpu": "2"})) == ["web"]
     assert told_of(status(podIP="10.245.0.8"), shadow=COPYING) == ["web"]
     assert told_of(status(podIP="10.245.0.9"), shadow=refused) == ["web"]

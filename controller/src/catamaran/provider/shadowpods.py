@@ -277,13 +277,23 @@ def _evicted(pod: dict) -> bool:
     return status.get("phase") == "Failed" and status.get("reason") == "Evicted"
 
 
-def _status_changed_alone(old: dict, new: dict) -> bool:
-    """Whether two versions of a pod (compact_pod's) differ in their status and nothing else."""
+def _status_changed_or_others_added(old: dict, new: dict) -> bool:
+    """Whether two versions of a pod (compact_pod's) differ only in their status and in labels or annotations added
+    (the binding's topology labels, a mesh's annotations): none is the manager's to act on, as changes_for never
+    removes what others add. A label or annotation changed or removed, or any other change, is."""
 
-    def beyond_status(pod: dict) -> dict:
-        return {**pod, "status": None, "metadata": {**pod["metadata"], "resourceVersion": None}}
+    def beyond(pod: dict) -> dict:
+        return {**pod, "status": None, "changeable": None, "metadata": {**pod["metadata"], "resourceVersion": None}}
 
-    return beyond_status(old) == beyond_status(new)
+    def kept(before: dict, after: dict) -> bool:
+        return all(key in after and after[key] == value for key, value in before.items())
+
+    have, now = old.get("changeable") or {}, new.get("changeable") or {}
+    return (
+        beyond(old) == beyond(new)
+        and have.get("activeDeadlineSeconds") == now.get("activeDeadlineSeconds")
+        and all(kept(have.get(part) or {}, now.get(part) or {}) for part in ("labels", "annotations"))
+    )
 
 
 def _reads_pod_status(shadow: dict) -> bool:
@@ -293,9 +303,9 @@ def _reads_pod_status(shadow: dict) -> bool:
 
 
 def status_asks_nothing(shadow: dict | None, pod: dict) -> bool:
-    """Whether a change of the pod's status alone asks nothing of the manager: the pod runs on (no end, no eviction)
-    and its ShadowPod's virtual kubelet reads the Pod's status itself (_record_status writes nothing for a running
-    pod), with no refusal recorded whose end is to be written."""
+    """Whether a change of the pod's status (and of labels others added) asks nothing of the manager: the pod runs on
+    (no end, no eviction) and its ShadowPod's virtual kubelet reads the Pod's status itself (_record_status writes
+    nothing for a running pod), with no refusal recorded whose end is to be written."""
     if shadow is None or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or not _reads_pod_status(shadow):
         return False
     created = condition(shadow.get("status"), "PodCreated")
@@ -374,9 +384,9 @@ class ShadowPodController:
         self._gone.pop(key, None)
 
     def _pod_asks_something(self, event, key, new, old) -> bool:
-        """A running pod's reports (scheduled, started, ready) cost no reconcile of a ShadowPod whose virtual kubelet
-        reads them from the Pod: two of the three a pod's start brought, each a no-op."""
-        if event != "MODIFIED" or old is None or new is None or not _status_changed_alone(old, new):
+        """A running pod's reports (scheduled, started, ready) and the labels others add cost no reconcile of a
+        ShadowPod whose virtual kubelet reads its status from the Pod: all a pod's start brought, each a no-op."""
+        if event != "MODIFIED" or old is None or new is None or not _status_changed_or_others_added(old, new):
             return True
         return not status_asks_nothing(self.shadows.get(*key), new)  # the ShadowPod read only for a status change
 
