@@ -324,6 +324,7 @@ def test_a_410_relists_at_once_and_announces_only_what_changed_meanwhile():
     assert fake.watched_from == ["10", "20"]
     assert informer.consecutive_failures == 0
     assert sorted(informer.cache) == [("default", "a"), ("default", "c"), ("default", "same")]
+    assert REGISTRY.get_sample_value("catamaran_cached_objects", {"informer": "gone"}) == 3  # counted when scraped
 
 
 def test_bookmarks_advance_the_version_the_next_watch_starts_from():

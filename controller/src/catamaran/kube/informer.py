@@ -142,6 +142,10 @@ class PackedCache(Mapping):
     def __len__(self) -> int:
         return len(self._data)
 
+    def get(self, key: Key, default: Any = None) -> Any:  # Mapping's get would raise and catch KeyError on a miss
+        raw = self._data.get(key)
+        return default if raw is None else _decode(raw)
+
     def pop(self, key: Key, default: Any = None) -> Any:
         raw = self._data.pop(key, None)
         return default if raw is None else _decode(raw)
@@ -184,6 +188,9 @@ class _Cached:
         self.cache: dict[Key, Any] | PackedCache = self._empty_cache()
         self._by_namespace: dict[str | None, set[Key]] = {}  # the cache's keys per namespace
         self._handlers: list[Handler] = []
+        # Counted when scraped rather than set on every event (a lock each time); 0 once this cache is gone.
+        this = weakref.ref(self)
+        metrics.labelled(metrics.CACHED_OBJECTS, name).set_function(lambda: len(c.cache) if (c := this()) else 0)
 
     def on_change(self, handler: Handler) -> None:
         """`handler(event, key, new, old)`; event is ADDED, MODIFIED or DELETED, `new` is None on delete."""
@@ -391,7 +398,6 @@ class Informer(_Cached):
         _announce(self._notify, old_cache, fresh, old_versions, versions)
         for view, view_fresh in zip(self._views, fresh_views, strict=True):
             view._replace(view_fresh, old_versions, versions)
-        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
         self.healthy = True
         self.synced.set()
         return listing.resourceVersion
@@ -409,7 +415,6 @@ class Informer(_Cached):
             self._store(key, stored)
             self._versions[key] = obj.metadata.resourceVersion
             self._notify(event, key, stored, old)
-        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
         for view in self._views:
             view._apply(key, None if event == "DELETED" else obj)
 
@@ -437,12 +442,10 @@ class InformerView(_Cached):
         elif old is not None:
             self._drop(key)
             self._notify("DELETED", key, None, old)
-        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
 
     def _replace(self, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
         old_cache = self._reset(fresh)
         _announce(self._notify, old_cache, fresh, old_versions, versions)
-        metrics.labelled(metrics.CACHED_OBJECTS, self.name).set(len(self.cache))
 
 
 def _announce(notify, old_cache, fresh, old_versions: dict[Key, str], versions: dict[Key, str]) -> None:
