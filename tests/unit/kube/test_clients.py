@@ -1,5 +1,5 @@
-"""API clients (kube/clients.py): a swapped token reaches requests and websocket headers, and API requests are
-named by verb and resource as the API server does.
+"""API clients (kube/clients.py): a swapped token reaches requests and websocket headers, API requests are named by
+verb and resource as the API server does, and a watch stream's lines are its events however its chunks fall.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from lightkube import KubeConfig
 
-from catamaran.kube.clients import BearerToken, async_client, bearer_token, request_kind
+from catamaran.kube.clients import BearerToken, async_client, bearer_token, json_lines, request_kind
 from catamaran.vk.kubelet.channel import ProviderChannel
 from tests.unit.kubeconfigs import kubeconfig_text
 
@@ -73,3 +73,24 @@ def test_no_replaceable_token_for_other_credentials():
 )
 def test_api_requests_are_named_by_verb_and_resource_as_the_api_server_does(method, path, watch, expected):
     assert request_kind(method, path, watch) == expected
+
+
+@pytest.mark.parametrize(
+    ("chunks", "lines"),
+    [
+        ([b'{"a":1}\n{"b":2}\n'], [b'{"a":1}', b'{"b":2}']),
+        ([b'{"a"', b":1}\n{", b'"b":', b"2}\n"], [b'{"a":1}', b'{"b":2}']),  # events split across chunks
+        ([b'{"a":1}\n\n', b"\n", b'{"b":2}'], [b'{"a":1}', b'{"b":2}']),  # blank lines; the last without its newline
+        ([b"x" * 70_000, b"y" * 70_000 + b"\n"], [b"x" * 70_000 + b"y" * 70_000]),  # a line longer than a chunk
+        ([], []),
+    ],
+)
+def test_a_watch_streams_lines_are_its_events_however_the_chunks_fall(chunks, lines):
+    async def scenario():
+        async def stream():
+            for chunk in chunks:
+                yield chunk
+
+        return [line async for line in json_lines(stream())]
+
+    assert asyncio.run(scenario()) == lines

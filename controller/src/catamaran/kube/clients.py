@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterable
 
 import httpx2
 import msgspec
@@ -166,6 +166,25 @@ async def get_raw(client: AsyncClient, path: str, request_timeout: float) -> tup
     return response.status_code, response.text
 
 
+async def json_lines(chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes]:
+    """The non-empty lines of a watch stream (one JSON event each), as bytes: msgspec decodes them as they are, where
+    httpx2's aiter_lines decoded every chunk to text and split it again in Python."""
+    parts: list[bytes] = []
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            parts.append(chunk[start:end])
+            line = b"".join(parts)
+            parts.clear()
+            if line.strip():
+                yield line
+            start = end + 1
+        if start < len(chunk):
+            parts.append(chunk[start:])
+    if (line := b"".join(parts)).strip():
+        yield line
+
+
 class _Bookmark(msgspec.Struct):
     metadata: dict
 
@@ -235,14 +254,13 @@ class LightkubeListWatch:
 
     async def _events(self, response: httpx2.Response) -> AsyncGenerator[tuple[str, object]]:
         try:
-            async for line in response.aiter_lines():
-                if line:
-                    yield self._event(line)
+            async for line in json_lines(response.aiter_bytes()):
+                yield self._event(line)
         except httpx2.ReadTimeout as silent:
             raise TimeoutError(f"watch silent for {self.read_timeout} s") from silent
 
-    def _event(self, line: str) -> tuple[str, object]:
-        event = decoders.decode_watch_event(line)  # type: ignore[arg-type]  # msgspec decodes str as well as bytes
+    def _event(self, line: bytes) -> tuple[str, object]:
+        event = decoders.decode_watch_event(line)
         if event.type == "ERROR":
             raise ApiError(status=decoders.decode_status(event.object))
         if event.type == "BOOKMARK":
