@@ -199,7 +199,7 @@ class OffloadingParts:
         )
         # Pods wait for their token Secret before their ShadowPod.
         reflection.tokens.written_listeners.append(pods.queue.add)
-        self.local_pods.on_change(call(reflection.tokens.pod_changed, key=lambda key: key))
+        self.local_pods.on_change(lambda event, key, new, old: reflection.tokens.pod_changed(key, new))
 
     def tasks(self) -> list:
         loops = [*self.twins.tasks(), *self.remote_events.tasks(), *self.ips.tasks()]

@@ -193,13 +193,13 @@ class TokenReflector:
         await self.local_pods.synced.wait()
         await self.queue.run()
 
-    def pod_changed(self, key: tuple[str, str]) -> None:
-        """A local pod came, changed or went: its account is looked at when what it asks of it changed (a pod's
-        status changes often, its token volumes and account never)."""
+    def pod_changed(self, key: tuple[str, str], pod: dict | None) -> None:
+        """A local pod came, changed or went (`pod` as the local pods' informer now holds it, None: gone): its account
+        is looked at when what it asks of it changed (a pod's status changes often, its token volumes and account
+        never)."""
         namespace, name = key
         if (namespace, token_secret_name(name)) in self._copies:
             self.queue.add(PodTokens(namespace, name))
-        pod = self.local_pods.get(namespace, name)
         after = None
         if pod is not None and self.projects_tokens(pod):
             after = (AccountTokens(namespace, pod_account(pod)), frozenset(token_requests(pod["spec"])))
@@ -223,7 +223,7 @@ class TokenReflector:
 
     def requeue_namespace(self, origin: str) -> None:
         for key in self.local_pods.keys_in(origin):
-            self.pod_changed(key)
+            self.pod_changed(key, self.local_pods.get(*key))
         for account in [account for account in self._users if account.namespace == origin]:
             self.queue.add(account)
         twin = self.twins.twin_of(origin)
