@@ -265,3 +265,32 @@ def test_a_pod_is_summarized_with_its_pool():
     assert (found.node, found.tenant, found.requests["cpu"], found.pool) == ("gpu-1", CONSUMER, 1, "gpu")
     pod.metadata.labels.pop("catamaran.io/pool")
     assert summarize_pod(pod).pool is None
+
+
+def test_a_pods_status_report_costs_the_ledger_nothing_unless_a_reservation_waits_on_it():
+    async def scenario():
+        world = pool_world()
+        train = shadow_of_pool("gpu", "train", containers=[requesting({"cpu": "1"})])
+        world.cluster.add(Pod, running_pod(train, "gpu", "gpu-1"))
+        await world.start()
+        ledger = world.offers.ledger
+        observed: list = []
+        observe = ledger.observe
+        ledger.observe = lambda key, *args: (observed.append(key[1]), observe(key, *args))
+
+        async def report(ip: str) -> None:
+            world.cluster.update(Pod, "train", TWIN, lambda pod: pod["status"].update(podIP=ip))
+            await world.settle()
+
+        await report("10.0.0.1")
+        quiet = list(observed)
+        # The same pod admitted again (made again after its deletion, say): its next report settles the reservation.
+        requests = world.offers.pods.get(TWIN, "train").requests
+        room = {resource: 10**12 for resource in (*requests, "pods")}
+        assert ledger.admit((TWIN, "train"), CONSUMER, requests, room, pool="gpu") == []
+        await report("10.0.0.2")
+        return quiet, observed[len(quiet) :], ledger.reserves((TWIN, "train")), ledger.used(CONSUMER, pool="gpu")
+
+    quiet, settling, waits, used = run(scenario)
+    assert (quiet, settling, waits) == ([], ["train"], False)
+    assert (used["cpu"], used["pods"]) == (1, 1)  # the pod once, not with its reservation besides

@@ -416,6 +416,8 @@ class ResourceOfferController:
         self._admission_may_change(None)
 
     def _pod_changed(self, event, key, new, old) -> None:
+        if new == old and not self.ledger.reserves(key):
+            return  # a status report: the ledger counts the pod as it was, and settles no reservation with it
         self.ledger.observe(key, new.tenant if new else None, new.requests if new else None, new.pool if new else None)
         if new == old:
             return

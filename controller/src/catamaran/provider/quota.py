@@ -134,6 +134,10 @@ class Ledger:
             self._recount(key)
         return refused
 
+    def reserves(self, key: Hashable) -> bool:
+        """Whether a reservation waits for the pod to be seen (created, or resized)."""
+        return key in self._reserved
+
     def release(self, key: Hashable) -> None:
         """Drop a reservation whose pod will not appear (creation failed, ShadowPod gone)."""
         if self._reserved.pop(key, None) is not None:
