@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx2
 import pytest
 import yaml
 from lightkube import KubeConfig
 
-from catamaran.kube.clients import BearerToken, async_client, bearer_token, json_lines, request_kind
+from catamaran.kube.clients import BearerToken, asks_watch, async_client, bearer_token, json_lines, request_kind
 from catamaran.vk.kubelet.channel import ProviderChannel
 from tests.unit.kubeconfigs import kubeconfig_text
 
@@ -73,6 +74,22 @@ def test_no_replaceable_token_for_other_credentials():
 )
 def test_api_requests_are_named_by_verb_and_resource_as_the_api_server_does(method, path, watch, expected):
     assert request_kind(method, path, watch) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://h/api/v1/pods?watch=true&resourceVersion=5&allowWatchBookmarks=true",
+        "https://h/api/v1/pods?labelSelector=a%3Db&watch=1",
+        "https://h/api/v1/pods?allowWatchBookmarks=true&watch=false",
+        "https://h/api/v1/pods?watchful=true&limit=500",
+        "https://h/api/v1/namespaces/watch/pods/watch",
+        "https://h/api/v1/pods",
+    ],
+)
+def test_a_watch_is_told_from_the_query_as_httpx2_reads_it(url):
+    parsed = httpx2.URL(url)
+    assert asks_watch(parsed.query) == (parsed.params.get("watch") in ("true", "1"))
 
 
 @pytest.mark.parametrize(
