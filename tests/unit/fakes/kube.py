@@ -58,6 +58,8 @@ from lightkube.generic_resource import get_generic_resource
 from lightkube.resources.core_v1 import Event, Namespace, Pod, Secret, ServiceAccount
 from lightkube.types import CascadeType, PatchType
 
+from catamaran.kube.clients import plain_object
+
 Obj = dict[str, Any]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -157,6 +159,11 @@ def _main_resource(subresource):
 def typed(kind: Kind, data: Obj):
     """The stored object as lightkube hands it out (validated against the kind's model)."""
     return kind.resource.from_dict(copy.deepcopy(data))
+
+
+def handed_out(kind: Kind, data: Obj, plain: bool):
+    """The stored object as an informer's ListWatch hands it out: typed, or plain as clients.plain_object makes it."""
+    return plain_object(copy.deepcopy(data)) if plain else typed(kind, data)
 
 
 # -- errors -----------------------------------------------------------------------------------------------------------
@@ -349,11 +356,13 @@ class Change:
 
 
 class Watch:
-    """One open watch: the changes after its start version that its selection sees, as (event, typed object)."""
+    """One open watch: the changes after its start version that its selection sees, as (event, object): typed, or
+    `plain`."""
 
-    def __init__(self, cluster: FakeCluster, selection: Selection):
+    def __init__(self, cluster: FakeCluster, selection: Selection, plain: bool = False):
         self.cluster = cluster
         self.selection = selection
+        self.plain = plain
         self.queue: asyncio.Queue = asyncio.Queue()
         self.offered = 0
         self.taken = 0
@@ -375,7 +384,7 @@ class Watch:
             event, obj = None, None
         if event is not None:
             self.offered += 1
-            self.queue.put_nowait((event, typed(change.kind, obj)))
+            self.queue.put_nowait((event, handed_out(change.kind, obj, self.plain)))
 
     @property
     def pending(self) -> bool:
@@ -392,9 +401,10 @@ class Watch:
 class Listing:
     """A list's objects, read when iterated (as lightkube sends the request); then its `resourceVersion`."""
 
-    def __init__(self, cluster: FakeCluster, selection: Selection):
+    def __init__(self, cluster: FakeCluster, selection: Selection, plain: bool = False):
         self.cluster = cluster
         self.selection = selection
+        self.plain = plain
         self.resourceVersion = ""
 
     def __aiter__(self):
@@ -403,7 +413,7 @@ class Listing:
     async def _items(self):
         self.cluster.activity += 1
         self.cluster._react("list", self.selection.kind, None, None)
-        items = [typed(self.selection.kind, obj) for obj in self.cluster._selected(self.selection)]
+        items = [handed_out(self.selection.kind, obj, self.plain) for obj in self.cluster._selected(self.selection)]
         self.resourceVersion = str(self.cluster.version)
         for item in items:
             yield item
@@ -416,21 +426,24 @@ class FakeListWatch:
     those the controllers build inside themselves included, list and watch the fake:
     `monkeypatch.setattr(catamaran.kube.informer, "LightkubeListWatch", FakeListWatch)`."""
 
-    def __init__(self, client, resource, *, namespace, labels, fields, server_timeout=290, read_timeout=120.0):
+    def __init__(
+        self, client, resource, *, namespace, labels, fields, server_timeout=290, read_timeout=120.0, plain=False
+    ):
         if not isinstance(client, FakeClient):
             raise TypeError(f"an informer under test was given {client!r}, not a FakeClient")
         self.cluster = client.cluster
         kind, _ = kind_of(resource)
         self.selection = Selection(kind, namespace, labels, fields)
+        self.plain = plain
 
     def list(self) -> Listing:
-        return Listing(self.cluster, self.selection)
+        return Listing(self.cluster, self.selection, self.plain)
 
     @contextlib.asynccontextmanager
     async def watch(self, version: str):
         await asyncio.sleep(0)
         self.cluster._react("watch", self.selection.kind, None, None)
-        watch = self.cluster._open_watch(self.selection, int(version or 0))
+        watch = self.cluster._open_watch(self.selection, int(version or 0), self.plain)
         try:
             yield watch.events()
         finally:
@@ -616,9 +629,9 @@ class FakeCluster:
         key, _ = self._existing(kind, namespace, name)
         self._delete(kind, key, None, None)
 
-    def _open_watch(self, selection: Selection, version: int) -> Watch:
+    def _open_watch(self, selection: Selection, version: int, plain: bool = False) -> Watch:
         self.activity += 1
-        watch = Watch(self, selection)
+        watch = Watch(self, selection, plain)
         for change in self._history:
             if change.version > version:
                 watch.offer(change)

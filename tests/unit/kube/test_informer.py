@@ -232,6 +232,38 @@ def test_the_lightkube_watch_asks_for_bookmarks_follows_them_and_restarts_a_sile
     assert (restarts("scripted", "inactivity"), restarts("scripted", "gone")) == (restarted[0] + 1, restarted[1] + 1)
 
 
+def test_a_plain_informer_lists_and_watches_dicts_as_the_api_writes_them_without_managed_fields():
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}}]
+
+    def with_fields(name: str, version: str) -> dict:
+        data = config_map_data(name, version)
+        data["metadata"]["managedFields"] = managed
+        data["data"] = {"k": name}
+        return data
+
+    server = ScriptedWatches(
+        listings=[
+            {**listing_data("10", with_fields("a", "8")), "metadata": {"resourceVersion": "10", "continue": "more"}},
+            listing_data("10", with_fields("b", "9")),
+        ],
+        watches=[([{"type": "MODIFIED", "object": with_fields("a", "11")}], None)],
+    )
+    seen = []
+
+    async def scenario():
+        informer = Informer(lightkube_client(server), ConfigMap, name="plain", plain=True)
+        informer.on_change(lambda event, key, new, old: seen.append((event, key[1], new)))
+        await run_for(informer, 5)
+        return informer
+
+    informer = in_virtual_time(scenario())
+    assert [request.url.params.get("continue") for request in server.list_requests] == [None, "more"]
+    assert [(event, name) for event, name, _ in seen] == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a")]
+    assert all(type(new) is dict and "managedFields" not in new["metadata"] for _, _, new in seen)
+    assert seen[-1][2] == {**config_map_data("a", "11"), "data": {"k": "a"}}
+    assert informer._versions == {("default", "a"): "11", ("default", "b"): "9"}
+
+
 def restarts(informer: str, reason: str) -> float:
     return REGISTRY.get_sample_value("catamaran_watch_restarts_total", {"informer": informer, "reason": reason}) or 0
 
@@ -405,13 +437,14 @@ def test_a_watch_accepted_again_ends_the_failing_but_the_backoff_starts_over_onl
     assert informer.failing_since is None
 
 
-def pod(name: str, version: str, managed: bool, phase: str = "Running") -> Pod:
+def pod(name: str, version: str, managed: bool, phase: str = "Running") -> dict:
+    """A pod as the offers' informer hands it out (plain)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN} if managed else {"app": "other"}
     return Pod(
         metadata=ObjectMeta(name=name, namespace="twin", uid=f"uid-{name}", labels=labels, resourceVersion=version),
         spec=PodSpec(containers=[Container(name="app", image="pause")], nodeName="node-1"),
         status=PodStatus(phase=phase, podIP="10.0.0.1"),
-    )
+    ).to_dict()
 
 
 def test_a_view_follows_its_source_and_reports_objects_entering_and_leaving_it():

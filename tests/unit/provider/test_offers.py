@@ -260,10 +260,10 @@ def test_the_usage_of_a_pool_falling_may_admit_the_tenants_refused_pods():
 def test_a_pod_is_summarized_with_its_pool():
     from catamaran.provider.offers import summarize_pod
 
-    pod = Pod.from_dict(running_pod(shadow_of_pool("gpu", containers=[requesting({"cpu": "1"})]), "gpu", "gpu-1"))
+    pod = running_pod(shadow_of_pool("gpu", containers=[requesting({"cpu": "1"})]), "gpu", "gpu-1")
     found = summarize_pod(pod)
     assert (found.node, found.tenant, found.requests["cpu"], found.pool) == ("gpu-1", CONSUMER, 1, "gpu")
-    pod.metadata.labels.pop("catamaran.io/pool")
+    pod["metadata"]["labels"].pop("catamaran.io/pool")
     assert summarize_pod(pod).pool is None
 
 

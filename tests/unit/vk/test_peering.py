@@ -87,7 +87,10 @@ class FakeClient:
 class FakeClientListWatch:
     """The informers' requests (kube.informer.ListWatch) answered by a FakeClient instead of through lightkube."""
 
-    def __init__(self, client: FakeClient, resource, *, namespace, labels, fields, server_timeout, read_timeout):
+    def __init__(
+        self, client: FakeClient, resource, *, namespace, labels, fields, server_timeout, read_timeout, plain=False
+    ):
+        assert not plain, "the peering's informers hand out lightkube models"
         self.client, self.resource, self.server_timeout = client, resource, server_timeout
         self.selectors = {"namespace": namespace, "labels": labels, "fields": fields}
 

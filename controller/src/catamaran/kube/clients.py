@@ -191,6 +191,13 @@ async def json_lines(chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes]:
         yield line
 
 
+def plain_object(data: dict) -> dict:
+    """An object as the API's JSON, without its managed fields (no reader of a plain informer's objects looks at
+    them, and they are often the larger part)."""
+    (data.get("metadata") or {}).pop("managedFields", None)
+    return data
+
+
 class _Bookmark(msgspec.Struct):
     metadata: dict
 
@@ -212,9 +219,12 @@ class LightkubeListWatch:
         fields: dict | None,
         server_timeout: int,
         read_timeout: float,
+        plain: bool = False,
     ):
         self.client = client
         self.resource = resource
+        # `plain`: objects as dicts (plain_object), not lightkube models: one decode, no model built and turned back.
+        self.plain = plain
         if namespace is None and issubclass(resource, NamespacedResource):
             namespace = ALL_NS  # lightkube's None would mean the kubeconfig's namespace
         self.namespace = namespace
@@ -224,9 +234,23 @@ class LightkubeListWatch:
         self.read_timeout = read_timeout
 
     def list(self):
-        return self.client.list(
-            self.resource, chunk_size=500, namespace=self.namespace, labels=self.labels, fields=self.fields
+        if not self.plain:
+            return self.client.list(
+                self.resource, chunk_size=500, namespace=self.namespace, labels=self.labels, fields=self.fields
+            )
+        generic = generic_client(self.client)
+        request = generic.prepare_request(
+            "list",
+            res=self.resource,
+            namespace=self.namespace,
+            params={
+                "limit": 500,
+                "labelSelector": build_selector(self.labels) if self.labels else None,
+                "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+            },
         )
+        request.response_type = plain_object  # lightkube decodes the items as they are and hands each to it
+        return generic.list(request)
 
     @contextlib.asynccontextmanager
     async def watch(self, version: str):
@@ -271,4 +295,6 @@ class LightkubeListWatch:
             raise ApiError(status=decoders.decode_status(event.object))
         if event.type == "BOOKMARK":
             return "BOOKMARK", msgspec.json.decode(event.object, type=_Bookmark).metadata.get("resourceVersion")
+        if self.plain:
+            return event.type, plain_object(msgspec.json.decode(event.object))
         return event.type, decoders.decode_object(event.object, self.resource)

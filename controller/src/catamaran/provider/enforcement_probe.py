@@ -35,11 +35,11 @@ PROBE_INTERVAL_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 2.0
 
 
-def _is_canary(pod) -> bool:
-    meta = pod.metadata
+def _is_canary(pod: dict) -> bool:
+    meta = pod["metadata"]
     return (
-        meta.namespace == SYSTEM_NAMESPACE
-        and (meta.labels or {}).get(enforcement.LABEL_COMPONENT) == enforcement.CANARY_COMPONENT
+        meta.get("namespace") == SYSTEM_NAMESPACE
+        and (meta.get("labels") or {}).get(enforcement.LABEL_COMPONENT) == enforcement.CANARY_COMPONENT
     )
 
 
@@ -65,8 +65,8 @@ def _key(placement: Placement) -> str:
     return enforcement.placement_key(placement.node_selector, placement.tolerations)
 
 
-def _summarize(pod) -> Canary:
-    return enforcement.summarize_canary(pod.to_dict())
+def _summarize(pod: dict) -> Canary:
+    return enforcement.summarize_canary(pod)
 
 
 class EnforcementProbe:

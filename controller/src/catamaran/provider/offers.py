@@ -288,12 +288,13 @@ def summarize_node(node) -> NodeSummary:
     return NodeSummary(schedulable, allocatable, cidrs, pressure, tuple(sorted(labels.items())), hard_taints)
 
 
-def summarize_pod(pod) -> PodSummary | None:
-    """What a pod takes from its node and its tenant; None for a finished pod, which holds nothing."""
-    if pod.status is not None and pod.status.phase in TERMINAL_PHASES:
+def summarize_pod(pod: dict) -> PodSummary | None:
+    """What a pod (plain, see the offers' pod informer) takes from its node and its tenant; None for a finished pod,
+    which holds nothing."""
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return None
-    spec = pod.spec.to_dict() if pod.spec else {}
-    labels = pod.metadata.labels or {}
+    spec = pod.get("spec") or {}
+    labels = pod["metadata"].get("labels") or {}
     return PodSummary(
         node=spec.get("nodeName") or "",
         tenant=labels.get(LABEL_ORIGIN_CLUSTER_ID),
@@ -365,7 +366,7 @@ class ResourceOfferController:
         self.nodes = Informer(client, Node, name="offer-nodes", transform=summarize_node)
         # Every pod of the cluster, the one pod watch of the manager: the ShadowPod controller reads its own
         # pods through a view of it (Informer.view). Finished pods stay, summarized as None.
-        self.pods = Informer(client, Pod, name="pods", transform=summarize_pod)
+        self.pods = Informer(client, Pod, name="pods", transform=summarize_pod, plain=True)
         self.tenants = Informer(
             client,
             Namespace,

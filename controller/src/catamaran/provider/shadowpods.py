@@ -155,8 +155,8 @@ def foreign_namespace(shadow: dict, twin_annotations: dict) -> str | None:
     )
 
 
-def _managed(pod) -> bool:
-    return (pod.metadata.labels or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN
+def _managed(pod: dict) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY_CATAMARAN
 
 
 def made_for_a_shadowpod(pod: dict) -> bool:
@@ -334,7 +334,7 @@ class ShadowPodController:
         self._refused: dict[str | None, set] = {}  # consumer -> keys of its ShadowPods refused for now
         offers.on_admission_may_change(self._retry_refused)
         twin_namespaces.on_change(self._twin_namespace_changed)
-        self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict, packed=True)
+        self.shadows = Informer(client, ShadowPod, name="shadowpods", transform=as_dict, packed=True, plain=True)
         # The pods it created: a view of the offers' pod informer (one pod watch per process).
         self.pods = offers.pods.view("shadowpod-pods", include=_managed, transform=compact_pod, packed=True)
         self.queue = WorkQueue(self.name, self.reconcile, workers=workers)

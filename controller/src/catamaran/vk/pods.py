@@ -130,19 +130,25 @@ def compact_shadow(shadow) -> dict:
 def shadow_informer(peering: PeeringContext, twin: str) -> Informer:
     """The ShadowPods of one twin namespace, each kept compact (the tenant may list only inside its namespaces)."""
     return Informer(
-        peering.provider, ShadowPod, name="shadowpods", namespace=twin, transform=compact_shadow, packed=True
+        peering.provider,
+        ShadowPod,
+        name="shadowpods",
+        namespace=twin,
+        transform=compact_shadow,
+        packed=True,
+        plain=True,
     )
 
 
-def compact_remote_pod(pod) -> dict:
-    """What the virtual kubelet reads of a remote Pod: its ShadowPod (the controller owner's uid), the recreations the
-    manager stamped on it, and its status."""
-    meta = pod.metadata
+def compact_remote_pod(pod: dict) -> dict:
+    """What the virtual kubelet reads of a remote Pod (plain, see remote_pod_informer): its ShadowPod (the controller
+    owner's uid), the recreations the manager stamped on it, and its status."""
+    meta = pod["metadata"]
     return {
-        "metadata": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
-        "owner": next((o.uid for o in meta.ownerReferences or [] if o.controller), None),
-        "recreations": recreations_stamp(meta.annotations),
-        "status": pod.status.to_dict() if pod.status is not None else {},
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        "owner": next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None),
+        "recreations": recreations_stamp(meta.get("annotations")),
+        "status": pod.get("status") or {},
     }
 
 
@@ -156,6 +162,7 @@ def remote_pod_informer(peering: PeeringContext, twin: str) -> Informer:
         labels={LABEL_ORIGIN_CLUSTER_ID: peering.consumer_id, LABEL_MANAGED_BY: MANAGED_BY_CATAMARAN},
         transform=compact_remote_pod,
         packed=True,
+        plain=True,
     )
 
 

@@ -77,6 +77,7 @@ def node_pods_informer(peering: PeeringContext, node_name: str) -> Informer:
         fields={"spec.nodeName": node_name},
         transform=compact_local_pod,
         packed=True,
+        plain=True,
     )
 
 
