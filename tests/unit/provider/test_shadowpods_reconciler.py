@@ -725,15 +725,15 @@ def test_the_pod_of_a_shadowpod_the_tenant_wrote_itself_is_never_the_virtual_kub
 def test_the_manager_is_told_of_a_running_pods_reports_only_where_it_acts_on_them():
     """A running pod's reports reach the manager's queue when it has something to do with them: the pod ended (its
     final status is recorded) or was evicted, the virtual kubelet reads the status from its ShadowPod (an earlier
-    one's: copied), a refusal is to be ended; and any change beyond the status always does (resources, a label or
-    annotation changed or removed), but for labels and annotations others added (the binding's topology labels),
-    which the manager keeps as they are."""
+    one's: copied), a refusal is to be ended, a recreation to be recorded; and any change beyond the status always
+    does (resources, a label or annotation changed or removed), but for labels and annotations others added (the
+    binding's topology labels), which the manager keeps as they are."""
 
-    def told_of(change, shadow: dict = SHADOW) -> list[str]:
+    def told_of(change, shadow: dict = SHADOW, recreations: int | None = None) -> list[str]:
         async def scenario():
             provider = await Provider().start()
             provider.cluster.add(ShadowPod, shadow)
-            provider.cluster.add(Pod, made_pod(shadow))
+            provider.cluster.add(Pod, made_pod(shadow, recreations=recreations))
             await provider.settle()
             told: list[str] = []
             provider.shadowpods.queue.add = lambda key, delay=0: told.append(key[1])
@@ -758,6 +758,10 @@ def test_the_manager_is_told_of_a_running_pods_reports_only_where_it_acts_on_the
     assert told_of(labels(lambda have: have.update({"topology.kubernetes.io/zone": "a"}))) == []
     assert told_of(lambda pod: pod["metadata"]["annotations"].update(mesh="x")) == []
     assert told_of(labels(lambda have: have.update({"topology.kubernetes.io/zone": "a"})), shadow=refused) == ["web"]
+    # A pod made again, its recreation not recorded yet (its creation's own echo told nothing): its first report is.
+    assert told_of(status(podIP="10.245.0.7"), recreations=1) == ["web"]
+    recorded = {**SHADOW, "status": {"recreations": 1}}
+    assert told_of(status(podIP="10.245.0.7"), shadow=recorded, recreations=1) == []
     assert told_of(labels(lambda have: have.update({ours: "other"}))) == ["web"]
     assert told_of(labels(lambda have: have.pop(ours))) == ["web"]
     assert told_of(lambda pod: pod["spec"].update(activeDeadlineSeconds=5)) == ["web"]

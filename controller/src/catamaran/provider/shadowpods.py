@@ -305,9 +305,12 @@ def _reads_pod_status(shadow: dict) -> bool:
 def status_asks_nothing(shadow: dict | None, pod: dict) -> bool:
     """Whether a change of the pod's status (and of labels others added) asks nothing of the manager: the pod runs on
     (no end, no eviction) and its ShadowPod's virtual kubelet reads the Pod's status itself (_record_status writes
-    nothing for a running pod), with no refusal recorded whose end is to be written."""
+    nothing for a running pod), with no recreation and no refusal recorded whose end is to be written."""
     if shadow is None or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or not _reads_pod_status(shadow):
         return False
+    stamped = recreations_stamp((pod.get("changeable") or {}).get("annotations")) or 0
+    if stamped > recreations_count((shadow.get("status") or {}).get("recreations")):
+        return False  # a recreation to record (its own create's echo told nothing)
     created = condition(shadow.get("status"), "PodCreated")
     return created is None or created.get("status") == "True"
 
