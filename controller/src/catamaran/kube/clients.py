@@ -233,23 +233,21 @@ class LightkubeListWatch:
         self.server_timeout = server_timeout
         self.read_timeout = read_timeout
 
+    def _selectors(self) -> dict:
+        """The label and field selectors as query parameters, for the list and the watch alike."""
+        return {
+            "labelSelector": build_selector(self.labels) if self.labels else None,
+            "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+        }
+
     def list(self):
-        if not self.plain:
-            return self.client.list(
-                self.resource, chunk_size=500, namespace=self.namespace, labels=self.labels, fields=self.fields
-            )
+        """lightkube's paged list (its AsyncClient.list, with the decoding chosen here)."""
         generic = generic_client(self.client)
         request = generic.prepare_request(
-            "list",
-            res=self.resource,
-            namespace=self.namespace,
-            params={
-                "limit": 500,
-                "labelSelector": build_selector(self.labels) if self.labels else None,
-                "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
-            },
+            "list", res=self.resource, namespace=self.namespace, params={"limit": 500, **self._selectors()}
         )
-        request.response_type = plain_object  # lightkube decodes the items as they are and hands each to it
+        if self.plain:
+            request.response_type = plain_object  # lightkube decodes the items as they are and hands each to it
         return generic.list(request)
 
     @contextlib.asynccontextmanager
@@ -264,8 +262,7 @@ class LightkubeListWatch:
                 "timeoutSeconds": self.server_timeout,
                 "resourceVersion": version,
                 "allowWatchBookmarks": "true",
-                "labelSelector": build_selector(self.labels) if self.labels else None,
-                "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+                **self._selectors(),
             },
         )
         http = http_client(self.client)
