@@ -308,11 +308,24 @@ def status_asks_nothing(shadow: dict | None, pod: dict) -> bool:
     nothing for a running pod), with no recreation and no refusal recorded whose end is to be written."""
     if shadow is None or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or not _reads_pod_status(shadow):
         return False
-    stamped = recreations_stamp((pod.get("changeable") or {}).get("annotations")) or 0
-    if stamped > recreations_count((shadow.get("status") or {}).get("recreations")):
-        return False  # a recreation to record (its own create's echo told nothing)
-    created = condition(shadow.get("status"), "PodCreated")
-    return created is None or created.get("status") == "True"
+    status = shadow.get("status") or {}
+    # A recreation to record (its own create's echo told nothing), or a refusal whose end is to be written.
+    return not _recreation_unrecorded(status, pod) and not _refusal_recorded(status)
+
+
+def _recreation_unrecorded(status: dict, pod: dict) -> bool:
+    """Whether the pod's recreations stamp is ahead of what its ShadowPod's status records."""
+    return _stamped_recreations(pod) > recreations_count(status.get("recreations"))
+
+
+def _stamped_recreations(pod: dict) -> int:
+    return recreations_stamp((pod.get("changeable") or {}).get("annotations")) or 0
+
+
+def _refusal_recorded(status: dict) -> bool:
+    """Whether the ShadowPod's status records a refusal (PodCreated not True), whose end is to be written."""
+    created = condition(status, "PodCreated")
+    return created is not None and created.get("status") != "True"
 
 
 class ShadowPodController:
@@ -391,7 +404,7 @@ class ShadowPodController:
         ShadowPod whose virtual kubelet reads its status from the Pod: all a pod's start brought, each a no-op."""
         if event != "MODIFIED" or old is None or new is None or not _status_changed_or_others_added(old, new):
             return True
-        return not status_asks_nothing(self.shadows.get(*key), new)  # the ShadowPod read only for a status change
+        return not status_asks_nothing(self.shadows.get(*key), new)  # the ShadowPod read only past the check above
 
     def _pod_gone(self, event, key, new, old) -> None:
         """A pod of a ShadowPod that stays is gone (deleted, evicted): the next one is its recreation. Remembered here
@@ -598,13 +611,13 @@ class ShadowPodController:
         status = shadow.get("status") or {}
         pod_status = pod.get("status") or {}
         uid = pod["metadata"]["uid"]
-        recreations = recreations_stamp((pod.get("changeable") or {}).get("annotations")) or 0
-        recreated = recreations > recreations_count(status.get("recreations"))
+        recreations = _stamped_recreations(pod)
+        recreated = _recreation_unrecorded(status, pod)
         ended = pod_status.get("phase") in TERMINAL_PHASES and (
             status.get("podUID") != uid or material_status(status.get("pod") or {}) != material_status(pod_status)
         )
         created = condition(status, "PodCreated")
-        refusal_ended = created is not None and created.get("status") != "True"
+        refusal_ended = _refusal_recorded(status)
         if not (recreated or ended or refusal_ended or _resize_said(status) != resize_refused):
             return
         conditions = status.get("conditions") or []
