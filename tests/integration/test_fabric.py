@@ -83,6 +83,12 @@ def answered(lab, url: str, what: str, where: tuple[str, str, str] | None = None
     return found.stdout.strip()
 
 
+def service_addresses(lab, cluster: str, namespace: str, service: str) -> set[str]:
+    """Every endpoint address of `service`'s EndpointSlices in `namespace` on `cluster`."""
+    slices = get_json(lab, cluster, "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}")
+    return {a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
+
+
 def foreign(lab) -> dict:
     return get_json(lab, CONSUMER, "foreigncluster", "-n", "catamaran-system", PROVIDER)
 
@@ -163,9 +169,12 @@ def test_a_consumer_pod_reaches_offloaded_pods_through_its_service(lab, fed):
     # As the consumer sees it (remapped when ranges overlap): nothing but the tunnel routes it here.
     assert remote_ip == seen_by_consumer(lab, real_ip)
     assert in_range(remote_ip, foreign(lab)["status"]["network"]["remotePodCIDRs"][0])
-    slices = get_json(lab, CONSUMER, "endpointslices", "-n", NAMESPACE, "-l", "kubernetes.io/service-name=backend")
-    addresses = {a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
-    assert remote_ip in addresses
+    # The EndpointSlice controller lists the pod's IP on its own time after the IP is shown (run 52 read it first).
+    wait_for(
+        lambda: remote_ip in service_addresses(lab, CONSUMER, NAMESPACE, "backend"),
+        timeout=30,
+        what=f"{remote_ip} among the backend Service's endpoints on the consumer",
+    )
     for url in (f"http://{remote_ip}:8080/", f"http://backend.{NAMESPACE}/"):
         assert answered(lab, url, f"{url} from a consumer pod") == f"backend on {PROVIDER}"
 
@@ -189,11 +198,11 @@ def test_an_offloaded_pod_reaches_the_consumers_service_by_its_short_name(lab, f
     seen = networks.remapper(remap)(home_ip)
     assert (seen != home_ip) == lab.recorded_config().overlapping_pod_cidrs
 
-    def reflected():
-        slices = get_json(lab, PROVIDER, "endpointslices", "-n", TWIN, "-l", "kubernetes.io/service-name=home")
-        return {a for s in slices["items"] for e in s.get("endpoints") or [] for a in e["addresses"]}
-
-    assert wait_for(lambda: seen in reflected(), timeout=60, what=f"{seen} in the twin's EndpointSlice for home")
+    assert wait_for(
+        lambda: seen in service_addresses(lab, PROVIDER, TWIN, "home"),
+        timeout=60,
+        what=f"{seen} in the twin's EndpointSlice for home",
+    )
     # The reflected Service in the twin, its endpoints the consumer's pod: resolved by the provider's DNS.
     caller = (PROVIDER, TWIN, "caller")
     answer = answered(lab, "http://home/", "http://home/ from the offloaded pod", where=caller, timeout=60)
