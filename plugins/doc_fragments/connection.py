@@ -81,7 +81,8 @@ attributes:
     membership:
       - catamaran.federation.all
 requirements:
-  - kubernetes >= 24.2.0 (Python library)
+  - kubernetes >= 24.2.0 (Python library; its urllib3 carries the requests, and the client itself is imported only
+    for a kubeconfig user that authenticates through an exec plugin or an auth provider)
   - PyYAML >= 3.11
 notes:
   - "Runs on the host the task is delegated to, usually the control node (C(connection: local))."

@@ -13,8 +13,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.catamaran.federation.plugins.module_utils import connection
 from ansible_collections.catamaran.federation.plugins.module_utils.kube import (
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
+    URLLIB3_IMPORT_ERROR,
     Cluster,
     ClusterError,
     ClusterUnreachable,
@@ -53,8 +52,9 @@ class CatamaranModule:
 
     def __init__(self, argument_spec, **kwargs):
         self.ansible = AnsibleModule(argument_spec=argument_spec, **kwargs)
-        if not HAS_KUBERNETES:
-            self.ansible.fail_json(msg=missing_required_lib("kubernetes"), exception=str(KUBERNETES_IMPORT_ERROR))
+        for library, error in (("urllib3", URLLIB3_IMPORT_ERROR), ("PyYAML", connection.YAML_IMPORT_ERROR)):
+            if error is not None:
+                self.ansible.fail_json(msg=missing_required_lib(library), exception=str(error))
         self.params = self.ansible.params
         self.check_mode = self.ansible.check_mode
         # Credentials inside kubeconfig content (top level or a side's suboptions) never reach the output.

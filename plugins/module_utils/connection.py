@@ -9,6 +9,10 @@ defaults (for modules with per-cluster suboptions), then from its K8S_AUTH_* env
 kubeconfig, a context nor a host and credential, the pod's service account is used when the module runs in a pod,
 else the default kubeconfig (KUBECONFIG, else ~/.kube/config).
 
+The kubeconfig is read here, not by the kubernetes client: importing that library costs about 0.3 s of CPU, half of
+a module run, on every task. Only a user that authenticates through an exec plugin or an auth provider is loaded by
+it (imported then), so those keep the client's own support.
+
 Pure logic: no AnsibleModule here, so the unit tests reach all of it.
 """
 
@@ -21,16 +25,12 @@ import os
 
 try:
     import yaml
-except ImportError:  # reported by the modules through missing_required_lib
-    yaml = None
 
-try:
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.incluster_config import InClusterConfigLoader
-except ImportError:  # reported by the modules through missing_required_lib
-    k8s_client = k8s_config = ConfigException = InClusterConfigLoader = None
+    YAML_IMPORT_ERROR = None
+except ImportError as import_error:  # reported by the modules through missing_required_lib
+    yaml = None
+    YAML_IMPORT_ERROR = import_error
+
 
 OPTIONS = (
     "kubeconfig",
@@ -178,22 +178,40 @@ def default_kubeconfig(environ):
 
 
 class Endpoint:
-    """A client configuration and what messages and the peering need to know about it."""
+    """Where a cluster's API server is and how to prove who we are: all the HTTP client (module_utils.kube) needs.
 
-    def __init__(self, configuration, context, source):
-        self.configuration = configuration
+    The CA and the client certificate are each a file or PEM content (from a kubeconfig's *-data); `authorization`
+    is the Authorization header's value ("Bearer ...", or "Basic ..." for a username and password).
+    """
+
+    def __init__(self, server, context=None, source=""):
+        self.server = server
         self.context = context
         self.source = source  # e.g. "kubeconfig /path, context c" (never a secret)
-        self.server = configuration.host
-        self.verifies_tls = bool(configuration.verify_ssl)
-        self.ca_data = None
-        if configuration.ssl_ca_cert and os.path.isfile(configuration.ssl_ca_cert):
-            with open(configuration.ssl_ca_cert, "rb") as handle:
-                self.ca_data = base64.b64encode(handle.read()).decode()
+        self.verifies_tls = True
+        self.ca_file = None
+        self.ca_pem = None
+        self.cert_file = None
+        self.cert_pem = None
+        self.key_file = None
+        self.key_pem = None
+        self.authorization = None
+        self.tls_server_name = None
+        self.proxy = None
+
+    @property
+    def ca_data(self):
+        """The CA in base64, as a kubeconfig's certificate-authority-data (what the peering hands a consumer)."""
+        if self.ca_pem is not None:
+            return base64.b64encode(self.ca_pem).decode()
+        if self.ca_file and os.path.isfile(self.ca_file):
+            with open(self.ca_file, "rb") as handle:
+                return base64.b64encode(handle.read()).decode()
+        return None
 
 
 def configure(resolved, environ=None, token_file=SERVICE_ACCOUNT_TOKEN, ca_file=SERVICE_ACCOUNT_CA):
-    """The client configuration the resolved options describe (kubernetes.core's order).
+    """The endpoint the resolved options describe (kubernetes.core's order).
 
     1. host with api_key, or with client_cert and client_key: nothing else is loaded;
     2. else a kubeconfig or a context: that kubeconfig (the default one for a context alone);
@@ -202,25 +220,17 @@ def configure(resolved, environ=None, token_file=SERVICE_ACCOUNT_TOKEN, ca_file=
     validate_certs, a kubeconfig's insecure-skip-tls-verify is honoured.
     """
     environ = os.environ if environ is None else environ
-    configuration = k8s_client.Configuration()
     host = resolved.get("host")
     host = host.rstrip("/") if host else None
-    context = None
     if explicit(resolved):
-        source = "host %s" % host
+        endpoint = Endpoint(host, source="host %s" % host)
     elif resolved.get("kubeconfig") is not None or resolved.get("context"):
         kubeconfig = resolved.get("kubeconfig")
         if kubeconfig is None:
             kubeconfig = default_kubeconfig(environ)
-        context, source = load_kubeconfig(configuration, kubeconfig, resolved.get("context"))
+        endpoint = load_kubeconfig(kubeconfig, resolved.get("context"))
     elif in_cluster(environ, token_file):
-        try:
-            InClusterConfigLoader(token_filename=token_file, cert_filename=ca_file, environ=environ).load_and_set(
-                configuration
-            )
-        except (ConfigException, OSError) as error:
-            raise ConnectionProblem("the pod's service account cannot be used: %s" % error) from None
-        source = "the pod's service account"
+        endpoint = service_account(environ, token_file, ca_file)
     else:
         kubeconfig = default_kubeconfig(environ)
         if not any(os.path.isfile(path) for path in kubeconfig.split(os.pathsep) if path):
@@ -229,42 +239,59 @@ def configure(resolved, environ=None, token_file=SERVICE_ACCOUNT_TOKEN, ca_file=
                 "client_cert and client_key; the module does not run in a pod with a service account, and the "
                 "default kubeconfig %s does not exist" % kubeconfig
             )
-        context, source = load_kubeconfig(configuration, kubeconfig, None)
-    override(configuration, resolved, host)
-    return Endpoint(configuration, context, source)
+        endpoint = load_kubeconfig(kubeconfig, None)
+    override(endpoint, resolved, host)
+    return endpoint
 
 
-def override(configuration, resolved, host):
-    for name, attribute in (("ca_cert", "ssl_ca_cert"), ("client_cert", "cert_file"), ("client_key", "key_file")):
+def override(endpoint, resolved, host):
+    for name, attribute in (("ca_cert", "ca"), ("client_cert", "cert"), ("client_key", "key")):
         path = resolved.get(name)
         if path is None:
             continue
         if not os.path.isfile(path):
             raise ConnectionProblem("%s %s does not exist" % (name, path))
-        setattr(configuration, attribute, path)
+        setattr(endpoint, attribute + "_file", path)
+        setattr(endpoint, attribute + "_pem", None)
     if host:
-        configuration.host = host
+        endpoint.server = host
     if resolved.get("api_key"):
-        bearer = "Bearer %s" % resolved["api_key"]
-        # kubernetes >= 29 reads BearerToken, older clients authorization.
-        configuration.api_key = {"BearerToken": bearer, "authorization": bearer}
-        configuration.api_key_prefix = {}
-        configuration.refresh_api_key_hook = None
+        endpoint.authorization = "Bearer %s" % resolved["api_key"]
     if resolved.get("validate_certs") is not None:
-        configuration.verify_ssl = bool(resolved["validate_certs"])
+        endpoint.verifies_tls = bool(resolved["validate_certs"])
 
 
-def load_kubeconfig(configuration, kubeconfig, context):
-    """Load a kubeconfig (path(s) or content) into configuration; returns (context used, description)."""
+def service_account(environ, token_file, ca_file):
+    """The pod's service account, as client-go's in-cluster configuration reads it."""
+    host = environ["KUBERNETES_SERVICE_HOST"]
+    if ":" in host:  # an IPv6 address
+        host = "[%s]" % host
+    endpoint = Endpoint(
+        "https://%s:%s" % (host, environ["KUBERNETES_SERVICE_PORT"]), source="the pod's service account"
+    )
+    try:
+        with open(token_file) as handle:
+            token = handle.read().strip()
+    except OSError as error:
+        raise ConnectionProblem("the pod's service account cannot be used: %s" % error) from None
+    if not token:
+        raise ConnectionProblem("the pod's service account cannot be used: its token file %s is empty" % token_file)
+    if not os.path.isfile(ca_file):
+        raise ConnectionProblem("the pod's service account cannot be used: its CA %s does not exist" % ca_file)
+    endpoint.authorization = "Bearer %s" % token
+    endpoint.ca_file = ca_file
+    return endpoint
+
+
+def load_kubeconfig(kubeconfig, context):
+    """The endpoint of one context of a kubeconfig (path(s) or content), the current one unless named."""
     if isinstance(kubeconfig, dict):
         where = "the kubeconfig given as content"
-        document = kubeconfig
+        document = named_entries(kubeconfig, None)
     else:
         where = "kubeconfig %s" % kubeconfig
         document = read_kubeconfig(kubeconfig)
-    contexts = dict(
-        (entry.get("name"), entry.get("context") or {}) for entry in document.get("contexts") or [] if entry
-    )
+    contexts = document["contexts"]
     chosen = context or document.get("current-context")
     if not chosen:
         raise ConnectionProblem("%s has no current-context and no context was given" % where)
@@ -273,27 +300,136 @@ def load_kubeconfig(configuration, kubeconfig, context):
             "context %r is not in %s (it has: %s)"
             % (chosen, where, ", ".join(sorted(c for c in contexts if c)) or "none")
         )
+    source = "%s, context %s" % (where, chosen)
+    try:
+        endpoint = endpoint_of(document, contexts[chosen][0], source)
+    except ConnectionProblem as problem:
+        raise ConnectionProblem("%s: %s" % (source, problem)) from None
+    if endpoint is None:  # an exec plugin or an auth provider: the kubernetes client's own loader
+        endpoint = load_with_kubernetes_client(kubeconfig, chosen, source)
+    endpoint.context = chosen
+    return endpoint
+
+
+def endpoint_of(document, context, source):
+    """The endpoint a context names, or None when its user needs the kubernetes client (exec, auth-provider)."""
+    cluster, cluster_base = entry(document, "clusters", context.get("cluster"), "cluster")
+    user, user_base = entry(document, "users", context.get("user"), "user") if context.get("user") else ({}, "")
+    if "exec" in user or "auth-provider" in user:
+        return None
+    server = cluster.get("server")
+    if not server:
+        raise ConnectionProblem("cluster %s has no server" % context.get("cluster"))
+    endpoint = Endpoint(str(server).rstrip("/"), source=source)
+    endpoint.ca_file, endpoint.ca_pem = file_or_data(cluster, "certificate-authority", cluster_base)
+    if "insecure-skip-tls-verify" in cluster:
+        endpoint.verifies_tls = not cluster["insecure-skip-tls-verify"]
+    endpoint.tls_server_name = cluster.get("tls-server-name")
+    endpoint.proxy = cluster.get("proxy-url")
+    # kubernetes.core's client: a token (or a token file), else a username and a password; certificates beside.
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        path = relative_to(user_base, user["tokenFile"])
+        try:
+            with open(path) as handle:
+                token = handle.read().strip()
+        except OSError as error:
+            raise ConnectionProblem("tokenFile %s cannot be read: %s" % (path, error.strerror or error)) from None
+    if token:
+        endpoint.authorization = "Bearer %s" % token
+    elif "username" in user and "password" in user:
+        pair = "%s:%s" % (user["username"], user["password"])
+        endpoint.authorization = "Basic %s" % base64.b64encode(pair.encode()).decode()
+    endpoint.cert_file, endpoint.cert_pem = file_or_data(user, "client-certificate", user_base)
+    endpoint.key_file, endpoint.key_pem = file_or_data(user, "client-key", user_base)
+    return endpoint
+
+
+def entry(document, kind, name, what):
+    """The named cluster or user of a merged kubeconfig, with the directory its relative paths start from."""
+    found = document[kind].get(name)
+    if found is None:
+        raise ConnectionProblem("no %s named %r in it" % (what, name))
+    return found
+
+
+def file_or_data(fields, name, base):
+    """(path, None) from `name`, resolved against the kubeconfig's directory; (None, PEM) from `name`-data."""
+    data = fields.get(name + "-data")
+    if data:
+        try:
+            return None, base64.b64decode(data, validate=True)
+        except (TypeError, ValueError):
+            raise ConnectionProblem("%s-data is not base64" % name) from None
+    path = fields.get(name)
+    if not path:
+        return None, None
+    path = relative_to(base, path)
+    if not os.path.isfile(path):
+        raise ConnectionProblem("%s %s does not exist" % (name, path))
+    return path, None
+
+
+def relative_to(base, path):
+    path = os.path.expanduser(str(path))
+    return path if os.path.isabs(path) or not base else os.path.join(base, path)
+
+
+def load_with_kubernetes_client(kubeconfig, context, source):
+    """A user of an exec plugin or an auth provider, loaded by the kubernetes client as kubernetes.core does."""
+    try:
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as error:
+        raise ConnectionProblem(
+            "%s: its user authenticates through an exec plugin or an auth provider, which needs the kubernetes "
+            "Python library: %s" % (source, error)
+        ) from None
+    configuration = k8s_client.Configuration()
     try:
         if isinstance(kubeconfig, dict):
             k8s_config.load_kube_config_from_dict(
-                config_dict=kubeconfig, context=chosen, client_configuration=configuration, persist_config=False
+                config_dict=kubeconfig, context=context, client_configuration=configuration, persist_config=False
             )
         else:
-            # Relative paths in the file (certificate-authority, client-certificate, client-key) are resolved
-            # against the directory of the file that holds them, as kubectl does.
             k8s_config.load_kube_config(
-                config_file=kubeconfig, context=chosen, client_configuration=configuration, persist_config=False
+                config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
             )
     except (ConfigException, ValueError, TypeError, OSError) as error:
-        raise ConnectionProblem("%s, context %s: %s" % (where, chosen, error)) from None
-    return chosen, "%s, context %s" % (where, chosen)
+        raise ConnectionProblem("%s: %s" % (source, error)) from None
+    endpoint = Endpoint(configuration.host, source=source)
+    endpoint.verifies_tls = bool(configuration.verify_ssl)
+    endpoint.ca_file = configuration.ssl_ca_cert
+    endpoint.cert_file = configuration.cert_file
+    endpoint.key_file = configuration.key_file
+    # The exec plugin ran in the load, once: a module's run is shorter than any credential it hands out. The
+    # header is the client's BearerToken key (kubernetes >= 29) or its authorization key (older clients).
+    api_key = configuration.api_key or {}
+    endpoint.authorization = api_key.get("BearerToken") or api_key.get("authorization")
+    endpoint.tls_server_name = configuration.tls_server_name
+    endpoint.proxy = configuration.proxy
+    return endpoint
+
+
+def named_entries(document, path):
+    """A kubeconfig's contexts, clusters and users by name, each with the directory its relative paths start from
+    (the file's; for content, none: relative to the working directory, as the kubernetes client reads it)."""
+    base = os.path.dirname(os.path.abspath(path)) if path else ""
+    merged = {"current-context": document.get("current-context")}
+    for kind, field in (("contexts", "context"), ("clusters", "cluster"), ("users", "user")):
+        merged[kind] = {}
+        for item in document.get(kind) or []:
+            if isinstance(item, dict) and item.get("name") not in merged[kind]:
+                merged[kind][item.get("name")] = (item.get(field) or {}, base)
+    return merged
 
 
 def read_kubeconfig(value):
-    """The merged contexts and current-context of one kubeconfig path, or several joined as in KUBECONFIG."""
+    """One kubeconfig path, or several joined as in KUBECONFIG, merged as the kubernetes client merges them: the
+    first file naming a context, cluster or user wins; the last current-context set wins."""
     paths = [path for path in value.split(os.pathsep) if path] if os.pathsep in value else [value]
-    merged = {"contexts": [], "current-context": None}
-    seen = set()
+    merged = {"contexts": {}, "clusters": {}, "users": {}, "current-context": None}
     for path in paths:
         if not os.path.isfile(path):
             if len(paths) > 1:
@@ -306,12 +442,12 @@ def read_kubeconfig(value):
             raise ConnectionProblem("kubeconfig %s cannot be read: %s" % (path, error)) from None
         if not isinstance(document, dict):
             raise ConnectionProblem("kubeconfig %s is not a kubeconfig (a YAML mapping)" % path)
-        for entry in document.get("contexts") or []:
-            if entry and entry.get("name") not in seen:
-                seen.add(entry.get("name"))
-                merged["contexts"].append(entry)
+        entries = named_entries(document, path)
+        for kind in ("contexts", "clusters", "users"):
+            for name, item in entries[kind].items():
+                merged[kind].setdefault(name, item)
         if document.get("current-context"):
             merged["current-context"] = document["current-context"]
-    if not seen and merged["current-context"] is None and len(paths) > 1:
+    if not merged["contexts"] and merged["current-context"] is None and len(paths) > 1:
         raise ConnectionProblem("none of the kubeconfig files %s exists or holds a context" % value)
     return merged

@@ -12,20 +12,23 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import shutil
 import ssl
+import tempfile
 import time
+from urllib.parse import urlencode
 
 from ansible_collections.catamaran.federation.plugins.module_utils import connection
 
 try:
     import urllib3
-    from kubernetes import client as k8s_client
+    from urllib3.util.ssl_ import create_urllib3_context
 
-    HAS_KUBERNETES = True
-    KUBERNETES_IMPORT_ERROR = None
+    URLLIB3_IMPORT_ERROR = None
 except ImportError as import_error:
-    HAS_KUBERNETES = False
-    KUBERNETES_IMPORT_ERROR = import_error
+    urllib3 = None
+    URLLIB3_IMPORT_ERROR = import_error
 
 FIELD_MANAGER = "catamaran.federation"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -61,7 +64,7 @@ KINDS = {
 }
 
 # Connection errors that mean "the API server cannot be reached", not "it said no".
-UNREACHABLE = (urllib3.exceptions.HTTPError, OSError) if HAS_KUBERNETES else (OSError,)
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError) if urllib3 else (OSError,)
 
 
 class ClusterError(Exception):
@@ -114,9 +117,11 @@ class Cluster:
         self.server = endpoint.server
         self.verifies_tls = endpoint.verifies_tls
         self.ca_data = endpoint.ca_data
-        configuration = endpoint.configuration
-        configuration.retries = 1
-        self._api = k8s_client.ApiClient(configuration)
+        self._authorization = endpoint.authorization
+        try:
+            self._http = http_client(endpoint)
+        except connection.ConnectionProblem as error:
+            raise ClusterError("%s: %s" % (self.label, error)) from None
 
     def check(self):
         """GET /api: proves the server is reachable and accepts the credential (/version may be anonymous)."""
@@ -141,22 +146,29 @@ class Cluster:
             path += "/" + subresource
         return path
 
-    def request(self, method, path, body=None, query=None, content_type="application/json", what=None, timeout=None):
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        prepared = self._api.param_serialize(
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+    def _send(self, method, path, query, headers, body=None, timeout=None, stream=False):
+        """One HTTP request; a connection that fails becomes the ClusterError that says so."""
+        url = self.server + path + ("?" + urlencode(query) if query else "")
+        if self._authorization:
+            headers = dict(headers, Authorization=self._authorization)
         try:
-            response = self._api.call_api(*prepared, _request_timeout=timeout or self.request_timeout)
-            data = response.read()
+            return self._http.request(
+                method,
+                url,
+                body=None if body is None else json.dumps(body),  # JSON is YAML too (apply-patch+yaml)
+                headers=headers,
+                timeout=timeout,
+                preload_content=not stream,
+            )
         except UNREACHABLE as error:
             raise _connection_error(self.label, self.server, self.source, error) from None
-        payload = _json(data)
+
+    def request(self, method, path, body=None, query=None, content_type="application/json", what=None, timeout=None):
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        response = self._send(
+            method, path, query, headers, body, urllib3.Timeout(total=timeout or self.request_timeout)
+        )
+        payload = _json(response.data)
         if 200 <= response.status < 300:
             return payload
         message = payload.get("message") if isinstance(payload, dict) else None
@@ -289,28 +301,21 @@ class Cluster:
         """One watch request; keeps `current` (key -> object) up to date. None means: list again."""
         query = dict(selectors, watch="true", resourceVersion=version, timeoutSeconds=str(seconds))
         query["allowWatchBookmarks"] = "true"
-        prepared = self._api.param_serialize(
-            "GET",
-            path,
-            query_params=list(query.items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
+        timeout = urllib3.Timeout(connect=self.request_timeout, read=seconds + 10)
+        response = self._send("GET", path, query, {"Accept": "application/json"}, timeout=timeout, stream=True)
         try:
-            response = self._api.call_api(*prepared, _request_timeout=(self.request_timeout, seconds + 10))
-        except UNREACHABLE as error:
-            raise _connection_error(self.label, self.server, self.source, error) from None
-        if response.status == 410:
-            return None
-        if response.status >= 300:
-            raise ClusterError("%s: watch %s: HTTP %s" % (self.label, path, response.status), status=response.status)
-        try:
-            return self._read_watch(response.response, version, done, current)
+            if response.status == 410:
+                return None
+            if response.status >= 300:
+                raise ClusterError(
+                    "%s: watch %s: HTTP %s" % (self.label, path, response.status), status=response.status
+                )
+            return self._read_watch(response, version, done, current)
         finally:
             # Never back to the pool: a watch left mid-stream would hand its unread events to the next request
             # on that connection, which then waits out its read timeout (10 s each, seen after every CRD).
-            response.response.close()
-            response.response.release_conn()
+            response.close()
+            response.release_conn()
 
     @staticmethod
     def _read_watch(stream, version, done, current):
@@ -335,6 +340,62 @@ class Cluster:
                 if done(list(current.values())):
                     return True, version
         return False, version
+
+
+def http_client(endpoint):
+    """A urllib3 pool for the endpoint, with the TLS the kubernetes client would set up; one retry of a connection
+    that fails, as the modules had from that client."""
+    verify = ssl.CERT_REQUIRED if endpoint.verifies_tls else ssl.CERT_NONE
+    context = create_urllib3_context(cert_reqs=verify)
+    if endpoint.verifies_tls:
+        if endpoint.ca_file or endpoint.ca_pem:
+            cadata = endpoint.ca_pem.decode("ascii", "replace") if endpoint.ca_pem else None
+            try:
+                context.load_verify_locations(cafile=endpoint.ca_file, cadata=cadata)
+            except (ssl.SSLError, ValueError) as error:
+                raise connection.ConnectionProblem(
+                    "the CA (%s) cannot be loaded: %s" % (endpoint.source, error)
+                ) from None
+        else:
+            context.load_default_certs()
+    if endpoint.cert_file or endpoint.cert_pem or endpoint.key_file or endpoint.key_pem:
+        _load_client_certificate(context, endpoint)
+    arguments = dict(ssl_context=context, cert_reqs=verify, retries=1)
+    if not endpoint.verifies_tls:
+        arguments["assert_hostname"] = False
+    if endpoint.tls_server_name:
+        arguments["server_hostname"] = endpoint.tls_server_name
+    if endpoint.proxy:
+        return urllib3.ProxyManager(endpoint.proxy, **arguments)
+    return urllib3.PoolManager(**arguments)
+
+
+def _load_client_certificate(context, endpoint):
+    """The client certificate and key into the TLS context; content (a kubeconfig's *-data) passes through files
+    only this process can read, removed as soon as they are loaded."""
+    directory = None
+    try:
+        paths = {}
+        for name in ("cert", "key"):
+            paths[name] = getattr(endpoint, name + "_file")
+            pem = getattr(endpoint, name + "_pem")
+            if pem is not None:
+                directory = directory or tempfile.mkdtemp(prefix="catamaran-tls-")
+                paths[name] = os.path.join(directory, name + ".pem")
+                with os.fdopen(os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+                    handle.write(pem)
+        if not paths["cert"] or not paths["key"]:
+            raise connection.ConnectionProblem(
+                "a client certificate needs both a certificate and a key (%s)" % endpoint.source
+            )
+        context.load_cert_chain(paths["cert"], paths["key"])
+    except (ssl.SSLError, OSError) as error:
+        raise connection.ConnectionProblem(
+            "the client certificate (%s) cannot be loaded: %s" % (endpoint.source, error)
+        ) from None
+    finally:
+        if directory:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _key(obj):

@@ -40,7 +40,7 @@ def kubeconfig(contexts=("c1",), current="c1", cluster=None, user=None) -> dict:
 
 def bearer(endpoint) -> str:
     """The Authorization header the client sends."""
-    return endpoint.configuration.auth_settings()["BearerToken"]["value"]
+    return endpoint.authorization
 
 
 def b64(data: bytes) -> str:
@@ -153,9 +153,9 @@ def test_relative_paths_in_a_kubeconfig_are_resolved_against_its_directory(tmp_p
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the old code opened certificate-authority relative to the working directory
     endpoint = configure(resolve({"kubeconfig": path}, environ={}), environ={})
-    assert endpoint.configuration.ssl_ca_cert == str(directory / "pki" / "ca.crt")
-    assert endpoint.configuration.cert_file == str(directory / "pki" / "admin.crt")
-    assert endpoint.configuration.key_file == str(directory / "pki" / "admin.key")
+    assert endpoint.ca_file == str(directory / "pki" / "ca.crt")
+    assert endpoint.cert_file == str(directory / "pki" / "admin.crt")
+    assert endpoint.key_file == str(directory / "pki" / "admin.key")
     assert endpoint.ca_data == b64(CA)  # what the peering hands the consumer's virtual kubelet
     assert (endpoint.server, endpoint.context) == ("https://127.0.0.1:6443", "c1")
     assert endpoint.source == f"kubeconfig {path}, context c1"
@@ -191,7 +191,7 @@ def test_host_and_api_key_need_no_kubeconfig_and_override_one_given_at_a_lower_l
     endpoint = configure(resolved, environ={})
     assert endpoint.server == "https://10.0.0.1:6443"
     assert bearer(endpoint) == "Bearer abc-token-123"
-    assert endpoint.configuration.ssl_ca_cert == str(ca)
+    assert endpoint.ca_file == str(ca)
     assert endpoint.ca_data == b64(CA)
     assert endpoint.source == "host https://10.0.0.1:6443"
     # Messages name that host, not a context a lower level may have set.
@@ -210,8 +210,8 @@ def test_options_given_override_what_the_kubeconfig_says(tmp_path):
         environ={},
     )
     assert endpoint.server == "https://proxy:8443"
-    assert endpoint.configuration.ssl_ca_cert == str(ca)
-    assert endpoint.configuration.verify_ssl is False
+    assert endpoint.ca_file == str(ca)
+    assert endpoint.verifies_tls is False
     assert bearer(endpoint) == "Bearer t0ken-value-1234"
 
 
@@ -232,7 +232,7 @@ def test_the_kubeconfigs_insecure_skip_tls_verify_holds_unless_validate_certs_is
         cluster["insecure-skip-tls-verify"] = insecure
     path = write(tmp_path / "kubeconfig", kubeconfig(cluster=cluster))
     endpoint = configure(resolve({"kubeconfig": path, "validate_certs": validate_certs}, environ={}), environ={})
-    assert endpoint.configuration.verify_ssl is verified
+    assert endpoint.verifies_tls is verified
     assert endpoint.verifies_tls is verified
 
 
@@ -291,3 +291,46 @@ def test_an_unknown_context_in_content_never_prints_the_content():
     with pytest.raises(ConnectionProblem) as raised:
         configure(resolve({"kubeconfig": content, "context": "nope"}, environ={}), environ={})
     assert str(raised.value) == "context 'nope' is not in the kubeconfig given as content (it has: c1)"
+
+
+def test_a_token_file_is_read_relative_to_its_kubeconfig_and_data_comes_in_memory(tmp_path):
+    (tmp_path / "token").write_text("file-token\n")
+    user = {"tokenFile": "token", "client-certificate-data": b64(b"CERT"), "client-key-data": b64(b"KEY")}
+    path = write(tmp_path / "kubeconfig", kubeconfig(user=user))
+    endpoint = configure(resolve({"kubeconfig": path}, environ={}), environ={})
+    assert bearer(endpoint) == "Bearer file-token"
+    assert (endpoint.ca_file, endpoint.ca_pem, endpoint.ca_data) == (None, CA, b64(CA))
+    assert (endpoint.cert_pem, endpoint.key_pem) == (b"CERT", b"KEY")
+
+
+def test_several_kubeconfigs_merge_as_the_kubernetes_client_merges_them(tmp_path):
+    """The first file naming a cluster, user or context wins; the last current-context set wins."""
+    first = kubeconfig(contexts=("c1",), current="c1")
+    second = kubeconfig(contexts=("c1", "c2"), current="c2", cluster={"server": "https://second:6443"})
+    paths = [write(tmp_path / "first", first), write(tmp_path / "second", second)]
+    endpoint = configure(resolve({"kubeconfig": ":".join(paths)}, environ={}), environ={})
+    assert (endpoint.context, endpoint.server) == ("c2", "https://127.0.0.1:6443")  # cluster k of the first file
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user", "message"),
+    [
+        ({"server": "https://x"}, {"tokenFile": "missing"}, r"context c1: tokenFile .*/missing cannot be read"),
+        ({"server": "https://x", "certificate-authority": "ca.crt"}, None,
+         r"context c1: certificate-authority .*/ca.crt does not exist$"),
+        ({"server": "https://x"}, {"client-key-data": "not base64!"}, r"context c1: client-key-data is not base64$"),
+        ({"certificate-authority-data": b64(CA)}, None, r"context c1: cluster k has no server$"),
+    ],
+)  # fmt: skip
+def test_a_kubeconfigs_cluster_or_user_that_cannot_work_is_named(tmp_path, cluster, user, message):
+    path = write(tmp_path / "kubeconfig", kubeconfig(cluster=cluster, user=user))
+    with pytest.raises(ConnectionProblem, match=message):
+        configure(resolve({"kubeconfig": path}, environ={}), environ={})
+
+
+def test_a_context_naming_a_cluster_the_kubeconfig_lacks_says_so(tmp_path):
+    document = kubeconfig()
+    document["contexts"][0]["context"]["cluster"] = "gone"
+    path = write(tmp_path / "kubeconfig", document)
+    with pytest.raises(ConnectionProblem, match=r"kubeconfig .*, context c1: no cluster named 'gone' in it$"):
+        configure(resolve({"kubeconfig": path}, environ={}), environ={})

@@ -1,13 +1,17 @@
 """plugins/module_utils/kube.py: watches never hand a half-read stream to the next request; a certificate that
-is not trusted is told from a cluster that cannot be reached."""
+is not trusted is told from a cluster that cannot be reached; each kind of kubeconfig user reaches a real TLS server
+with its credential, and a plain one without importing the kubernetes client."""
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import socket
 import ssl
+import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 
@@ -15,6 +19,7 @@ import pytest
 
 from catamaran import certs
 from catamaran_lab.paths import REPO_ROOT
+from catamaran_lab.pki import create_ca, issue
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
@@ -47,17 +52,16 @@ class WatchStream:
         self.released = True
 
 
-class Api:
-    """The kubernetes ApiClient's two calls a watch makes."""
+class Http:
+    """The urllib3 pool a watch asks: its one request answered with the stream."""
 
     def __init__(self, stream: WatchStream):
         self.stream = stream
 
-    def param_serialize(self, *args, **kwargs):
-        return ()
-
-    def call_api(self, *args, **kwargs):
-        return type("Response", (), {"status": 200, "response": self.stream})()
+    def request(self, *args, **kwargs):
+        assert kwargs["preload_content"] is False  # read as it comes, never whole
+        self.stream.status = 200
+        return self.stream
 
 
 def crd(name: str, established: bool) -> dict:
@@ -70,8 +74,8 @@ def test_a_watch_closes_its_connection_however_it_ends(established_at):
     events = [{"type": "MODIFIED", "object": crd("a", established=i == established_at)} for i in range(3)]
     stream = WatchStream(events)
     cluster = Cluster.__new__(Cluster)
-    cluster._api = Api(stream)
-    cluster.label, cluster.request_timeout = "c", 10
+    cluster._http = Http(stream)
+    cluster.label, cluster.request_timeout, cluster.server, cluster._authorization = "c", 10, "https://c", None
 
     def established(items):
         return any(c["status"] == "True" for i in items for c in i["status"]["conditions"])
@@ -182,3 +186,119 @@ def test_a_kind_the_server_does_not_serve_has_no_objects(tls_server, tmp_path):
     )
     assert cluster.list("offloading.catamaran.io/v1alpha1", "ResourceOffer") == []
     assert cluster.get("offloading.catamaran.io/v1alpha1", "ResourceOffer", "offer", "tenant") is None
+
+
+@pytest.fixture
+def echo_server(tmp_path):
+    """A real HTTPS server on 127.0.0.1, serving as `api.example` only, that answers GET /api with what the client
+    proved: the common name of its certificate (asked for, not required) and its Authorization header."""
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    create_ca(pki / "ca.crt", pki / "ca.key", "echo-ca")
+    server_cert, server_key = issue(pki / "ca.crt", pki / "ca.key", pki / "server", common_name="api.example",
+                                    server_names=("api.example",))  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            peer = self.connection.getpeercert() or {}
+            cn = next((v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"), "")
+            body = json.dumps({"cn": cn, "authorization": self.headers.get("Authorization")}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(server_cert, server_key)
+    context.load_verify_locations(pki / "ca.crt")
+    context.verify_mode = ssl.CERT_OPTIONAL
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", pki
+    server.shutdown()
+    server.server_close()
+
+
+def b64_of(path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def echo_kubeconfig(server: str, pki, user: dict) -> dict:
+    cluster = {"server": server, "certificate-authority-data": b64_of(pki / "ca.crt"), "tls-server-name": "api.example"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "lab",
+    }
+
+
+def test_a_client_certificate_given_as_content_is_presented_and_its_files_are_gone_once_loaded(
+    echo_server, tmp_path, monkeypatch
+):
+    server, pki = echo_server
+    cert, key = issue(pki / "ca.crt", pki / "ca.key", pki / "alice", common_name="alice")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    user = {"client-certificate-data": b64_of(cert), "client-key-data": b64_of(key)}
+    # tls-server-name: the server's certificate names api.example, not the address dialled.
+    cluster = Cluster("east", resolve({"kubeconfig": echo_kubeconfig(server, pki, user)}, environ={}))
+    assert list(scratch.iterdir()) == []  # the key passed through a file of this process only, removed at once
+    assert cluster.request("GET", "/api") == {"cn": "alice", "authorization": None}
+
+
+EXEC_CREDENTIAL = {
+    "apiVersion": "client.authentication.k8s.io/v1",
+    "kind": "ExecCredential",
+    "status": {"token": "from-exec"},
+}
+
+
+@pytest.mark.parametrize(
+    ("user", "authorization"),
+    [
+        ({"token": "t0ken"}, "Bearer t0ken"),
+        ({"username": "ann", "password": "pw"}, "Basic " + base64.b64encode(b"ann:pw").decode()),
+        # An exec plugin: the one kind of user the kubernetes client still loads (its import costs 0.3 s).
+        (
+            {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": "sh",
+                    "args": ["-c", f"echo '{json.dumps(EXEC_CREDENTIAL)}'"],
+                    "interactiveMode": "Never",
+                }
+            },
+            "Bearer from-exec",
+        ),
+    ],
+    ids=["token", "basic", "exec-plugin"],
+)
+def test_each_kind_of_kubeconfig_user_reaches_the_server_with_its_credential(echo_server, user, authorization):
+    server, pki = echo_server
+    cluster = Cluster("east", resolve({"kubeconfig": echo_kubeconfig(server, pki, user)}, environ={}))
+    assert cluster.request("GET", "/api") == {"cn": "", "authorization": authorization}
+
+
+def test_a_module_reaching_a_cluster_through_a_plain_kubeconfig_never_imports_the_kubernetes_client(tmp_path):
+    """The point of reading kubeconfigs ourselves: the library's import was half of every module run's CPU."""
+    path = kubeconfig_for(tmp_path / "kc", "https://127.0.0.1:6443")
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from ansible_collections.catamaran.federation.plugins.module_utils import common, kube;"
+        "kube.Cluster('east', kube.connection.resolve({'kubeconfig': sys.argv[2]}, environ={}));"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe, str(REPO_ROOT / ".collections"), path], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
