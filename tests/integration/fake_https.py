@@ -1,4 +1,5 @@
-"""A small HTTPS server in a thread, standing in for a server a test plays (a kubelet, an aggregated API)."""
+"""A small HTTPS server in a thread, standing in for a server a test plays (a kubelet, an aggregated API, an API
+server a module talks to)."""
 
 from __future__ import annotations
 
@@ -12,39 +13,61 @@ from pathlib import Path
 Answer = Callable[[str, str], "tuple[bytes, str] | None"]
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler that logs nothing and answers in one call."""
+
+    def reply(self, body: bytes, content_type: str = "application/json", status: int = 200) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def client_cn(self) -> str:
+        """The common name of the client's certificate, "" without one."""
+        peer = self.connection.getpeercert() or {}
+        return next((v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"), "")
+
+    def log_message(self, *args):
+        pass
+
+
+def serve_https(
+    handler: type[http.server.BaseHTTPRequestHandler],
+    cert: Path,
+    key: Path,
+    address: str = "127.0.0.1",
+    client_ca: Path | None = None,
+) -> http.server.ThreadingHTTPServer:
+    """`handler` on a TLS socket, in a thread; with `client_ca`, a client certificate is asked for (not required) and
+    checked."""
+    server = http.server.ThreadingHTTPServer((address, 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_OPTIONAL
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class FakeHTTPS:
     def __init__(
         self, answer: Answer, cert: Path, key: Path, address: str = "127.0.0.1", client_ca: Path | None = None
     ):
         """Serves GETs with `answer`; with `client_ca`, a client certificate is asked for (not required) and checked."""
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
-                peer = self.connection.getpeercert() or {}
-                cn = next((v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"), "")
-                answered = answer(self.path, cn)
+                answered = answer(self.path, self.client_cn())
                 if answered is None:
                     self.send_error(404)
                     return
-                body, content_type = answered
-                self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(*answered)
 
-            def log_message(self, *args):
-                pass
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        if client_ca is not None:
-            context.load_verify_locations(client_ca)
-            context.verify_mode = ssl.CERT_OPTIONAL
-        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.server = serve_https(Handler, cert, key, address, client_ca)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
         self.server.shutdown()

@@ -5,14 +5,11 @@ with its credential, and a plain one without importing the kubernetes client."""
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import warnings
 
 import pytest
@@ -20,6 +17,7 @@ import pytest
 from catamaran import certs
 from catamaran_lab.paths import REPO_ROOT
 from catamaran_lab.pki import create_ca, issue
+from tests.integration.fake_https import QuietHandler, serve_https
 
 sys.path.insert(0, str(REPO_ROOT / ".collections"))
 
@@ -92,36 +90,19 @@ def tls_server(tmp_path):
     """A real HTTPS server on 127.0.0.1 that answers GET /api as an API server would, and 404 (`page not found`, as
     an API server for a group it does not serve) under /apis/offloading.catamaran.io."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             if self.path.startswith("/apis/offloading.catamaran.io/"):
-                self.send_response(404)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", "19")
-                self.end_headers()
-                self.wfile.write(b"404 page not found\n")
+                self.reply(b"404 page not found\n", "text/plain", status=404)
                 return
-            body = json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
+            self.reply(json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode())
 
     ca_key, ca_cert = certs.make_ca("server-ca")
     key, cert = certs.make_serving_cert(ca_key, ca_cert, ["127.0.0.1"])
     (tmp_path / "ca.crt").write_bytes(ca_cert)
     (tmp_path / "server.crt").write_bytes(cert)
     (tmp_path / "server.key").write_bytes(key)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve_https(Handler, tmp_path / "server.crt", tmp_path / "server.key")
     yield f"https://127.0.0.1:{server.server_address[1]}", tmp_path / "ca.crt"
     server.shutdown()
     server.server_close()
@@ -198,27 +179,12 @@ def echo_server(tmp_path):
     server_cert, server_key = issue(pki / "ca.crt", pki / "ca.key", pki / "server", common_name="api.example",
                                     server_names=("api.example",))  # fmt: skip
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
-            peer = self.connection.getpeercert() or {}
-            cn = next((v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"), "")
-            body = json.dumps({"cn": cn, "authorization": self.headers.get("Authorization")}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            proved = {"cn": self.client_cn(), "authorization": self.headers.get("Authorization")}
+            self.reply(json.dumps(proved).encode())
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(server_cert, server_key)
-    context.load_verify_locations(pki / "ca.crt")
-    context.verify_mode = ssl.CERT_OPTIONAL
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Handler, server_cert, server_key, client_ca=pki / "ca.crt")
     yield f"https://127.0.0.1:{server.server_address[1]}", pki
     server.shutdown()
     server.server_close()
