@@ -313,8 +313,8 @@ def load_kubeconfig(kubeconfig, context):
 
 def endpoint_of(document, context, source):
     """The endpoint a context names, or None when its user needs the kubernetes client (exec, auth-provider)."""
-    cluster, cluster_base = entry(document, "clusters", context.get("cluster"), "cluster")
-    user, user_base = entry(document, "users", context.get("user"), "user") if context.get("user") else ({}, "")
+    cluster, cluster_base = entry(document, "clusters", context.get("cluster"))
+    user, user_base = entry(document, "users", context.get("user")) if context.get("user") else ({}, "")
     if "exec" in user or "auth-provider" in user:
         return None
     server = cluster.get("server")
@@ -345,11 +345,11 @@ def endpoint_of(document, context, source):
     return endpoint
 
 
-def entry(document, kind, name, what):
+def entry(document, kind, name):
     """The named cluster or user of a merged kubeconfig, with the directory its relative paths start from."""
     found = document[kind].get(name)
     if found is None:
-        raise ConnectionProblem("no %s named %r in it" % (what, name))
+        raise ConnectionProblem("no %s named %r in it" % (kind[:-1], name))
     return found
 
 

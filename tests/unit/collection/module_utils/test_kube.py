@@ -108,16 +108,20 @@ def tls_server(tmp_path):
     server.server_close()
 
 
-def kubeconfig_for(path, server: str, **cluster) -> str:
-    document = {
+def kubeconfig_document(cluster: dict, user: dict) -> dict:
+    """A kubeconfig of one context, `lab`, for `cluster` and `user`."""
+    return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
-        "users": [{"name": "u", "user": {"token": "t0ken"}}],
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "lab",
     }
-    path.write_text(json.dumps(document))
+
+
+def kubeconfig_for(path, server: str, **cluster) -> str:
+    path.write_text(json.dumps(kubeconfig_document({"server": server, **cluster}, {"token": "t0ken"})))
     return str(path)
 
 
@@ -196,14 +200,7 @@ def b64_of(path) -> str:
 
 def echo_kubeconfig(server: str, pki, user: dict) -> dict:
     cluster = {"server": server, "certificate-authority-data": b64_of(pki / "ca.crt"), "tls-server-name": "api.example"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "lab",
-    }
+    return kubeconfig_document(cluster, user)
 
 
 def test_a_client_certificate_given_as_content_is_presented_and_its_files_are_gone_once_loaded(
