@@ -64,3 +64,12 @@ def _tmp_file():
     from pathlib import Path
 
     return Path(tempfile.mkdtemp()) / "health-url"
+
+
+def test_a_stall_limit_within_two_heartbeats_is_refused_by_name(capsys):
+    from catamaran.__main__ import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["--cluster-id", "c1", "--liveness-stall-seconds", str(2 * health.HEARTBEAT_SECONDS), "manager"])
+    assert refused.value.code == 2
+    assert "--liveness-stall-seconds: must be more than twice the event loop's heartbeat" in capsys.readouterr().err

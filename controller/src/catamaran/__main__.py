@@ -391,8 +391,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.metrics_port < 0 or args.metrics_port > 65535:
         parser.error(f"--metrics-port: {args.metrics_port} is not a port number (0-65535)")
-    if args.liveness_stall_seconds <= 0:
-        parser.error(f"--liveness-stall-seconds: must be positive, not {args.liveness_stall_seconds}")
+    if args.liveness_stall_seconds <= 2 * health.HEARTBEAT_SECONDS:
+        parser.error(
+            f"--liveness-stall-seconds: must be more than twice the event loop's heartbeat "
+            f"({health.HEARTBEAT_SECONDS:g} s), not {args.liveness_stall_seconds:g}"
+        )
     if args.leader_elect and args.command in ("gateway", "route-agent"):
         parser.error(f"--leader-elect: every {args.command} acts on its own node; there is no leader to elect")
     if args.command == "route-agent" and not args.node_name:

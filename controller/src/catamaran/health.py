@@ -34,7 +34,8 @@ from .kube import informer
 log = logging.getLogger(__name__)
 
 TEST_HOOKS_ENV = "CATAMARAN_TEST_HOOKS"
-HEARTBEAT_SECONDS = 0.1
+# Ten beats a second cost an idle process most of its CPU; the stall limit is 30 s.
+HEARTBEAT_SECONDS = 1.0
 STALL_SECONDS = 30.0
 
 # A readiness check returns None when fine, else the reason it is not.

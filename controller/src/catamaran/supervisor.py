@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -117,32 +118,49 @@ class Supervisor:
         assert self.child is not None
         kill_at = None
         failures, next_probe, dead_reason = 0, time.monotonic(), None
-        while True:
-            try:
-                return self.child.wait(timeout=1), dead_reason
-            except subprocess.TimeoutExpired:
-                pass
-            if self.stopping or dead_reason:
-                kill_at = kill_at or time.monotonic() + (LIVENESS_STOP_GRACE if dead_reason else STOP_GRACE)
-                if time.monotonic() > kill_at:
-                    self.child.kill()
-                continue
-            if self.liveness is None or time.monotonic() < next_probe:
-                continue
-            next_probe = time.monotonic() + self.liveness.period
-            try:
-                url = self.liveness.url_file.read_text().strip()
-            except OSError:
-                continue  # the child is still starting: it writes the file once its health server listens
-            problem = probe(url, self.liveness.timeout)
-            failures = failures + 1 if problem else 0
-            if problem and failures >= self.liveness.failures:
-                dead_reason = f"liveness probe failed {failures} times in a row: {problem}"
-                self.liveness_restarts += 1
-                self.last_restart_reason = dead_reason
-                print(f"supervisor: {self.name}: {dead_reason}; restarting", file=sys.stderr, flush=True)
-                self._status(state="restarting", child_pid=self.child.pid)
-                self.child.send_signal(signal.SIGTERM)
+        # Popen.wait(timeout) polls every 50 ms; a pidfd wakes this loop once a second, or at the child's exit.
+        exited = exit_descriptor(self.child.pid)
+        try:
+            while True:
+                if exited is None:
+                    time.sleep(1.0)
+                else:
+                    select.select([exited], [], [], 1.0)
+                code = self.child.poll()
+                if code is not None:
+                    return code, dead_reason
+                if self.stopping or dead_reason:
+                    kill_at = kill_at or time.monotonic() + (LIVENESS_STOP_GRACE if dead_reason else STOP_GRACE)
+                    if time.monotonic() > kill_at:
+                        self.child.kill()
+                    continue
+                if self.liveness is None or time.monotonic() < next_probe:
+                    continue
+                next_probe = time.monotonic() + self.liveness.period
+                try:
+                    url = self.liveness.url_file.read_text().strip()
+                except OSError:
+                    continue  # the child is still starting: it writes the file once its health server listens
+                problem = probe(url, self.liveness.timeout)
+                failures = failures + 1 if problem else 0
+                if problem and failures >= self.liveness.failures:
+                    dead_reason = f"liveness probe failed {failures} times in a row: {problem}"
+                    self.liveness_restarts += 1
+                    self.last_restart_reason = dead_reason
+                    print(f"supervisor: {self.name}: {dead_reason}; restarting", file=sys.stderr, flush=True)
+                    self._status(state="restarting", child_pid=self.child.pid)
+                    self.child.send_signal(signal.SIGTERM)
+        finally:
+            if exited is not None:
+                os.close(exited)
+
+
+def exit_descriptor(pid: int) -> int | None:
+    """A descriptor readable once process `pid` exits; None without pidfds (before Linux 5.3, or refused)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:
