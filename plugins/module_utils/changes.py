@@ -98,10 +98,29 @@ class ChangeSet:
         current = cluster.get(api_version, kind, name, namespace)
         if current is None:
             return False
-        if (current.get("metadata") or {}).get("deletionTimestamp"):
-            return True  # already going; waiting is the caller's business
-        cluster.delete(api_version, kind, name, namespace, dry_run=self.check_mode, grace_period=grace_period)
-        self._record(cluster, describe(api_version, kind, name, namespace), "delete", current, None)
+        self.delete_object(cluster, api_version, kind, current, grace_period)
+        return True
+
+    def delete_object(self, cluster, api_version, kind, current, grace_period=None, propagation="Background"):
+        """Delete a live object (as read or listed: list items carry no kind) unless it is already going; returns
+        whether this deleted it."""
+        metadata = current.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            return False  # already going; waiting is the caller's business
+        name, namespace = metadata["name"], metadata.get("namespace")
+        deleted = cluster.delete(
+            api_version,
+            kind,
+            name,
+            namespace,
+            dry_run=self.check_mode,
+            grace_period=grace_period,
+            propagation=propagation,
+        )
+        if not deleted:
+            return False  # gone since it was read
+        before = dict(current, apiVersion=api_version, kind=kind)
+        self._record(cluster, describe(api_version, kind, name, namespace), "delete", before, None)
         return True
 
     def patch(self, cluster, current, patch, subresource=None):

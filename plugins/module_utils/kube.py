@@ -47,7 +47,12 @@ KINDS = {
     ("v1", "ServiceAccount"): ("serviceaccounts", True),
     ("coordination.k8s.io/v1", "Lease"): ("leases", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("rbac.authorization.k8s.io/v1", "Role"): ("roles", True),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rolebindings", True),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("networkpolicies", True),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): ("mutatingwebhookconfigurations", False),
+    ("apiregistration.k8s.io/v1", "APIService"): ("apiservices", False),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): ("validatingadmissionpolicies", False),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
@@ -235,9 +240,11 @@ class Cluster:
             what="patch " + describe(api_version, kind, name, namespace),
         )
 
-    def delete(self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None):
-        """Delete (background propagation); False when it was already gone."""
-        query = {"propagationPolicy": "Background"}
+    def delete(
+        self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None, propagation="Background"
+    ):
+        """Delete (background propagation unless told otherwise); False when it was already gone."""
+        query = {"propagationPolicy": propagation}
         if dry_run:
             query["dryRun"] = "All"
         if grace_period is not None:

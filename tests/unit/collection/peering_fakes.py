@@ -67,6 +67,7 @@ class FakeCluster:
         self.ca_data = None
         self.objects = {}
         self.deleted = []
+        self.propagations = []
         # The checkout's CRDs are served, as the crds role installs them before any peering (crds=False: none); each
         # cluster its own copies, so a test that serves a previous release's schema changes no other test's.
         self.crds = {crd["metadata"]["name"]: copy.deepcopy(crd) for crd in INSTALLED_CRDS} if crds else {}
@@ -120,11 +121,14 @@ class FakeCluster:
                 port["nodePort"] = kept.get(port["port"]) or min(set(range(30000, 32768)) - taken)
         return obj
 
-    def delete(self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None):
+    def delete(
+        self, api_version, kind, name, namespace=None, dry_run=False, grace_period=None, propagation="Background"
+    ):
         self.path(api_version, kind, name, namespace)
         if not dry_run:
             self.objects.pop((api_version, kind, namespace, name), None)
             self.deleted.append((kind, name))
+            self.propagations.append(propagation)
         return True
 
     def merge_patch(self, api_version, kind, name, patch, namespace=None, dry_run=False, subresource=None):
