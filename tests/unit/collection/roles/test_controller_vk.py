@@ -124,3 +124,76 @@ def test_the_models_pools_are_what_the_controller_role_takes():
     assert [sorted(names) for names in rights["leases"]] == [
         ["catamaran-cluster-2", "catamaran-cluster-2.gpu", "catamaran-cluster-2.real"]
     ]
+
+
+def trusted(value):
+    """Values as Ansible loads them from the role's own files: templates it may render."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [trusted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: trusted(item) for key, item in value.items()}
+    return value
+
+
+def role_value(expression, **variables):
+    """An expression over the role's defaults and deployment vars, as its tasks see them."""
+    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    values.update(yaml.safe_load((ROLE / "vars" / "deployment.yml").read_text()))
+    values.update(catamaran_cluster_id="cluster-1", controller__collection_version="0.0.0", **variables)
+    return Templar(loader=DataLoader(), variables=trusted(values)).template(trust_as_template(expression))
+
+
+def selected(labels, selectors):
+    """The label selector terms the role writes: `key=value`, `key` (exists) and `key notin (a,b)`."""
+    for term in selectors:
+        if " notin " in term:
+            key, values = term.split(" notin ")
+            if labels.get(key) in values.strip("()").split(","):
+                return False
+        elif "=" in term:
+            key, value = term.split("=")
+            if labels.get(key) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def matched(obj, targets, selectors):
+    """Whether one of the remove_objects targets (kind, namespace, name, label selectors) matches the object."""
+    meta = obj["metadata"]
+    return any(
+        (target["kind"], target.get("namespace"), target.get("name", meta["name"]))
+        == (obj["kind"], meta.get("namespace"), meta["name"])
+        and selected(meta.get("labels") or {}, target.get("label_selectors", selectors))
+        for target in targets
+    )
+
+
+def test_the_stop_and_the_prune_remove_all_a_virtual_kubelet_is_made_of():
+    objects = rendered("cluster-2")
+    stop = role_value(
+        "{{ __controller_stop_workloads + __controller_removal_targets + __controller_stop_named }}",
+        __controller_removal_kinds=trust_as_template("{{ __controller_stop_kinds }}"),
+    )
+    prune = role_value(
+        "{{ __controller_removal_targets }}",
+        __controller_removal_kinds=trust_as_template("{{ __controller_vk_kinds }}"),
+    )
+    managed = role_value("{{ [__controller_managed_selector] }}")
+    unlisted = role_value("{{ __controller_vk_prune_selector }}", controller_virtual_kubelets=["cluster-3"])
+    listed = role_value("{{ __controller_vk_prune_selector }}", controller_virtual_kubelets=["cluster-2"])
+    assert sorted({obj["kind"] for obj in objects}) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    for obj in objects:
+        assert matched(obj, stop, managed), obj["kind"]
+        assert matched(obj, prune, unlisted), obj["kind"]
+        assert not matched(obj, prune, listed), obj["kind"]
