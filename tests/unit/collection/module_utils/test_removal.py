@@ -106,6 +106,13 @@ TEARDOWN = [
     ),
 ]
 
+# What TEARDOWN removes from teardown_cluster(), in this order.
+TEARDOWN_REMOVES = [
+    "Deployment catamaran-system/catamaran-manager",
+    "ClusterRole catamaran-manager",
+    "MutatingWebhookConfiguration catamaran-pod-offloading",
+]
+
 
 def test_steps_delete_what_the_selector_or_name_matches_in_order_and_await_each_step():
     cluster = teardown_cluster()
@@ -113,11 +120,7 @@ def test_steps_delete_what_the_selector_or_name_matches_in_order_and_await_each_
 
     removed = remove_steps(cluster, changes, TEARDOWN, [MANAGED], wait=True, timeout=120)
 
-    assert removed == [
-        "Deployment catamaran-system/catamaran-manager",
-        "ClusterRole catamaran-manager",
-        "MutatingWebhookConfiguration catamaran-pod-offloading",
-    ]
+    assert removed == TEARDOWN_REMOVES
     assert cluster.deleted == [
         ("Deployment", "catamaran-manager"),
         ("ClusterRole", "catamaran-manager"),
@@ -169,11 +172,7 @@ def test_check_mode_deletes_as_dry_runs_and_waits_for_nothing():
 
     removed = remove_steps(cluster, changes, TEARDOWN, [MANAGED], wait=True, timeout=120)
 
-    assert removed == [
-        "Deployment catamaran-system/catamaran-manager",
-        "ClusterRole catamaran-manager",
-        "MutatingWebhookConfiguration catamaran-pod-offloading",
-    ]
+    assert removed == TEARDOWN_REMOVES
     assert cluster.deleted == []
     assert cluster.waits == []
     assert changes.changed
