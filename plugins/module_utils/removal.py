@@ -13,7 +13,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import time
-from collections import namedtuple
 
 from ansible_collections.catamaran.federation.plugins.module_utils.common import InvalidInput
 from ansible_collections.catamaran.federation.plugins.module_utils.kube import KINDS, describe
@@ -38,17 +37,8 @@ def target_spec():
     )
 
 
-class Target(namedtuple("Target", "api_version kind namespace labels fields")):
-    """One target, as the list and watch requests select it: a label selector, the name as a field selector, or
-    both (None where unset)."""
-
-    def describe(self, obj):
-        metadata = obj["metadata"]
-        return describe(self.api_version, self.kind, metadata["name"], metadata.get("namespace"))
-
-
 def targets(entries, default_selectors, what):
-    """Each entry as a Target; refuses what would match too much."""
+    """Each entry as (api_version, kind, namespace, name, selector string); refuses what would match too much."""
     result = []
     for entry in entries or []:
         key = (entry["api_version"], entry["kind"])
@@ -62,13 +52,18 @@ def targets(entries, default_selectors, what):
             raise InvalidInput("%s: %s is cluster-scoped, yet names namespace %r" % (what, entry["kind"], namespace))
         selectors = entry.get("label_selectors")
         selector = ",".join(default_selectors if selectors is None else selectors)
-        name = entry.get("name")
-        if not name and not selector:
+        if not entry.get("name") and not selector:
             # A kind's every object in a namespace (or cluster-wide) is never what a teardown means.
             raise InvalidInput("%s: %s names neither a name nor a label selector" % (what, entry["kind"]))
-        fields = "metadata.name=" + name if name else None
-        result.append(Target(entry["api_version"], entry["kind"], namespace, selector or None, fields))
+        result.append((entry["api_version"], entry["kind"], namespace, entry.get("name") or None, selector))
     return result
+
+
+def find(cluster, target):
+    """The live objects a target matches: by name (and selector, when both are given) or by selector."""
+    api_version, kind, namespace, name, selector = target
+    fields = "metadata.name=" + name if name else None
+    return cluster.list(api_version, kind, namespace, labels=selector or None, fields=fields)
 
 
 def remove_steps(cluster, changes, steps, default_selectors, wait, timeout, clock=time.monotonic):
@@ -86,12 +81,11 @@ def remove_steps(cluster, changes, steps, default_selectors, wait, timeout, cloc
     for deleted, awaited, propagation in plan:
         gone_after = []
         for target in deleted:
-            found = cluster.list(
-                target.api_version, target.kind, target.namespace, labels=target.labels, fields=target.fields
-            )
+            found = find(cluster, target)
             for obj in found:
-                if changes.delete_object(cluster, target.api_version, target.kind, obj, propagation=propagation):
-                    removed.append(target.describe(obj))
+                metadata = obj["metadata"]
+                if changes.delete_object(cluster, target[0], target[1], obj, propagation=propagation):
+                    removed.append(describe(target[0], target[1], metadata["name"], metadata.get("namespace")))
             if found:
                 gone_after.append(target)
         if wait and not changes.check_mode:
@@ -102,15 +96,19 @@ def remove_steps(cluster, changes, steps, default_selectors, wait, timeout, cloc
 def await_gone(cluster, targets_left, deadline, clock):
     """Watch each target until it matches nothing; one deadline for the whole step."""
     for target in targets_left:
+        api_version, kind, namespace, name, selector = target
         finished, items = cluster.watch_list_until(
-            target.api_version,
-            target.kind,
-            target.namespace,
+            api_version,
+            kind,
+            namespace,
             lambda items: not items,
             max(1, deadline - clock()),
-            labels=target.labels,
-            fields=target.fields,
+            labels=selector or None,
+            fields="metadata.name=" + name if name else None,
         )
         if not finished:
-            left = sorted(target.describe(item) for item in items)
+            left = sorted(
+                describe(api_version, kind, item["metadata"]["name"], item["metadata"].get("namespace"))
+                for item in items
+            )
             raise RemovalTimedOut("%s: still there after the wait: %s" % (cluster.label, ", ".join(left)), left)
