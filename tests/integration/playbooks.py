@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from .collection import isolated_environment
 
 LAB_INVENTORY = REPO_ROOT / "examples" / "lab" / "inventory.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+PLAYBOOK_TIMEOUT = 600  # seconds
 
 
 @dataclass
@@ -136,13 +139,26 @@ def run_playbook(
 
 
 def ansible_playbook(inventory: Path, target: str, *args: str, cwd: Path, env: dict[str, str]) -> PlaybookRun:
-    """`ansible-playbook -i <inventory> <target> <args>` from `cwd` with `env`, given ten minutes."""
-    result = subprocess.run(
+    """`ansible-playbook -i <inventory> <target> <args>` from `cwd` with `env`, given ten minutes.
+
+    It runs in a process group of its own, killed whole when the run times out or the test is interrupted (a
+    pytest-timeout): killing ansible-playbook alone would leave its workers running beside the next tests.
+    """
+    process = subprocess.Popen(
         [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), target, *args],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
+        start_new_session=True,
     )
-    return PlaybookRun(result.returncode, result.stdout, result.stderr)
+    try:
+        stdout, stderr = process.communicate(timeout=PLAYBOOK_TIMEOUT)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):  # the group has already ended
+            os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        print(f"ansible-playbook {target} killed; its stderr:\n{stderr}", file=sys.stderr)
+        raise
+    return PlaybookRun(process.returncode, stdout, stderr)

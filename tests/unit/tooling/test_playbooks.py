@@ -1,0 +1,58 @@
+"""How the integration tests run ansible-playbook (tests/integration/playbooks.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+
+from tests.integration import playbooks
+
+# A stand-in for ansible-playbook that forks a worker, as Ansible does, and records the worker's pid.
+FORKING_PLAYBOOK = """#!/bin/sh
+sleep 300 &
+echo $! > "$PIDFILE"
+echo started >&2
+wait
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone but for its exit status
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_run_past_its_time_is_killed_with_every_process_it_forked(tmp_path, monkeypatch, capsys):
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text(FORKING_PLAYBOOK)
+    fake.chmod(0o755)
+    pidfile = tmp_path / "worker.pid"
+    monkeypatch.setattr(playbooks, "ANSIBLE_PLAYBOOK", fake)
+    monkeypatch.setattr(playbooks, "PLAYBOOK_TIMEOUT", 1)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            playbooks.ansible_playbook(
+                tmp_path / "inventory.yml", "site.yml", cwd=tmp_path, env={"PIDFILE": str(pidfile)}
+            )
+        except BaseException as error:  # handed to the test's thread
+            raised.append(error)
+
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(timeout=30)  # the worker sleeps 300 s: a caller still waiting is waiting for it
+    worker = int(pidfile.read_text())
+    try:
+        assert not caller.is_alive(), "the run still waits for its forked worker, which holds its output pipes"
+        assert [type(error) for error in raised] == [subprocess.TimeoutExpired]
+        assert not alive(worker), "the playbook's forked worker outlived the run"
+        assert "started" in capsys.readouterr().err, "what the run printed to stderr is kept for the report"
+    finally:
+        if alive(worker):
+            os.kill(worker, signal.SIGKILL)
