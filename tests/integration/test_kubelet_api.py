@@ -274,6 +274,24 @@ def _read_until(fd: int, wanted: str, timeout: float = 20) -> str:
     return output
 
 
+def _remote_size_reaches(controller: int, size: str, timeout: float = 20) -> str:
+    """Asks the remote shell its terminal size (`stty size`) until it answers `size`, and returns what it printed.
+
+    kubectl sends a size on the resize stream, beside the shell's input: a command typed at once may run before it
+    has arrived (busybox then prints "stty: standard input"), as with any kubelet. The size must arrive, not first.
+    """
+    output, asked = "", 1000
+    deadline = time.monotonic() + timeout
+    while size not in output and time.monotonic() < deadline:
+        asked += 1
+        # The shell's arithmetic marks its answer; the terminal's echo of the command line does not match it.
+        os.write(controller, f"stty size; echo asked=$(({asked}+1))\n".encode())
+        output += _read_until(controller, f"asked={asked + 1}", max(deadline - time.monotonic(), 0.5))
+        if size not in output:
+            time.sleep(0.5)
+    return output
+
+
 @contextlib.contextmanager
 def remote_shell(lab, rows: int = 24, columns: int = 80):
     """`kubectl exec -it talker -- sh` on a pseudo-terminal of the given size: the kubectl process and our end."""
@@ -296,16 +314,16 @@ def remote_shell(lab, rows: int = 24, columns: int = 80):
 
 def test_exec_interactive_with_a_terminal(lab, fed):
     with remote_shell(lab, rows=33, columns=101) as (session, controller):
-        os.write(controller, b"stty size; echo answer=$((6*7)); tty\n")
+        os.write(controller, b"echo answer=$((6*7)); tty\n")
         output = _read_until(controller, "/dev/pts")
         assert "answer=42" in output, output
+        output = _remote_size_reaches(controller, "33 101")
         assert "33 101" in output, f"the terminal size did not reach the remote shell: {output!r}"
         # Resize the local terminal: kubectl sends the new size on the resize stream.
         fcntl.ioctl(controller, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         os.kill(session.pid, 28)  # SIGWINCH
-        time.sleep(1)
-        os.write(controller, b"stty size\n")
-        assert "40 120" in _read_until(controller, "40 120"), "the resize did not reach the remote terminal"
+        output = _remote_size_reaches(controller, "40 120")
+        assert "40 120" in output, f"the resize did not reach the remote terminal: {output!r}"
         os.write(controller, b"exit 7\n")
         assert session.wait(timeout=20) == 7
 
