@@ -27,6 +27,15 @@ CRI_NAMESPACE = "k8s.io"
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs: a zombie has ended and waits only for its parent to read its exit status."""
+    try:
+        # The state follows the command name, which is in parentheses and may hold spaces.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def run(*command: str, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if check and result.returncode != 0:

@@ -340,7 +340,7 @@ class Lab:
         (self.cluster_dir(cluster) / f"{component}.stopped.json").write_text(json.dumps(saved))
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
-        while Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
+        while host.process_alive(pid):
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
@@ -708,7 +708,7 @@ def _processes_of(pid_dir: Path) -> dict[str, bool]:
         except (OSError, ValueError):
             found[pid_file.stem] = False
             continue
-        found[pid_file.stem] = Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
+        found[pid_file.stem] = host.process_alive(pid)
     return found
 
 
@@ -764,17 +764,10 @@ def _kill_processes_under(root: Path) -> int:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
             time.sleep(0.2)
-        pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and not _is_zombie(pid)]
+        pids = [pid for pid in pids if host.process_alive(pid)]
         if not pids:
             break
     return found
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return False
 
 
 def _wait_ports_released(ports: dict[int, str], timeout: float = 15) -> None:

@@ -270,7 +270,7 @@ class RealNode:
             raise LabError(f"{self.cluster.name}: {component} of the real node is not running")
         os.kill(pid, sig)
         deadline = time.monotonic() + 20
-        while _alive(pid):
+        while host.process_alive(pid):
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
@@ -280,7 +280,7 @@ class RealNode:
             pid = int(self._pid_file(component).read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if host.process_alive(pid) else None
 
     def _pid_file(self, component: str) -> Path:
         return self.layout.path("pids", f"{component}.pid")
@@ -451,13 +451,6 @@ def last_error_lines(log_path: Path, count: int = 6, width: int = 400) -> list[s
 def _pause(images: list[Image]) -> str:
     """The lab's own pause: the e2e images may hold upstream's name for another build of it."""
     return next(image.name for image in images if image.name.startswith(f"{IMAGE_PREFIX}/pause:"))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def remove_leftovers(root: Path, lab_id: str) -> list[str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from . import pki
+from . import host, pki
 from .errors import LabError
 from .images import Image
 
@@ -275,9 +275,9 @@ class Registry:
     def running(self) -> bool:
         try:
             pid = int(self.layout.pid_file.read_text().strip())
-            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
         except (OSError, ValueError):
             return False
+        return host.process_alive(pid)
 
     def push(self, image: Image, repository: str, tag: str | None = None) -> str:
         """Copy the OCI archive of `image` to `<repository>:<tag>` (the image's own tag by default); the tag pushed."""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 
+from catamaran_lab.host import process_alive
 from tests.integration import playbooks
 
 # A stand-in for ansible-playbook that forks a worker, as Ansible does, and records the worker's pid.
@@ -16,15 +17,6 @@ echo $! > "$PIDFILE"
 echo started >&2
 wait
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone but for its exit status
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_run_past_its_time_is_killed_with_every_process_it_forked(tmp_path, monkeypatch, capsys):
@@ -51,8 +43,8 @@ def test_a_run_past_its_time_is_killed_with_every_process_it_forked(tmp_path, mo
     try:
         assert not caller.is_alive(), "the run still waits for its forked worker, which holds its output pipes"
         assert [type(error) for error in raised] == [subprocess.TimeoutExpired]
-        assert not alive(worker), "the playbook's forked worker outlived the run"
+        assert not process_alive(worker), "the playbook's forked worker outlived the run"
         assert "started" in capsys.readouterr().err, "what the run printed to stderr is kept for the report"
     finally:
-        if alive(worker):
+        if process_alive(worker):
             os.kill(worker, signal.SIGKILL)
