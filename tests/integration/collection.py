@@ -12,6 +12,8 @@ from pathlib import Path
 
 from catamaran_lab.paths import REPO_ROOT
 
+from . import commands
+
 BIN = Path(sys.executable).parent
 BUILD_SCRIPT = REPO_ROOT / "tools" / "build-collection"
 
@@ -40,9 +42,7 @@ def isolated_environment(collections: Path) -> dict[str, str]:
 
 def build_artifact(output: Path) -> Path:
     """tools/build-collection, as `make collection` runs it: the controller's wheel, then the artifact."""
-    result = subprocess.run(
-        [str(BUILD_SCRIPT), str(output)], env=tool_environment(), capture_output=True, text=True, timeout=300
-    )
+    result = commands.run([BUILD_SCRIPT, output], env=tool_environment(), timeout=300)
     if result.returncode != 0:
         raise AssertionError(f"tools/build-collection failed:\n{result.stdout}{result.stderr}")
     return Path(result.stdout.strip().splitlines()[-1])

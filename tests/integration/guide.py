@@ -20,6 +20,8 @@ from pathlib import Path
 
 from catamaran_lab.paths import REPO_ROOT
 
+from . import commands
+
 GUIDE = REPO_ROOT / "docs" / "guide"
 PAGES = ("install.md", "peer.md", "offload.md", "troubleshooting.md", "uninstall.md")
 FENCED = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -105,13 +107,8 @@ class Guide:
 
     def shell(self, script: str, what: str) -> subprocess.CompletedProcess:
         """`script` run by the user's shell (for a test's own commands between the guide's); recorded."""
-        result = subprocess.run(
-            ["bash", "-xeuo", "pipefail", "-c", script],
-            cwd=self.workdir,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=BLOCK_TIMEOUT_S,
+        result = commands.run(
+            ["bash", "-xeuo", "pipefail", "-c", script], cwd=self.workdir, env=self.env, timeout=BLOCK_TIMEOUT_S
         )
         self.transcript.append(f"# {what}, exit {result.returncode}\n{result.stdout}{result.stderr}")
         return result

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +15,7 @@ import yaml
 from catamaran_lab.lab import Lab
 from catamaran_lab.paths import REPO_ROOT, state_dir
 
+from . import commands
 from .collection import isolated_environment
 
 LAB_INVENTORY = REPO_ROOT / "examples" / "lab" / "inventory.yml"
@@ -139,26 +137,9 @@ def run_playbook(
 
 
 def ansible_playbook(inventory: Path, target: str, *args: str, cwd: Path, env: dict[str, str]) -> PlaybookRun:
-    """`ansible-playbook -i <inventory> <target> <args>` from `cwd` with `env`, given ten minutes.
-
-    It runs in a process group of its own, killed whole when the run times out or the test is interrupted (a
-    pytest-timeout): killing ansible-playbook alone would leave its workers running beside the next tests.
-    """
-    process = subprocess.Popen(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), target, *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    """`ansible-playbook -i <inventory> <target> <args>` from `cwd` with `env`, given ten minutes; killed with every
+    worker it forked when it takes longer or the test is interrupted (commands.run)."""
+    result = commands.run(
+        [ANSIBLE_PLAYBOOK, "-i", inventory, target, *args], timeout=PLAYBOOK_TIMEOUT, cwd=cwd, env=env
     )
-    try:
-        stdout, stderr = process.communicate(timeout=PLAYBOOK_TIMEOUT)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):  # the group has already ended
-            os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        print(f"ansible-playbook {target} killed; its stderr:\n{stderr}", file=sys.stderr)
-        raise
-    return PlaybookRun(process.returncode, stdout, stderr)
+    return PlaybookRun(result.returncode, result.stdout, result.stderr)

@@ -19,6 +19,7 @@ from catamaran_lab import controller_image
 from catamaran_lab.images import Image
 from catamaran_lab.paths import REPO_ROOT
 
+from . import commands
 from .collection import tool_environment
 
 # The release this checkout upgrades from (its version is that commit's galaxy.yml).
@@ -59,7 +60,7 @@ def added_spec_fields(previous: Release) -> dict[str, set[str]]:
 
 
 def _run(command: list[str], what: str, **kwargs) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+    result = commands.run(command, timeout=600, **kwargs)
     if result.returncode != 0:
         raise AssertionError(f"{what} failed ({result.returncode}):\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
     return result.stdout

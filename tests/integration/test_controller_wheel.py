@@ -20,6 +20,7 @@ import yaml
 
 from catamaran_lab.paths import REPO_ROOT
 
+from . import commands
 from .lab_access import wait_for
 from .playbooks import controller_playbook, lab_inventory, run_playbook, write_inventory
 
@@ -47,7 +48,7 @@ def shipped_wheel(collections: Path) -> Path:
 
 
 def run(*args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(arg) for arg in args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    result = commands.run(args, cwd=cwd, timeout=timeout)
     assert result.returncode == 0, f"{' '.join(map(str, args))}:\n{result.stdout}{result.stderr}"
     return result
 

@@ -30,7 +30,7 @@ from packaging.requirements import Requirement
 
 from catamaran_lab.paths import REPO_ROOT
 
-from . import release
+from . import commands, release
 from .federation import node_ready, twin_ready
 from .lab_access import get_json, wait_for
 from .playbooks import ansible_env
@@ -122,9 +122,7 @@ class Runner:
             for name, value in (step.get("env") or {}).items():
                 secret = re.fullmatch(r"\$\{\{ secrets\.(\w+) \}\}", value)
                 env[name] = self.secrets[secret.group(1)] if secret else value
-            result = subprocess.run(
-                ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=900
-            )
+            result = commands.run(["bash", "-c", command], cwd=clone, env=env, timeout=900)
             runs.append(StepRun(step.get("name", command), result.returncode, result.stdout + result.stderr))
             if result.returncode != 0:
                 break
@@ -231,7 +229,7 @@ def pipeline(lab, collection_artifact, previous_release, tmp_path_factory):
     finally:
         # Not a job of the pipeline: an administrator's clone, with the collection the pipeline installs.
         clone = runner.checkout("main")
-        teardown = subprocess.run(
+        teardown = commands.run(
             [
                 "bash",
                 "-c",
@@ -239,8 +237,6 @@ def pipeline(lab, collection_artifact, previous_release, tmp_path_factory):
             ],
             cwd=clone,
             env=dict(runner.environment(), FEDERATION_KUBECONFIG=runner.secrets["FEDERATION_KUBECONFIG"]),
-            capture_output=True,
-            text=True,
             timeout=600,
         )
         lab.kubectl(CONSUMER, "delete", "namespace", NAMESPACE, "--wait=false", check=False)

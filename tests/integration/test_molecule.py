@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from catamaran_lab.paths import REPO_ROOT
 
+from . import commands
 from .playbooks import ansible_env
 
 SCENARIOS = sorted(
@@ -41,12 +41,10 @@ def test_molecule_scenario(lab, role, scenario):
         CATAMARAN_MOLECULE_CONTEXT="cluster-3",
         NO_COLOR="1",
     )
-    result = subprocess.run(
-        [str(venv_bin / "molecule"), "test", "--scenario-name", scenario],
+    result = commands.run(
+        [venv_bin / "molecule", "test", "--scenario-name", scenario],
         cwd=REPO_ROOT / "roles" / role,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=SCENARIO_TIMEOUT_S,
     )
     output = result.stdout + result.stderr

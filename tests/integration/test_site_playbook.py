@@ -23,7 +23,7 @@ from catamaran import certs
 from tests.integration.lab_access import get_json, require_real_node, wait_for
 from tests.integration.manifests import http_service, real_pod
 
-from . import playbooks
+from . import commands, playbooks
 from .federation import gateway_facts, offload_namespace
 from .federation import node_ready as node_ready_status
 from .playbooks import hosts, lab_inventory, write_inventory
@@ -99,9 +99,8 @@ def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
         assert Path(f"/proc/{supervisor}/cmdline").read_bytes().split(b"\0")[0] == bytes(venv / "bin" / "python")
 
     # The demo as `make demo` runs it: real containers on the providers' real nodes.
-    deploy = subprocess.run(
-        [str(DEMO), "deploy"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), capture_output=True, text=True
-    )
+    # Its rollouts wait up to 180 s and 120 s; showing waits up to 150 s for metrics-server's figures.
+    deploy = commands.run([DEMO, "deploy"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), timeout=420)
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
 
     def running_remotely():
@@ -117,9 +116,7 @@ def test_converges_from_empty_and_runs_the_app_remotely(lab, federation):
     ]
     assert len(remote) == REPLICAS
     assert {pod["spec"]["nodeName"] for pod in remote} <= {f"{provider}-real" for provider in PROVIDERS}
-    show = subprocess.run(
-        [str(DEMO), "show"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), capture_output=True, text=True
-    )
+    show = commands.run([DEMO, "show"], env=dict(os.environ, CATAMARAN_LAB_DIR=str(lab.root)), timeout=300)
     assert show.returncode == 0, show.stdout + show.stderr
     # What `make demo` prints ends with the pods' and the virtual nodes' metrics, and no error.
     printed = show.stdout + show.stderr

@@ -1,4 +1,5 @@
-"""How the integration tests run ansible-playbook (tests/integration/playbooks.py)."""
+"""How the integration tests run commands that start processes of their own (tests/integration/commands.py), as
+ansible-playbook (tests/integration/playbooks.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 from catamaran_lab.host import process_alive
-from tests.integration import playbooks
+from tests.integration import commands, playbooks
 
 # A stand-in for ansible-playbook that forks a worker, as Ansible does, and records the worker's pid.
 FORKING_PLAYBOOK = """#!/bin/sh
@@ -48,3 +50,32 @@ def test_a_run_past_its_time_is_killed_with_every_process_it_forked(tmp_path, mo
     finally:
         if process_alive(worker):
             os.kill(worker, signal.SIGKILL)
+
+
+# A command whose child leaves its process group (a daemon in a session of its own) and keeps its output pipes.
+ESCAPING_COMMAND = """setsid sleep 300 &
+echo $! > "$PIDFILE"
+wait
+"""
+
+
+def test_a_killed_command_is_not_waited_for_when_a_process_outside_its_group_holds_its_output(
+    tmp_path, monkeypatch, capsys
+):
+    pidfile = tmp_path / "escaped.pid"
+    monkeypatch.setattr(commands, "KILLED_OUTPUT_SECONDS", 1.0)
+    started = time.monotonic()
+    try:
+        try:
+            commands.run(["sh", "-c", ESCAPING_COMMAND], timeout=1, env={**os.environ, "PIDFILE": str(pidfile)})
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            raise AssertionError("a command past its time returned instead of raising TimeoutExpired")
+        took = time.monotonic() - started
+        assert took < 30, f"the run waited {took:.0f} s for a process outside the group, which holds its pipes"
+        assert "still held its output" in capsys.readouterr().err, "the report says why the output is missing"
+    finally:
+        escaped = int(pidfile.read_text())
+        if process_alive(escaped):
+            os.kill(escaped, signal.SIGKILL)
