@@ -22,7 +22,7 @@ GET_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 
-.PHONY: help setup collection image conformance lab-build lab-up lab-down lab-status demo demo-down lint format sanity test test-unit test-integration clean
+.PHONY: help setup collection image conformance lab-build lab-up lab-down lab-status demo demo-down lint format sanity sanity-tree sanity-checks test test-checks test-check-lint test-check-sanity test-check-unit test-unit test-integration clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -117,17 +117,24 @@ format: setup ## apply ruff's fixes and formatting
 $(GET_PIP): tests/sanity/get_pip.py
 	install -D -m 0644 $< $@
 
-sanity: setup $(GET_PIP) ## ansible-test sanity on the collection, and ansible-doc renders every module, filter and role
+sanity: sanity-tree ## ansible-test sanity on the collection, and ansible-doc renders every module, filter and role
+	$(MAKE) --no-print-directory sanity-checks
+
+# What `make sanity` checks, on the tree sanity-tree made (make test makes it before its other checks start).
+sanity-checks: setup $(GET_PIP)
+	cd $(SANITY_TREE) && $(CURDIR)/$(BIN)/ansible-test sanity --local \
+		--python "$$($(CURDIR)/$(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+		$(foreach dir,$(SANITY_EXCLUDE),--exclude '$(dir).*')
+	$(BIN)/python tests/sanity/ansible_doc_check.py $(SANITY_ROOT) catamaran.federation
+
+# ansible-test checks a collection in a tree of its own: a copy of the checkout's files (tracked or not, never ignored).
+sanity-tree: setup $(GET_PIP)
 	rm -rf $(SANITY_ROOT)
 	mkdir -p $(SANITY_TREE)
 	git ls-files -z --cached --others --exclude-standard \
 		| while IFS= read -r -d '' f; do if [[ -e $$f || -L $$f ]]; then printf '%s\0' "$$f"; fi; done \
 		| tar -c --null -T - -f - | tar -x -C $(SANITY_TREE) -f -
 	git -C $(SANITY_TREE) init --quiet
-	cd $(SANITY_TREE) && $(CURDIR)/$(BIN)/ansible-test sanity --local \
-		--python "$$($(CURDIR)/$(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
-		$(foreach dir,$(SANITY_EXCLUDE),--exclude '$(dir).*')
-	$(BIN)/python tests/sanity/ansible_doc_check.py $(SANITY_ROOT) catamaran.federation
 
 test-unit: setup ## pure-logic tests, no clusters
 	$(BIN)/pytest tests/unit
@@ -148,17 +155,25 @@ test-integration: lab-build ## tests against the lab's real kube-apiservers, sid
 
 # Every phase timed (tools/timed); the run ends with the time by phase and file and its slowest tests, and the
 # machine's load and speed at its start and end (tests/timing.py). Lint, sanity and unit tests come before the lab,
-# which they do not need.
+# which they do not need, side by side (test-checks): sanity's copy of the tree is made before the others start, so
+# nothing they write can slip into it.
 test: setup ## everything CI runs: lint, sanity, unit tests, then integration and Molecule tests against the lab
 	rm -rf $(TEST_RUNS)
 	$(BIN)/python -m tests.timing probe start $(TEST_RUNS)/times
-	$(TIMED) lint $(MAKE) --no-print-directory lint
-	$(TIMED) sanity $(MAKE) --no-print-directory sanity
-	$(TIMED) unit $(BIN)/pytest tests/unit
+	$(MAKE) --no-print-directory sanity-tree
+	$(MAKE) --no-print-directory --jobs=3 --output-sync=target test-checks
 	$(TIMED) lab-build $(MAKE) --no-print-directory lab-build
 	$(BIN)/python -m tests.parallel run --workers $(TEST_WORKERS) $(FABRIC_OVERLAP_TESTS); status=$$?; \
 	  $(BIN)/python -m tests.timing probe end $(TEST_RUNS)/times; \
 	  $(BIN)/python -m tests.timing report $(TEST_RUNS)/times; exit $$status
+
+test-checks: test-check-lint test-check-sanity test-check-unit
+test-check-lint: setup
+	$(TIMED) lint $(MAKE) --no-print-directory lint
+test-check-sanity: setup
+	$(TIMED) sanity $(MAKE) --no-print-directory sanity-checks
+test-check-unit: setup
+	$(TIMED) unit $(BIN)/pytest tests/unit
 
 # Not in `make test`: two runs of about 220 upstream tests take most of an hour on this machine.
 conformance: lab-build ## the upstream e2e tests on a real node, then offloaded: bench/results/conformance.{csv,png}
