@@ -762,7 +762,7 @@ def _kill_processes_under(root: Path) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+        while time.monotonic() < deadline and any(host.process_alive(pid) for pid in pids):
             time.sleep(0.2)
         pids = [pid for pid in pids if host.process_alive(pid)]
         if not pids:
