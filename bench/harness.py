@@ -221,6 +221,12 @@ def pin(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(task.name), cpus)
 
 
+def pin_control_plane(lab: Lab, cluster: str, cpus: set[int]) -> None:
+    """A lab cluster's components on `cpus` only, as a cluster on a machine of its own."""
+    for pid in control_plane_pids(lab, cluster).values():
+        pin(pid, cpus)
+
+
 def control_plane_pids(lab: Lab, cluster: str) -> dict[str, int]:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and metrics-server of a lab cluster."""
     found = {}

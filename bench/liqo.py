@@ -25,6 +25,12 @@ every setting, the machine's speed around each system's runs (tests/timing.py's 
 a side-by-side table with the ratio Catamaran/Liqo, writes bench/results/liqo-*.csv and
 bench/results/liqo-*.png. Asserts nothing.
 
+Both clusters share the machine's CPUs unless --cpu-per-side puts each on a CPU of its own, as clusters on machines
+of their own: the consumer's control plane and the agents working for it (a virtual kubelet, anything named after
+the consumer) on CPU 0, the provider's and its agents on CPU 1; the bench's own watch runs on either. Its local run
+then has the consumer's one CPU, and the floor is each side redoing the pods' work on its own CPU, side by side.
+Its files end in -cpu-per-side.
+
 Liqo comes from a checkout of a pinned tag, not from this repository (`--liqo-src`, default
 ~/.cache/catamaran-bench/liqo-v1.2.0/src); its binaries are built once into ../bin beside it:
 
@@ -32,6 +38,7 @@ Liqo comes from a checkout of a pinned tag, not from this repository (`--liqo-sr
     .venv/bin/python bench/liqo.py                          # N = 1000
     .venv/bin/python bench/liqo.py --n 1000 --n 10000
     .venv/bin/python bench/liqo.py --system liqo --keep-lab # one system only
+    .venv/bin/python bench/liqo.py --cpu-per-side           # each cluster on a CPU of its own
 """
 
 from __future__ import annotations
@@ -191,6 +198,8 @@ def settle(peer, window_s: float = 3.0, idle_cpu_s: float = 0.1, limit_s: float 
 
 # The CPUs this bench and the lab may use: every run of it is CPU-bound (bench/results/README.md).
 CPUS = len(os.sched_getaffinity(0))
+# --cpu-per-side: cluster -> the CPUs its control plane and its agents run on (empty: all share every CPU).
+SIDE_CPUS: dict[str, set[int]] = {}
 LOCAL_TOTAL = "N={size} local total s"
 FLOOR = "N={size} floor s"
 
@@ -200,13 +209,47 @@ def control_planes(cpu_s: dict[str, float]) -> dict[str, float]:
     return {name: used for name, used in cpu_s.items() if name.split(" ")[0] in (CONSUMER, PROVIDER)}
 
 
-def floor_cpu_s(local_cpu: dict[str, float]) -> float:
-    """The control planes' CPU no offloading avoids, from the local run: every pod lives twice, once in the consumer's
-    control plane (its kwok nodes aside: the virtual node stands in for them) and once in the provider's, kwok's
-    kubelet work included. The ShadowPods' own writes and the agents come on top."""
+def floor_cpu_s(local_cpu: dict[str, float]) -> dict[str, float]:
+    """The control planes' CPU no offloading avoids, per cluster, from the local run: every pod lives twice, once in
+    the consumer's control plane (its kwok nodes aside: the virtual node stands in for them) and once in the
+    provider's, kwok's kubelet work included. The ShadowPods' own writes and the agents come on top."""
     consumer = {name: used for name, used in control_planes(local_cpu).items() if name.startswith(f"{CONSUMER} ")}
     kubelets = sum(used for name, used in consumer.items() if "kwok" in name)
-    return 2 * sum(consumer.values()) - kubelets
+    return {CONSUMER: sum(consumer.values()) - kubelets, PROVIDER: sum(consumer.values())}
+
+
+def floor_s(floor_cpu: dict[str, float]) -> float:
+    """The shortest time that CPU allows: on the shared CPUs, all of it over all of them; with a CPU per side, the
+    busier side's share over its own CPUs (the two sides work at once)."""
+    if SIDE_CPUS:
+        return max(used / len(SIDE_CPUS[cluster]) for cluster, used in floor_cpu.items())
+    return sum(floor_cpu.values()) / CPUS
+
+
+def describe_floor(floor_cpu: dict[str, float]) -> str:
+    if SIDE_CPUS:
+        per_side = ", ".join(f"{c} {used:.1f} CPU s on CPU {sorted(SIDE_CPUS[c])}" for c, used in floor_cpu.items())
+        return f"each side redoes the local run's control-plane work (the consumer's kwok aside): {per_side}"
+    return (
+        f"the local run's control-plane CPU twice (every pod lives on both sides, the consumer's kwok aside), "
+        f"{sum(floor_cpu.values()):.1f} CPU s on {CPUS} CPUs"
+    )
+
+
+def pin_sides(lab: Lab, peer) -> None:
+    """--cpu-per-side: each cluster's control plane and the agents working for it on its own CPUs. Again after an
+    agent restarts (a new process)."""
+    if not SIDE_CPUS:
+        return
+    for cluster, cpus in SIDE_CPUS.items():
+        harness.pin_control_plane(lab, cluster, cpus)
+    for name, pid in peer.pids().items():
+        harness.pin(pid, SIDE_CPUS[CONSUMER if side(name) == "consumer" else PROVIDER])
+
+
+def files(stem: str) -> str:
+    """A result file's stem, marked when the clusters had a CPU each (those figures do not replace shared ones)."""
+    return f"{stem}-cpu-per-side" if SIDE_CPUS else stem
 
 
 def local_baseline(peer, size: int, figures: Figures, timeout_s: float) -> None:
@@ -251,18 +294,14 @@ def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s:
     local_cpu = figures.local_cpu.get(size)
     floor_cpu = floor_cpu_s(local_cpu) if local_cpu is not None else None
     if floor_cpu is not None:
-        values[FLOOR.format(size=size)] = floor_cpu / CPUS
+        values[FLOOR.format(size=size)] = floor_s(floor_cpu)
     figures.startups[size] = run.startups
     figures.agents[size] = {name: (settled[name], run.peak_mib[name]) for name in run.cpu_s}
     print(f"\n== {system}, N = {size}: {run.total_s:.1f} s, start-up p50 {run.p50:.2f} s, p99 {run.p99:.2f} s")
     print(f"  agents busy {settled_s:.0f} s more after all Ready; CPU and requests below count until they settled")
     if floor_cpu is not None:
-        floor_s = values[FLOOR.format(size=size)]
-        print(
-            f"  floor: the local run's control-plane CPU twice (every pod lives on both sides, the consumer's kwok "
-            f"aside), {floor_cpu:.1f} CPU s on {CPUS} CPUs = {floor_s:.1f} s; "
-            f"this run {run.total_s / floor_s:.2f} times that"
-        )
+        floor = values[FLOOR.format(size=size)]
+        print(f"  floor: {describe_floor(floor_cpu)} = {floor:.1f} s; this run {run.total_s / floor:.2f} times that")
     for name in run.cpu_s:
         print(
             f"  {name}: CPU {settled[name]:.1f} s ({settled[name] / size * 1000:.1f} ms/pod; "
@@ -274,13 +313,13 @@ def offload(lab: Lab, peer, system: str, size: int, figures: Figures, timeout_s:
         print(f"  {cluster} kube-apiserver: {sum(served[cluster].values()):.0f} requests; per pod: {top}")
         for request, count in served[cluster].items():
             api_rows.append({"cluster": cluster, "request": request, "count": count, "per_pod": count / size})
-    harness.write_csv(f"liqo-api-{system}-N-{size}.csv", api_rows)
+    harness.write_csv(files(f"liqo-api-{system}-N-{size}") + ".csv", api_rows)
     if run.hops:
         harness.print_hops(f"{system}, N = {size}", run.hops)
     runs = {"local": local_cpu} if local_cpu else {}
     harness.print_cpu(f"{system}, N = {size}", {**runs, system: run.machine_cpu_s})
     if run.hops:
-        harness.write_csv(f"liqo-hops-{system}-N-{size}.csv", run.hops)
+        harness.write_csv(files(f"liqo-hops-{system}-N-{size}") + ".csv", run.hops)
 
 
 def recreate(lab: Lab, peer, remote_namespace: str, count: int, figures: Figures) -> None:
@@ -398,6 +437,7 @@ async def _kill_run(lab: Lab, peer, system: str, size: int, timeout_s: float) ->
     killed = time.monotonic()
     print(f"  {system}: virtual kubelet killed with {len(times.ready)}/{size} pods Ready; started again", flush=True)
     await asyncio.to_thread(peer.restart_agent)
+    pin_sides(lab, peer)
     try:
         await watch
     except TimeoutError:
@@ -450,6 +490,7 @@ def measure(lab: Lab, system: str, args, bin_dir: Path, figures: Figures) -> Non
     try:
         started = time.monotonic()
         peer.start()
+        pin_sides(lab, peer)
         print(f"\n{system}: peered, virtual node {peer.node_name} Ready in {time.monotonic() - started:.0f} s")
         for line in peer.describe():
             print(f"  {line}")
@@ -521,10 +562,19 @@ def main() -> None:
     parser.add_argument("--kill-pods", type=int, default=1000, help="pods of the agent-kill run (0: skip)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds an offload run may take")
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
+    parser.add_argument(
+        "--cpu-per-side",
+        action="store_true",
+        help="the consumer and its agents on CPU 0, the provider and its agents on CPU 1, as machines of their own",
+    )
     harness.allow_noisy_argument(parser)
     args = parser.parse_args()
     harness.QUIET.allow_noisy = args.allow_noisy
     args.n = args.n or DEFAULT_N
+    if args.cpu_per_side:
+        if CPUS < 2:
+            raise SystemExit("--cpu-per-side needs two CPUs")
+        SIDE_CPUS.update({CONSUMER: {0}, PROVIDER: {1}})
     systems = args.system or SYSTEMS
     bin_dir = liqo_peer.ensure_binaries(args.liqo_src) if "liqo" in systems else Path()
     results: dict[str, Figures] = {}
@@ -549,22 +599,27 @@ def main() -> None:
                     f"liqo client rate limit: --client-qps {args.qps} --client-max-burst {args.burst} (every process)"
                 )
                 print("liqo: networking module off, no webhook; virtual kubelet " + " ".join(liqo_peer.CHART_VK_ARGS))
-                print(f"workloads: own virtual node's node selector and toleration in both; sizes {args.n}", flush=True)
+                print(f"workloads: own virtual node's node selector and toleration in both; sizes {args.n}")
+                if SIDE_CPUS:
+                    sides = ", ".join(f"{c} and its agents on CPU {sorted(cpus)}" for c, cpus in SIDE_CPUS.items())
+                    print(f"CPU per side: {sides}; the bench's own watch on either", flush=True)
+                else:
+                    print("CPUs: every process may run on every CPU (both clusters share the machine)", flush=True)
             results[system] = Figures()
             measure(lab, system, args, bin_dir, results[system])
     finally:
         if results:
             rows = print_table(results)
             sizes = "-".join(map(str, args.n))
-            print(f"\nfigures: {harness.write_csv(f'liqo-N-{sizes}.csv', rows)}")
+            print(f"\nfigures: {harness.write_csv(files(f'liqo-N-{sizes}') + '.csv', rows)}")
             for size in args.n:
                 series = {f"{s} N={size}": f.startups.get(size, []) for s, f in results.items()}
                 chart = harness.startup_cdf(series, f"Pod start-up, Catamaran and Liqo, N = {size}")
-                print(f"chart: {harness.plot(f'liqo-startup-N-{size}.png', chart)}")
+                print(f"chart: {harness.plot(files(f'liqo-startup-N-{size}') + '.png', chart)}")
                 cpu = agent_bars(results, size, 0, "CPU ms per offloaded pod", 1000)
-                print(f"chart: {harness.plot(f'liqo-cpu-N-{size}.png', cpu)}")
+                print(f"chart: {harness.plot(files(f'liqo-cpu-N-{size}') + '.png', cpu)}")
                 memory = agent_bars(results, size, 1, "peak RSS KiB per offloaded pod", 1024)
-                print(f"chart: {harness.plot(f'liqo-memory-N-{size}.png', memory)}")
+                print(f"chart: {harness.plot(files(f'liqo-memory-N-{size}') + '.png', memory)}")
         if not args.keep_lab:
             harness.bench_lab_state().down()
 

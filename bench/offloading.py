@@ -98,8 +98,7 @@ class Federation:
     def pin(self) -> None:
         """Each cluster on CPUs of its own, as separate clusters have machines of their own."""
         for cluster, cpus in self.cpus.items():
-            for pid in harness.control_plane_pids(self.lab, cluster).values():
-                harness.pin(pid, cpus)
+            harness.pin_control_plane(self.lab, cluster, cpus)
         for name, process in self.processes.items():
             cluster = name.split(" ")[1].split("/")[0]  # a virtual kubelet belongs to its consumer
             if cluster in self.cpus:
