@@ -197,6 +197,19 @@ def allow_noisy_argument(parser) -> None:
     )
 
 
+# --cpu-per-side: consumers (and the agents working for them) on CPU 0, providers (and theirs) on CPU 1.
+CPU_PER_SIDE_SUFFIX = "-cpu-per-side"
+
+
+def cpu_per_side_argument(parser) -> None:
+    parser.add_argument(
+        "--cpu-per-side",
+        action="store_true",
+        help="pin consumers and the agents working for them to CPU 0, providers and theirs to CPU 1, as clusters on "
+        f"machines of their own (result files end in {CPU_PER_SIDE_SUFFIX})",
+    )
+
+
 def print_settings(wanted: lab_config.LabConfig, catamaran: dict[str, str]) -> None:
     """Everything a figure depends on: the machine, the lab's control planes and Catamaran's own settings."""
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3

@@ -249,7 +249,7 @@ def pin_sides(lab: Lab, peer) -> None:
 
 def files(stem: str) -> str:
     """A result file's stem, marked when the clusters had a CPU each (those figures do not replace shared ones)."""
-    return f"{stem}-cpu-per-side" if SIDE_CPUS else stem
+    return f"{stem}{harness.CPU_PER_SIDE_SUFFIX}" if SIDE_CPUS else stem
 
 
 def local_baseline(peer, size: int, figures: Figures, timeout_s: float) -> None:
@@ -562,19 +562,12 @@ def main() -> None:
     parser.add_argument("--kill-pods", type=int, default=1000, help="pods of the agent-kill run (0: skip)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds an offload run may take")
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
-    parser.add_argument(
-        "--cpu-per-side",
-        action="store_true",
-        help="the consumer and its agents on CPU 0, the provider and its agents on CPU 1, as machines of their own",
-    )
+    harness.cpu_per_side_argument(parser)
     harness.allow_noisy_argument(parser)
     args = parser.parse_args()
     harness.QUIET.allow_noisy = args.allow_noisy
     args.n = args.n or DEFAULT_N
-    if args.cpu_per_side:
-        if CPUS < 2:
-            raise SystemExit("--cpu-per-side needs two CPUs")
-        SIDE_CPUS.update({CONSUMER: {0}, PROVIDER: {1}})
+    SIDE_CPUS.update(offloading.cpu_plan(args, [CONSUMER], [PROVIDER]))
     systems = args.system or SYSTEMS
     bin_dir = liqo_peer.ensure_binaries(args.liqo_src) if "liqo" in systems else Path()
     results: dict[str, Figures] = {}

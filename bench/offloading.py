@@ -669,11 +669,7 @@ def main() -> None:
     parser.add_argument("--pool-pods", type=int, default=1000, help="pools: pods offloaded with each configuration")
     parser.add_argument("--idle", type=float, default=POOLS_IDLE_S, help="pools: seconds measured idle")
     parser.add_argument("--infeasible", type=int, default=20, help="infeasible: pods created one after another")
-    parser.add_argument(
-        "--cpu-per-side",
-        action="store_true",
-        help="pin consumers to CPU 0 and providers to CPU 1, as clusters on machines of their own",
-    )
+    harness.cpu_per_side_argument(parser)
     parser.add_argument("--keep-lab", action="store_true", help="leave the bench lab running afterwards")
     harness.allow_noisy_argument(parser)
     args = parser.parse_args()
@@ -695,7 +691,7 @@ def main() -> None:
                 # their own: a `--n 10000` run does not overwrite the N = 1000 figures.
                 beyond = scenario == "single" and not set(args.n) <= set(DEFAULT_N)
                 sizes = f"-N-{'-'.join(map(str, args.n))}" if beyond else ""
-                suffix = sizes + ("-cpu-per-side" if args.cpu_per_side else "")
+                suffix = sizes + (harness.CPU_PER_SIDE_SUFFIX if args.cpu_per_side else "")
                 if rows:
                     print(f"\nfigures: {harness.write_csv(f'offloading-{scenario}{suffix}.csv', rows)}")
                 for name, draw in charts.items():
